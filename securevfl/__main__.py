@@ -1,0 +1,5 @@
+import sys
+
+from securevfl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,147 @@
+"""Transport between parties. Every cross-party message is bytes; the channel counts them by kind
+and direction and can keep a transcript (what each party received is its *view*)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from securevfl.channel import codec
+
+
+class MessageKind:
+    """Names of the messages the library sends. Defenses declare which of these they act on."""
+
+    BATCH_IDS = "batch_ids"
+    ACTIVATION = "activation"  # passive bottom output → active (the cut layer, forward)
+    GRADIENT = "gradient"  # ∂L/∂activation, active → passive (the cut layer, backward)
+    SSL_REPRESENTATION = "ssl_representation"  # representations exchanged in cross-party SSL
+    PSI = "alignment"  # PSI protocol messages and the announced aligned set
+    CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class Message:
+    seq: int
+    src: str
+    dst: str
+    kind: str
+    payload: bytes
+    nbytes: int
+
+
+@dataclass
+class ChannelStats:
+    """Byte and message counters keyed by (kind, src, dst)."""
+
+    bytes: Counter = field(default_factory=Counter)
+    messages: Counter = field(default_factory=Counter)
+
+    def add(self, kind: str, src: str, dst: str, nbytes: int) -> None:
+        self.bytes[(kind, src, dst)] += nbytes
+        self.messages[(kind, src, dst)] += 1
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+    @property
+    def total_messages(self) -> int:
+        return sum(self.messages.values())
+
+    def bytes_by_kind(self) -> dict[str, int]:
+        out: Counter = Counter()
+        for (kind, _, _), n in self.bytes.items():
+            out[kind] += n
+        return dict(sorted(out.items()))
+
+    def bytes_sent_by(self, party: str) -> int:
+        return sum(n for (_, src, _), n in self.bytes.items() if src == party)
+
+    def as_dict(self) -> dict:
+        return {
+            "bytes_sent": self.total_bytes,
+            "messages": self.total_messages,
+            "bytes_by_kind": self.bytes_by_kind(),
+            "by_direction": {
+                f"{k}:{s}->{d}": {"bytes": n, "messages": self.messages[(k, s, d)]}
+                for (k, s, d), n in sorted(self.bytes.items())
+            },
+        }
+
+
+class Channel(ABC):
+    """Abstract transport. Implementations move bytes; counting and transcripts live here."""
+
+    def __init__(self, record: bool = False) -> None:
+        self.stats = ChannelStats()
+        self.record = record
+        self.transcript: list[Message] = []
+        self._seq = 0
+
+    def send(self, src: str, dst: str, kind: str, payload: bytes) -> None:
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError("only bytes cross the channel")
+        payload = bytes(payload)
+        self.stats.add(kind, src, dst, len(payload))
+        self._seq += 1
+        if self.record:
+            self.transcript.append(Message(self._seq, src, dst, kind, payload, len(payload)))
+        self._deliver(src, dst, kind, payload)
+
+    @abstractmethod
+    def _deliver(self, src: str, dst: str, kind: str, payload: bytes) -> None: ...
+
+    @abstractmethod
+    def recv(self, dst: str, src: str, kind: str) -> bytes:
+        """Next message of ``kind`` from ``src`` to ``dst`` (FIFO)."""
+
+    @abstractmethod
+    def pending(self) -> int:
+        """Messages sent but not yet received (a finished protocol leaves none)."""
+
+    def endpoint(self, party: str) -> Endpoint:
+        return Endpoint(self, party)
+
+    def received_by(self, party: str) -> list[Message]:
+        """The party's view: every message it received (needs ``record=True``)."""
+        if not self.record:
+            raise RuntimeError("channel was created without record=True")
+        return [m for m in self.transcript if m.dst == party]
+
+
+class Endpoint:
+    """A party's handle on the channel: it can only send as itself and receive what is addressed to it."""
+
+    def __init__(self, channel: Channel, party: str) -> None:
+        self._channel = channel
+        self.party = party
+
+    def send(self, dst: str, kind: str, payload: bytes) -> None:
+        self._channel.send(self.party, dst, kind, payload)
+
+    def recv(self, src: str, kind: str) -> bytes:
+        return self._channel.recv(self.party, src, kind)
+
+    # typed helpers
+    def send_tensor(self, dst: str, kind: str, t: torch.Tensor) -> None:
+        self.send(dst, kind, codec.encode_tensor(t))
+
+    def recv_tensor(self, src: str, kind: str) -> torch.Tensor:
+        return codec.decode_tensor(self.recv(src, kind))
+
+    def send_ids(self, dst: str, kind: str, ids: np.ndarray) -> None:
+        self.send(dst, kind, codec.encode_ids(ids))
+
+    def recv_ids(self, src: str, kind: str) -> np.ndarray:
+        return codec.decode_ids(self.recv(src, kind))
+
+    def send_json(self, dst: str, kind: str, obj: object) -> None:
+        self.send(dst, kind, codec.encode_json(obj))
+
+    def recv_json(self, src: str, kind: str) -> object:
+        return codec.decode_json(self.recv(src, kind))

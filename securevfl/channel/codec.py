@@ -1,0 +1,78 @@
+"""Wire format for everything that crosses a party boundary.
+
+Tensors: ``<B dtype code><B ndim><ndim × uint32 shape>`` then the raw little-endian buffer, so a
+float32 tensor of shape (B, d) costs exactly ``2 + 4·2 + 4·B·d`` bytes (see :func:`tensor_nbytes`).
+Entity IDs travel as an int64 tensor when they are integers, otherwise as a JSON list of strings
+behind a one-byte tag.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import torch
+
+_DTYPES: dict[int, np.dtype] = {
+    1: np.dtype("<f4"),
+    2: np.dtype("<f8"),
+    3: np.dtype("<i8"),
+    4: np.dtype("<i4"),
+    5: np.dtype("u1"),
+    6: np.dtype("<f2"),
+}
+_CODES = {dt: code for code, dt in _DTYPES.items()}
+_STR_IDS = 255
+
+
+def tensor_nbytes(shape: tuple[int, ...], itemsize: int = 4) -> int:
+    """Encoded size of a tensor message: header (2 + 4·ndim) plus the raw buffer."""
+    return 2 + 4 * len(shape) + int(np.prod(shape, dtype=np.int64)) * itemsize
+
+
+def encode_array(a: np.ndarray) -> bytes:
+    dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    code = _CODES.get(np.dtype(dt))
+    if code is None:
+        raise TypeError(f"cannot send arrays of dtype {a.dtype}")
+    a = np.ascontiguousarray(a, dtype=_DTYPES[code])
+    return struct.pack(f"<BB{a.ndim}I", code, a.ndim, *a.shape) + a.tobytes()
+
+
+def decode_array(buf: bytes) -> np.ndarray:
+    code, ndim = struct.unpack_from("<BB", buf, 0)
+    if code not in _DTYPES:
+        raise ValueError(f"not an array message (dtype code {code})")
+    shape = struct.unpack_from(f"<{ndim}I", buf, 2)
+    return np.frombuffer(buf, dtype=_DTYPES[code], offset=2 + 4 * ndim).reshape(shape)
+
+
+def encode_tensor(t: torch.Tensor) -> bytes:
+    return encode_array(t.detach().cpu().numpy())
+
+
+def decode_tensor(buf: bytes) -> torch.Tensor:
+    # copy: frombuffer views are read-only and torch wants writable storage
+    return torch.from_numpy(decode_array(buf).copy())
+
+
+def encode_ids(ids: np.ndarray) -> bytes:
+    ids = np.asarray(ids)
+    if ids.dtype.kind in "iu":
+        return encode_array(ids.astype(np.int64))
+    return bytes([_STR_IDS]) + json.dumps([str(i) for i in ids]).encode()
+
+
+def decode_ids(buf: bytes) -> np.ndarray:
+    if buf[0] == _STR_IDS:
+        return np.array(json.loads(buf[1:].decode()), dtype=object)
+    return decode_array(buf).copy()
+
+
+def encode_json(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True).encode()
+
+
+def decode_json(buf: bytes) -> object:
+    return json.loads(buf.decode())

@@ -1,0 +1,157 @@
+"""``securevfl`` command line (SPEC §8). User mistakes exit 2 with one ``error: ...`` line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from securevfl.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's usage dump → our one-line contract
+        raise UserError(message)
+
+
+def _add_train(sub) -> None:
+    p = sub.add_parser("train", help="train one method on one dataset and report utility, privacy and cost")
+    p.add_argument("--dataset", help="dataset name (default fashion-mnist)")
+    p.add_argument("--method", help="method name (default splitnn)")
+    p.add_argument("--parties", type=int, help="number of parties K ≥ 2 (party 0 is active)")
+    p.add_argument("--aligned-fraction", type=float, help="fraction of training entities held by all parties")
+    p.add_argument("--aligned-count", type=int, help="exact number of aligned training entities")
+    p.add_argument("--unaligned", choices=["disjoint", "all"], help="how unaligned rows are spread")
+    p.add_argument("--labeled", type=int, help="labeled aligned entities (default: all aligned)")
+    p.add_argument("--alignment", choices=["given", "psi", "plain"], help="how the aligned set is established")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--cut-dim", type=int, help="width of each bottom model's output")
+    p.add_argument("--bottom", choices=["auto", "mlp", "cnn"], help="bottom model family")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--defense", help="none | iso:LAMBDA | dp:clip=C,noise=Z | ... ('+' composes)")
+    p.add_argument("--he", help="off | ckks | paillier")
+    p.add_argument("--attack", action="append", help="attack to run after training (repeatable)")
+    p.add_argument("--data-dir", help="folder with file-based datasets")
+    p.add_argument("--config", help="YAML file with run settings (flags override it)")
+    p.add_argument("--record", action="store_true", help="keep the channel transcript")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress bar on stderr (default: when stderr is a terminal)")
+
+
+def _build_config(args: argparse.Namespace):
+    from securevfl.config import RunConfig, apply_dict, load_config_file
+
+    cfg = RunConfig()
+    if args.config:
+        apply_dict(cfg, load_config_file(args.config))
+    flat = {
+        "dataset": args.dataset, "method": args.method, "seed": args.seed, "data_dir": args.data_dir,
+        "defense": args.defense, "he": args.he,
+    }
+    for k, v in flat.items():
+        if v is not None:
+            setattr(cfg, k, v)
+    if args.attack:
+        cfg.attacks = list(args.attack)
+    if args.record:
+        cfg.record = True
+    part = {"n_parties": args.parties, "aligned_fraction": args.aligned_fraction,
+            "aligned_count": args.aligned_count, "unaligned": args.unaligned, "n_labeled": args.labeled,
+            "alignment": args.alignment}
+    for k, v in part.items():
+        if v is not None:
+            setattr(cfg.partition, k, v)
+    for obj, k, v in [(cfg.train, "epochs", args.epochs), (cfg.train, "batch_size", args.batch_size),
+                      (cfg.optim, "lr", args.lr), (cfg.model, "cut_dim", args.cut_dim),
+                      (cfg.model, "bottom", args.bottom)]:
+        if v is not None:
+            setattr(obj, k, v)
+    if args.data_dir is not None and not Path(args.data_dir).is_dir():
+        raise UserError(f"--data-dir {args.data_dir}: no such directory")
+    if cfg.model.cut_dim < 1:
+        raise UserError(f"--cut-dim must be ≥ 1, got {cfg.model.cut_dim}")
+    return cfg
+
+
+def _json_safe(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from securevfl.lab.compose import execute
+
+    cfg = _build_config(args)
+    out = execute(cfg, progress=args.progress)
+    r = out.result
+    if args.json:
+        print(json.dumps(_json_safe(r)))
+        return 0
+    u, c, pr = r["utility"], r["cost"], r["privacy"]
+    print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {u['test']:.4f}")
+    print(f"  partition: {r['partition']['parties']} parties, {r['partition']['aligned']} aligned, "
+          f"{r['partition']['labeled']} labeled, {r['partition']['test_rows']} test rows")
+    eps = "n/a" if pr["epsilon"] is None else f"{pr['epsilon']:.3g} (δ={pr['delta']:.2g})"
+    print(f"  privacy: mechanism {pr['mechanism']}, ε = {eps}")
+    print(f"  cost: {c['seconds']:.1f} s, {c['bytes_sent'] / 1e6:.2f} MB in {c['messages']} messages, "
+          f"he={c['he']['scheme']}")
+    for name, a in r["attacks"].items():
+        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f})")
+    return 0
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from securevfl.data import dataset_status, get_dataset_entry
+
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    for name, ok, where in dataset_status(data_dir):
+        desc = get_dataset_entry(name).description
+        print(f"{name:15s} {'found' if ok else 'missing':8s} {desc}\n{'':24s}{where}")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from securevfl.methods import get_method, method_names
+
+    for name in method_names():
+        print(f"{name:18s} {get_method(name).summary}")
+    return 0
+
+
+def make_parser() -> _Parser:
+    parser = _Parser(prog="securevfl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _add_train(sub)
+    d = sub.add_parser("datasets", help="list datasets and where each is found, or why not")
+    d.add_argument("--data-dir")
+    sub.add_parser("methods", help="list registered methods")
+    return parser
+
+
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = make_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

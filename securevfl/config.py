@@ -1,0 +1,119 @@
+"""Run configuration: nested dataclasses, one field per knob, each with a docstring.
+
+A YAML file given with ``--config`` maps onto these (``partition:``, ``train:``, ``model:``,
+``optim:`` sections plus top-level keys); unknown keys and wrong types are user errors naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from securevfl.data.partition import PartitionSpec
+from securevfl.errors import UserError
+from securevfl.federation import OptimConfig
+from securevfl.models import ModelConfig
+from securevfl.training import TrainConfig
+
+
+@dataclass
+class RunConfig:
+    dataset: str = "fashion-mnist"
+    """Registered dataset name (``securevfl datasets``)."""
+    method: str = "splitnn"
+    """Registered method name (``securevfl methods``)."""
+    seed: int = 0
+    """Fixes partition, initialisation and batching."""
+    data_dir: str | None = None
+    """Where to look for file-based datasets before ``$SECUREVFL_DATA`` and the Debian path."""
+    he: str = "off"
+    """Cut-layer protection: ``off`` (plaintext) or an HE scheme when available."""
+    defense: str = "none"
+    """Defense spec, e.g. ``iso:5`` or ``dp:clip=1,noise=1``; ``+`` composes."""
+    attacks: list[str] = field(default_factory=list)
+    """Attacks run on the trained federation."""
+    record: bool = False
+    """Keep the full channel transcript (needed by transcript attacks and invariant checks)."""
+    method_params: dict = field(default_factory=dict)
+    """Method-specific hyperparameters."""
+    partition: PartitionSpec = field(default_factory=PartitionSpec)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _coerce(value: object, typ: object, key: str) -> object:
+    origin = typing.get_origin(typ)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(typ)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except UserError:
+                continue
+        raise UserError(f"config key {key!r}: {value!r} is not a valid {typ}")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise UserError(f"config key {key!r}: expected a list, got {value!r}")
+        return origin(value)
+    if origin is dict or typ is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"config key {key!r}: expected a mapping, got {value!r}")
+        return value
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"config key {key!r}: expected true/false, got {value!r}")
+        return value
+    if typ in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or (typ is int and value != int(value)):
+            raise UserError(f"config key {key!r}: expected {typ.__name__}, got {value!r}")
+        return typ(value)
+    if typ is str:
+        if not isinstance(value, str):
+            raise UserError(f"config key {key!r}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def apply_dict(obj: object, data: dict, prefix: str = "") -> None:
+    """Set dataclass fields of ``obj`` from ``data``, recursing into nested dataclasses."""
+    if not isinstance(data, dict):
+        raise UserError(f"config section {prefix.rstrip('.') or '(top)'} must be a mapping")
+    hints = typing.get_type_hints(type(obj))
+    fields = {f.name for f in dataclasses.fields(obj)}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in fields:
+            raise UserError(f"config: unknown key {prefix + str(key)!r}")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            apply_dict(current, value, f"{prefix}{key}.")
+        else:
+            setattr(obj, name, _coerce(value, hints[name], prefix + str(key)))
+
+
+def load_config_file(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file {p} not found")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"config file {p}{where}: not valid YAML") from None
+    if not isinstance(data, dict):
+        raise UserError(f"config file {p}: top level must be a mapping")
+    return data

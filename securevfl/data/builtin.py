@@ -1,0 +1,139 @@
+"""Datasets that ship with scikit-learn and the IDX image sets (Fashion-MNIST, MNIST)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from securevfl.data.dataset import Dataset
+from securevfl.data.registry import DatasetEntry, register_dataset
+from securevfl.errors import UserError
+
+DEBIAN_DATASETS = Path("/usr/share/datasets")
+
+
+def _sklearn_locate(_: Path | None) -> str:
+    return "bundled with scikit-learn"
+
+
+def _breast_cancer(_: Path | None) -> Dataset:
+    from sklearn.datasets import load_breast_cancer
+
+    d = load_breast_cancer()
+    return Dataset(
+        name="breast-cancer",
+        X=d.data.astype(np.float32),
+        y=d.target.astype(np.int64),
+        ids=np.arange(len(d.target), dtype=np.int64),
+        n_classes=2,
+        kind="tabular",
+        feature_names=tuple(d.feature_names),
+        standardize=True,
+    )
+
+
+def _digits(_: Path | None) -> Dataset:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return Dataset(
+        name="digits",
+        X=(d.images / 16.0).astype(np.float32),  # 8×8, pixel range is fixed: no data-dependent scaling
+        y=d.target.astype(np.int64),
+        ids=np.arange(len(d.target), dtype=np.int64),
+        n_classes=10,
+        kind="image",
+    )
+
+
+register_dataset(DatasetEntry("breast-cancer", "569 × 30 tabular, binary (scikit-learn)", _breast_cancer,
+                              _sklearn_locate))
+register_dataset(DatasetEntry("digits", "1,797 × 8×8 images, 10 classes (scikit-learn)", _digits,
+                              _sklearn_locate))
+
+# ---------------------------------------------------------------------------------------------- IDX
+_IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def _idx_candidates(name: str, data_dir: Path | None) -> list[Path]:
+    out = []
+    if data_dir is not None:
+        out += [Path(data_dir) / name, Path(data_dir)]
+    if os.environ.get("SECUREVFL_DATA"):
+        out.append(Path(os.environ["SECUREVFL_DATA"]) / name)
+    out.append(DEBIAN_DATASETS / name)
+    return out
+
+
+def _find_idx_file(folder: Path, stem: str) -> Path | None:
+    for cand in (folder / stem, folder / f"{stem}.gz"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def _idx_locate_factory(name: str, how: str):
+    def locate(data_dir: Path | None) -> str:
+        tried = _idx_candidates(name, data_dir)
+        for folder in tried:
+            if all(_find_idx_file(folder, s) for s in _IDX_FILES):
+                return str(folder)
+        if data_dir is not None and not Path(data_dir).exists():
+            raise UserError(f"data dir {data_dir} does not exist")
+        raise UserError(
+            f"{name} not found (looked in {', '.join(map(str, tried))}); {how}"
+        )
+
+    return locate
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Parse one IDX file (optionally gzipped) into a numpy array."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+        zero, dtype_code, ndim = struct.unpack_from(">HBB", raw, 0)
+        if zero != 0 or dtype_code != 0x08:
+            raise ValueError("bad magic number")
+        shape = struct.unpack_from(f">{ndim}I", raw, 4)
+        data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+        if data.size != int(np.prod(shape)):
+            raise ValueError(f"expected {int(np.prod(shape))} values, found {data.size}")
+        return data.reshape(shape)
+    except (OSError, EOFError, ValueError, struct.error) as e:
+        raise UserError(f"{path}: not a valid IDX file ({e})") from None
+
+
+def _idx_loader_factory(name: str, locate):
+    @lru_cache(maxsize=2)
+    def load(data_dir: Path | None) -> Dataset:
+        folder = Path(locate(data_dir))
+        xs = [read_idx(_find_idx_file(folder, s)) for s in _IDX_FILES]
+        x_tr, y_tr, x_te, y_te = xs
+        X = (np.concatenate([x_tr, x_te]).astype(np.float32) / 255.0)
+        y = np.concatenate([y_tr, y_te]).astype(np.int64)
+        test_mask = np.zeros(len(y), dtype=bool)
+        test_mask[len(y_tr):] = True
+        return Dataset(name=name, X=X, y=y, ids=np.arange(len(y), dtype=np.int64), n_classes=10,
+                       kind="image", test_mask=test_mask)
+
+    return load
+
+
+for _name, _how in [
+    ("fashion-mnist", "install the Debian package dataset-fashion-mnist "
+     "(apt-get install dataset-fashion-mnist), or put the four IDX files in $SECUREVFL_DATA/fashion-mnist "
+     "or pass --data-dir"),
+    ("mnist", "put the four MNIST IDX files (train-images-idx3-ubyte[.gz], ...) in $SECUREVFL_DATA/mnist "
+     "or pass --data-dir"),
+]:
+    _loc = _idx_locate_factory(_name, _how)
+    register_dataset(DatasetEntry(_name, "70,000 × 28×28 images, 10 classes (IDX files)",
+                                  _idx_loader_factory(_name, _loc), _loc))

@@ -1,0 +1,232 @@
+"""The VFL data model (SPEC §2.1): vertical feature blocks over per-party entity-ID sets.
+
+:func:`make_partition` is a pure function of (dataset, spec, seed). Steps, all driven by one
+``numpy.random.default_rng(seed)``:
+
+1. test split: the dataset's predefined one, else a stratified ``test_fraction`` draw;
+2. aligned set: ``aligned_fraction`` (or ``aligned_count``) of the shuffled training entities;
+3. the unaligned remainder: ``disjoint`` splits it evenly, each entity to exactly one party;
+   ``all`` gives every party all of it;
+4. labels: ``n_labeled`` aligned entities (default: all aligned) are labeled at the active party,
+   plus the active party's unaligned rows when ``active_labels_unaligned`` is set.
+
+Test entities are aligned (every party holds their features). Continuous tabular features are
+standardised per party with the mean/std of that party's own training rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from securevfl.data.dataset import Dataset
+from securevfl.errors import UserError
+
+ACTIVE = "active"
+
+
+def party_names(n_parties: int) -> list[str]:
+    """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
+    return [ACTIVE] + [f"passive{k}" for k in range(1, n_parties)]
+
+
+@dataclass
+class PartitionSpec:
+    n_parties: int = 2
+    """Number of parties K ≥ 2; party 0 is active (labels + head), the rest passive."""
+    aligned_fraction: float = 1.0
+    """Fraction of training entities held by every party (ignored if ``aligned_count`` is set)."""
+    aligned_count: int | None = None
+    """Exact number of aligned training entities (overrides ``aligned_fraction``)."""
+    unaligned: str = "disjoint"
+    """How the unaligned remainder is spread: ``disjoint`` (each entity at exactly one party) or
+    ``all`` (every party keeps all its rows)."""
+    n_labeled: int | None = None
+    """Aligned entities labeled for supervised VFL; ``None`` = all aligned entities."""
+    active_labels_unaligned: bool = False
+    """Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD)."""
+    test_fraction: float = 0.2
+    """Test share drawn per seed when the dataset has no predefined test split."""
+    columns: list[list[int]] | None = None
+    """Column indices per party (image columns or tabular features); ``None`` = equal contiguous
+    blocks (2 parties on images: left/right halves)."""
+    alignment: str = "given"
+    """How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (ECDH PSI
+    through the channel, openmined-psi) or ``plain`` (plain intersection; explicit fallback only)."""
+
+    def validate(self, n_columns: int) -> None:
+        if self.n_parties < 2:
+            raise UserError(f"--parties must be at least 2, got {self.n_parties}")
+        if not 0.0 <= self.aligned_fraction <= 1.0:
+            raise UserError(f"--aligned-fraction must be in [0, 1], got {self.aligned_fraction}")
+        if self.aligned_count is not None and self.aligned_count < 0:
+            raise UserError(f"aligned_count must be ≥ 0, got {self.aligned_count}")
+        if self.unaligned not in ("disjoint", "all"):
+            raise UserError(f"unaligned must be 'disjoint' or 'all', got {self.unaligned!r}")
+        if self.n_labeled is not None and self.n_labeled < 1:
+            raise UserError(f"--labeled must be ≥ 1, got {self.n_labeled}")
+        if not 0.0 < self.test_fraction < 1.0:
+            raise UserError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
+        if self.alignment not in ("given", "psi", "plain"):
+            raise UserError(f"alignment must be given, psi or plain, got {self.alignment!r}")
+        if self.n_parties > n_columns:
+            raise UserError(f"{self.n_parties} parties but only {n_columns} columns to split")
+        if self.columns is not None:
+            if len(self.columns) != self.n_parties:
+                raise UserError(f"columns lists {len(self.columns)} parties, n_parties is {self.n_parties}")
+            flat = [c for cols in self.columns for c in cols]
+            if any(not 0 <= c < n_columns for c in flat) or any(len(c) == 0 for c in self.columns):
+                raise UserError(f"columns must be non-empty lists of indices in [0, {n_columns})")
+            if len(set(flat)) != len(flat):
+                raise UserError("columns assigns the same column to two parties")
+
+
+@dataclass
+class PartyData:
+    """One party's local data: its own entity IDs and its own feature block. Nothing else."""
+
+    name: str
+    columns: np.ndarray
+    train_ids: np.ndarray
+    X_train: np.ndarray
+    test_ids: np.ndarray
+    X_test: np.ndarray
+    # Active party only: labels it holds (ids ⊆ train_ids) and the test labels.
+    label_ids: np.ndarray | None = None
+    y_labels: np.ndarray | None = None
+    y_test: np.ndarray | None = None
+    _train_index: pd.Index = field(init=False, repr=False)
+    _test_index: pd.Index = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._train_index = pd.Index(self.train_ids)
+        self._test_index = pd.Index(self.test_ids)
+
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        return tuple(self.X_train.shape[1:])
+
+    def rows(self, ids: np.ndarray, split: str = "train") -> np.ndarray:
+        """Feature rows for ``ids`` (vectorised lookup; unknown IDs are a protocol error)."""
+        index, X = (self._train_index, self.X_train) if split == "train" else (self._test_index, self.X_test)
+        pos = index.get_indexer(ids)
+        if (pos < 0).any():
+            missing = np.asarray(ids)[pos < 0][:3]
+            raise KeyError(f"{self.name} holds no {split} rows for ids {list(missing)}")
+        return X[pos]
+
+    def labels(self, ids: np.ndarray) -> np.ndarray:
+        if self.label_ids is None:
+            raise KeyError(f"{self.name} holds no labels")
+        pos = pd.Index(self.label_ids).get_indexer(ids)
+        if (pos < 0).any():
+            raise KeyError(f"{self.name} holds no labels for some requested ids")
+        return self.y_labels[pos]
+
+
+@dataclass
+class Partition:
+    dataset: str
+    spec: PartitionSpec
+    seed: int
+    n_classes: int
+    kind: str
+    parties: list[PartyData]
+    aligned_ids: np.ndarray
+    labeled_ids: np.ndarray
+    """Aligned entities labeled for supervised VFL."""
+
+    @property
+    def active(self) -> PartyData:
+        return self.parties[0]
+
+    @property
+    def passives(self) -> list[PartyData]:
+        return self.parties[1:]
+
+    @property
+    def task(self) -> str:
+        return "binary" if self.n_classes == 2 else "multiclass"
+
+    def fingerprint(self) -> str:
+        """Hash of every party's IDs, columns, features and labels: equal iff the split is equal."""
+        h = hashlib.sha256()
+        for p in self.parties:
+            for a in (p.columns, p.train_ids, p.test_ids, p.X_train, p.X_test, p.label_ids, p.y_labels):
+                if a is not None:
+                    h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()[:16]
+
+    def summary(self) -> dict:
+        return {
+            "parties": len(self.parties),
+            "aligned": int(len(self.aligned_ids)),
+            "labeled": int(len(self.labeled_ids)),
+            "train_rows": {p.name: int(len(p.train_ids)) for p in self.parties},
+            "test_rows": int(len(self.active.test_ids)),
+            "columns": {p.name: int(len(p.columns)) for p in self.parties},
+            "spec": asdict(self.spec),
+            "fingerprint": self.fingerprint(),
+        }
+
+
+def default_columns(n_columns: int, n_parties: int) -> list[list[int]]:
+    return [list(map(int, block)) for block in np.array_split(np.arange(n_columns), n_parties)]
+
+
+def _stratified_test_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> np.ndarray:
+    test = []
+    for c in np.unique(y):
+        idx = np.flatnonzero(y == c)
+        rng.shuffle(idx)
+        test.append(idx[: int(round(frac * len(idx)))])
+    mask = np.zeros(len(y), dtype=bool)
+    mask[np.concatenate(test)] = True
+    return mask
+
+
+def make_partition(ds: Dataset, spec: PartitionSpec, seed: int) -> Partition:
+    spec.validate(ds.n_columns)
+    rng = np.random.default_rng(seed)
+    test_mask = ds.test_mask if ds.test_mask is not None else _stratified_test_split(ds.y, spec.test_fraction, rng)
+    train_pos = rng.permutation(np.flatnonzero(~test_mask))
+    test_pos = np.flatnonzero(test_mask)
+    n_train = len(train_pos)
+
+    n_aligned = spec.aligned_count if spec.aligned_count is not None else int(round(spec.aligned_fraction * n_train))
+    if n_aligned > n_train:
+        raise UserError(f"aligned count {n_aligned} exceeds the {n_train} training rows of {ds.name}")
+    if n_aligned < 1:
+        raise UserError("the partition has no aligned rows; raise --aligned-fraction")
+    aligned_pos, rest = train_pos[:n_aligned], train_pos[n_aligned:]
+    K = spec.n_parties
+    own_unaligned = np.array_split(rest, K) if spec.unaligned == "disjoint" else [rest] * K
+
+    n_labeled = n_aligned if spec.n_labeled is None else spec.n_labeled
+    if n_labeled > n_aligned:
+        raise UserError(f"--labeled {n_labeled} exceeds the {n_aligned} aligned rows")
+    labeled_pos = aligned_pos[rng.permutation(n_aligned)[:n_labeled]]
+
+    columns = spec.columns or default_columns(ds.n_columns, K)
+    names = party_names(K)
+    parties = []
+    for k in range(K):
+        cols = np.asarray(columns[k], dtype=np.int64)
+        pos_k = np.concatenate([aligned_pos, own_unaligned[k]])
+        X_tr = ds.X[pos_k][..., cols]
+        X_te = ds.X[test_pos][..., cols]
+        if ds.standardize:  # party-local statistics on its own training rows only
+            mu, sd = X_tr.mean(0), X_tr.std(0)
+            sd[sd == 0] = 1.0
+            X_tr, X_te = (X_tr - mu) / sd, (X_te - mu) / sd
+        pd_k = PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[test_pos],
+                         X_te.astype(np.float32))
+        if k == 0:
+            lab_pos = np.concatenate([labeled_pos, own_unaligned[0]]) if spec.active_labels_unaligned else labeled_pos
+            pd_k.label_ids, pd_k.y_labels = ds.ids[lab_pos], ds.y[lab_pos]
+            pd_k.y_test = ds.y[test_pos]
+        parties.append(pd_k)
+    return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos])

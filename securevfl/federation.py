@@ -1,0 +1,114 @@
+"""Builds a federation from a partition: one channel, one active party, K−1 passive parties, their
+bottom models, the head, optimizers and cut-layer ends. After construction nothing holds the
+partition's global view: each party has only its own :class:`PartyData`."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from securevfl.channel import Channel, InMemoryChannel, MessageKind
+from securevfl.cutlayer import CutLayer, PlainCutLayer
+from securevfl.data import psi
+from securevfl.data.partition import Partition
+from securevfl.hooks import TensorHook
+from securevfl.models import ModelConfig, build_bottom, build_head
+from securevfl.parties import ActiveParty, PassiveParty
+
+
+@dataclass
+class OptimConfig:
+    optimizer: str = "adam"
+    """``adam`` or ``sgd`` (momentum 0.9)."""
+    lr: float = 1e-3
+    """Learning rate of every party's optimizer."""
+    weight_decay: float = 0.0
+    """L2 weight decay."""
+
+
+def make_optimizer(params: list[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
+
+
+@dataclass
+class Federation:
+    channel: Channel
+    active: ActiveParty
+    passives: list[PassiveParty]
+    cut: CutLayer
+    n_classes: int
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def parties(self) -> list:
+        return [self.active, *self.passives]
+
+    def party(self, name: str):
+        return next(p for p in self.parties if p.name == name)
+
+
+def seed_for(seed: int, party_index: int) -> int:
+    return seed * 1009 + party_index
+
+
+def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
+                     cut: CutLayer | None = None, hooks: list[TensorHook] | None = None,
+                     with_passives: bool = True, record: bool = False) -> Federation:
+    """Create parties with fresh bottom models and the head. ``hooks`` are deep-copied per party so
+    no two parties share state; each party applies those acting on the messages it sends."""
+    cut = cut or PlainCutLayer()
+    hooks = hooks or []
+    channel = InMemoryChannel(record=record)
+    passive_data = partition.passives if with_passives else []
+    names = [p.name for p in passive_data]
+    active = ActiveParty(partition.active, channel.endpoint(partition.active.name), copy.deepcopy(hooks), names)
+    passives = [PassiveParty(d, channel.endpoint(d.name), copy.deepcopy(hooks)) for d in passive_data]
+    for k, party in enumerate([active, *passives]):
+        torch.manual_seed(seed_for(seed, k))
+        party.bottom = build_bottom(party.data.feature_shape, model)
+    torch.manual_seed(seed_for(seed, len(partition.parties)))
+    active.head = build_head(model.cut_dim + len(passives) * cut.out_dim(model.cut_dim), partition.n_classes, model)
+    for party in [active, *passives]:
+        party.optimizer = make_optimizer(party.parameters(), optim)
+    for p in passives:
+        p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.endpoint, active.endpoint, p.hooks, active.hooks,
+                                                            model.cut_dim)
+    return Federation(channel, active, passives, cut, partition.n_classes)
+
+
+def align(fed: Federation, mode: str, given: np.ndarray | None = None) -> np.ndarray:
+    """Establish the aligned training IDs at the active party.
+
+    ``given``: the simulator's aligned set; ``psi``: ECDH PSI with every passive party through the
+    channel; ``plain``: passive parties send their ID lists in the clear (explicit fallback only).
+    The active party announces the result to the passive parties either way.
+    """
+    a = fed.active
+    own = a.data.train_ids
+    if mode == "given":
+        aligned = np.sort(np.asarray(given))
+    elif mode == "psi":
+        per_party = []
+        for p in fed.passives:
+            client = psi.psi_client_start(a.endpoint, p.name, own)
+            psi.psi_server_round(p.endpoint, a.name, p.data.train_ids)
+            per_party.append(psi.psi_client_finish(a.endpoint, p.name, client, own))
+        aligned = psi.plain_intersection([own, *per_party])
+    elif mode == "plain":
+        for p in fed.passives:
+            p.endpoint.send_ids(a.name, MessageKind.PSI, p.data.train_ids)
+        aligned = psi.plain_intersection([own, *[a.endpoint.recv_ids(p.name, MessageKind.PSI) for p in fed.passives]])
+    else:
+        raise ValueError(mode)
+    for p in fed.passives:
+        a.endpoint.send_ids(p.name, MessageKind.PSI, aligned)
+        p.aligned_ids = p.endpoint.recv_ids(a.name, MessageKind.PSI)
+    a.aligned_ids = aligned
+    return aligned

@@ -1,0 +1,108 @@
+"""Method contract and registry. One method per file; each registers itself by name."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from securevfl.cutlayer import CutLayer
+from securevfl.data.partition import Partition
+from securevfl.errors import UserError
+from securevfl.federation import Federation, OptimConfig, align, build_federation
+from securevfl.hooks import TensorHook
+from securevfl.models import ModelConfig
+from securevfl.training import SplitTrainer, TrainConfig
+
+
+@dataclass
+class MethodContext:
+    """Everything a method needs besides the partition."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    seed: int = 0
+    cut: CutLayer | None = None
+    hooks: list[TensorHook] = field(default_factory=list)
+    record: bool = False
+    progress: bool | None = None
+    params: dict = field(default_factory=dict)
+    """Method-specific hyperparameters (validated by the method)."""
+
+
+class Method(ABC):
+    """A VFL training method. ``run`` builds the federation, trains it and reports test utility;
+    the trained federation stays split by party so attacks can take exactly the adversary's part."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    uses_passives: ClassVar[bool] = True
+    """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
+    default_params: ClassVar[dict] = {}
+
+    def __init__(self, ctx: MethodContext) -> None:
+        unknown = set(ctx.params) - set(self.default_params)
+        if unknown:
+            raise UserError(f"method {self.name} has no parameter {sorted(unknown)[0]!r}")
+        self.ctx = ctx
+        self.params = {**self.default_params, **ctx.params}
+        self.trainer: SplitTrainer | None = None
+
+    def build(self, partition: Partition) -> Federation:
+        c = self.ctx
+        fed = build_federation(partition, c.model, c.optim, c.seed, c.cut, c.hooks,
+                               with_passives=self.uses_passives, record=c.record)
+        align(fed, partition.spec.alignment if self.uses_passives else "given", partition.aligned_ids)
+        return fed
+
+    def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
+        return SplitTrainer(fed, self.ctx.train, self.ctx.seed, progress=self.ctx.progress, **kw)
+
+    @abstractmethod
+    def fit(self, fed: Federation) -> None:
+        """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference."""
+
+    def exposes(self, fed: Federation) -> set[str]:
+        """What a passive adversary can observe after this method ran (attacks check it)."""
+        out = {"own_rows", "aux_labels"}
+        if fed.passives:
+            out |= {"bottom_model", "received_gradients"}
+        if fed.channel.record:
+            out.add("transcript")
+        return out
+
+    def evaluate(self, fed: Federation) -> dict:
+        return self.trainer.evaluate()
+
+    def run(self, partition: Partition) -> tuple[Federation, dict]:
+        fed = self.build(partition)
+        self.fit(fed)
+        return fed, self.evaluate(fed)
+
+
+def labeled_aligned_ids(fed: Federation) -> np.ndarray:
+    """IDs the active party holds labels for and that every party holds (its view only)."""
+    a = fed.active
+    return np.intersect1d(a.data.label_ids, a.aligned_ids)
+
+
+_METHODS: dict[str, type[Method]] = {}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    _METHODS[cls.name] = cls
+    return cls
+
+
+def method_names() -> list[str]:
+    return sorted(_METHODS)
+
+
+def get_method(name: str) -> type[Method]:
+    try:
+        return _METHODS[name]
+    except KeyError:
+        raise UserError(f"unknown method {name!r}; available: {', '.join(method_names())}") from None

@@ -1,0 +1,18 @@
+"""``local`` — Local-A / DNN: the active party alone on all its labeled rows (SPEC §3.1).
+
+Uses the same trainer with no passive parties, so the head sees only r^1 and nothing crosses the
+channel."""
+
+from securevfl.federation import Federation
+from securevfl.methods.base import Method, register_method
+
+
+@register_method
+class Local(Method):
+    name = "local"
+    summary = "active party alone on all its labeled local rows (Local-A baseline)"
+    uses_passives = False
+
+    def fit(self, fed: Federation) -> None:
+        self.trainer = self.make_trainer(fed)
+        self.trainer.fit(fed.active.data.label_ids)

@@ -1,0 +1,14 @@
+"""``splitnn`` — FedSplitNN / FedVanilla: supervised VFL on the labeled aligned rows (SPEC §3.1)."""
+
+from securevfl.federation import Federation
+from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+
+
+@register_method
+class SplitNN(Method):
+    name = "splitnn"
+    summary = "supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)"
+
+    def fit(self, fed: Federation) -> None:
+        self.trainer = self.make_trainer(fed)
+        self.trainer.fit(labeled_aligned_ids(fed))

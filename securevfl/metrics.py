@@ -1,0 +1,18 @@
+"""Utility metrics (scikit-learn): accuracy for multi-class tasks, AUC for binary ones."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.metrics import accuracy_score, log_loss, roc_auc_score
+
+
+def utility(probs: np.ndarray, y: np.ndarray, n_classes: int) -> dict:
+    pred = probs.argmax(1)
+    out = {"accuracy": float(accuracy_score(y, pred))}
+    if n_classes == 2:
+        out["auc"] = float(roc_auc_score(y, probs[:, 1])) if len(np.unique(y)) == 2 else float("nan")
+        out["logloss"] = float(log_loss(y, probs, labels=[0, 1]))
+        out["metric"], out["test"] = "auc", out["auc"]
+    else:
+        out["metric"], out["test"] = "accuracy", out["accuracy"]
+    return out

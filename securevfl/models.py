@@ -1,0 +1,83 @@
+"""Bottom models (one per party) and the active party's head. CPU-sized by design (SPEC §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    bottom: str = "auto"
+    """Bottom model family: ``mlp``, ``cnn`` (image slices), or ``auto`` (cnn for images ≥ 16 px
+    tall, mlp otherwise)."""
+    cut_dim: int = 64
+    """Width of each party's bottom output r^k (the cut layer)."""
+    hidden: tuple[int, ...] = (256, 128)
+    """Hidden widths of the MLP bottom model."""
+    cnn_channels: tuple[int, ...] = (16, 32)
+    """Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each)."""
+    head_hidden: tuple[int, ...] = field(default_factory=tuple)
+    """Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g)."""
+
+
+class MLPEncoder(nn.Module):
+    def __init__(self, in_dim: int, hidden: tuple[int, ...], out_dim: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        d = in_dim
+        for h in hidden:
+            layers += [nn.Linear(d, h), nn.ReLU()]
+            d = h
+        layers.append(nn.Linear(d, out_dim))
+        self.net = nn.Sequential(*layers)
+        self.out_dim = out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ConvEncoder(nn.Module):
+    """Small CNN for an image slice of shape (H, W)."""
+
+    def __init__(self, shape: tuple[int, int], channels: tuple[int, ...], out_dim: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c, (h, w) = 1, shape
+        for ch in channels:
+            layers += [nn.Conv2d(c, ch, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True)]
+            c, h, w = ch, -(-h // 2), -(-w // 2)
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(c * h * w, out_dim)
+        self.out_dim = out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x.unsqueeze(1)).flatten(1))
+
+
+def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig) -> nn.Module:
+    kind = cfg.bottom
+    if kind == "auto":
+        kind = "cnn" if len(feature_shape) == 2 and feature_shape[0] >= 16 else "mlp"
+    if kind == "cnn":
+        if len(feature_shape) != 2:
+            raise ValueError("the cnn bottom model needs image slices")
+        return ConvEncoder(feature_shape, cfg.cnn_channels, cfg.cut_dim)
+    if kind == "mlp":
+        in_dim = 1
+        for s in feature_shape:
+            in_dim *= s
+        return MLPEncoder(in_dim, cfg.hidden, cfg.cut_dim)
+    raise ValueError(f"unknown bottom model {cfg.bottom!r}")
+
+
+def build_head(in_dim: int, n_classes: int, cfg: ModelConfig) -> nn.Module:
+    layers: list[nn.Module] = []
+    d = in_dim
+    for h in cfg.head_hidden:
+        layers += [nn.Linear(d, h), nn.ReLU()]
+        d = h
+    layers.append(nn.Linear(d, n_classes))
+    return nn.Sequential(*layers)

@@ -1,0 +1,107 @@
+"""Active and passive parties. A party owns its data, models, optimizer, hooks and its ends of the
+cut layer; it talks to other parties only through its channel endpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.channel import Endpoint, MessageKind
+from securevfl.cutlayer import ActiveEnd, PassiveEnd
+from securevfl.data.partition import ACTIVE, PartyData
+from securevfl.hooks import HookContext, TensorHook
+
+SPLITS = ("train", "test")
+
+
+class Party:
+    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook]) -> None:
+        self.name = data.name
+        self.data = data
+        self.endpoint = endpoint
+        self.hooks = hooks
+        self.bottom: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.step = 0
+        self.aligned_ids: np.ndarray | None = None  # learnt from alignment (PSI or given)
+
+    def features(self, ids: np.ndarray, split: str) -> torch.Tensor:
+        return torch.from_numpy(self.data.rows(ids, split))
+
+    def parameters(self) -> list[nn.Parameter]:
+        return list(self.bottom.parameters()) if self.bottom is not None else []
+
+
+class PassiveParty(Party):
+    """Features only. Receives batch IDs, sends its bottom output, applies the returned gradient."""
+
+    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook]) -> None:
+        super().__init__(data, endpoint, hooks)
+        self.cut_end: PassiveEnd | None = None
+        self._z: torch.Tensor | None = None
+
+    def forward(self) -> None:
+        """Receive the batch request from the active party, compute r = h(x), send it."""
+        split = SPLITS[int(self.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))]
+        ids = self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
+        training = split == "train"
+        self.bottom.train(training)
+        with torch.set_grad_enabled(training):
+            z = self.bottom(self.features(ids, split))
+        self._z = z if training else None
+        ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
+        self.cut_end.send_forward(z, ctx)
+
+    def backward(self, grad: torch.Tensor) -> None:
+        """Apply ∂L/∂z (as received through the cut layer) and step the local optimizer."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self._z.backward(grad)
+        self.optimizer.step()
+        self._z = None
+        self.step += 1
+
+
+class ActiveParty(Party):
+    """Labels, its own bottom model and the head. Drives the batches of supervised VFL."""
+
+    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook],
+                 passive_names: list[str]) -> None:
+        super().__init__(data, endpoint, hooks)
+        self.passive_names = passive_names
+        self.head: nn.Module | None = None
+        self.cut_ends: dict[str, ActiveEnd] = {}
+        self._received: list[torch.Tensor] = []
+        self.n_examples: int | None = None  # population the batches are drawn from (for accounting)
+
+    def parameters(self) -> list[nn.Parameter]:
+        return super().parameters() + list(self.head.parameters())
+
+    def request(self, ids: np.ndarray, split: str) -> None:
+        """Ask every passive party for its bottom output on ``ids``."""
+        for p in self.passive_names:
+            self.endpoint.send_json(p, MessageKind.CONTROL, SPLITS.index(split))
+            self.endpoint.send_ids(p, MessageKind.BATCH_IDS, ids)
+
+    def receive(self, reps: list[torch.Tensor], training: bool) -> None:
+        """Take the per-passive inputs the cut layer delivered (leaves that collect ∂L/∂r)."""
+        self._received = [r.requires_grad_(training) for r in reps]
+
+    def logits(self, ids: np.ndarray, split: str) -> torch.Tensor:
+        training = split == "train"
+        self.bottom.train(training)
+        self.head.train(training)
+        with torch.set_grad_enabled(training):
+            own = self.bottom(self.features(ids, split))
+            return self.head(torch.cat([own, *self._received], dim=1))
+
+    def backward(self, loss: torch.Tensor, ids: np.ndarray) -> None:
+        """Backprop the loss locally, step, and send ∂L/∂r^k back through each cut-layer end."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        for name, r in zip(self.passive_names, self._received, strict=True):
+            ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, ids, self.n_examples)
+            self.cut_ends[name].send_backward(r.grad, ctx)
+        self._received = []
+        self.step += 1

@@ -1,0 +1,84 @@
+"""One training run, end to end, without attacks or defenses resolved: those come from the
+composition layer (:mod:`securevfl.lab.compose`) as ready objects."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from securevfl import __version__
+from securevfl.config import RunConfig
+from securevfl.cutlayer import make_cut_layer
+from securevfl.data import load_dataset, make_partition
+from securevfl.data.partition import Partition
+from securevfl.errors import UserError
+from securevfl.federation import Federation
+from securevfl.hooks import TensorHook
+from securevfl.methods import Method, MethodContext, get_method
+
+
+@dataclass
+class RunOutput:
+    result: dict
+    """The JSON object ``train --json`` prints (SPEC §8)."""
+    federation: Federation
+    partition: Partition
+    method: Method
+
+
+def privacy_report(fed: Federation) -> dict:
+    """Privacy object from the hooks that account (the active party's gradient defenses)."""
+    reports = [r for h in fed.active.hooks if (r := h.privacy()) is not None]
+    for p in fed.passives:
+        reports += [r for h in p.hooks if (r := h.privacy()) is not None and r.get("scope") == "activation"]
+    if not reports:
+        return {"epsilon": None, "delta": None, "mechanism": "none"}
+    if len(reports) == 1:
+        return reports[0]
+    # several mechanisms: ε is only defined when every one of them is DP; report each
+    finite = all(r.get("epsilon") is not None for r in reports)
+    return {"epsilon": sum(r["epsilon"] for r in reports) if finite else None,
+            "delta": sum(r["delta"] for r in reports) if finite else None,
+            "mechanism": "+".join(r["mechanism"] for r in reports), "components": reports}
+
+
+def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress: bool | None = None) -> RunOutput:
+    if cfg.train.epochs < 1:
+        raise UserError(f"--epochs must be ≥ 1, got {cfg.train.epochs}")
+    if cfg.train.batch_size < 1:
+        raise UserError(f"--batch-size must be ≥ 1, got {cfg.train.batch_size}")
+    if cfg.optim.lr <= 0:
+        raise UserError(f"--lr must be > 0, got {cfg.optim.lr}")
+    method_cls = get_method(cfg.method)
+    cut = make_cut_layer(cfg.he)
+    if hooks and not method_cls.uses_passives:
+        raise UserError(f"method {cfg.method} has no cut layer, so defense {cfg.defense!r} cannot apply")
+    ds = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
+    partition = make_partition(ds, cfg.partition, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    method = method_cls(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, cut=cut,
+                                      hooks=hooks or [], record=cfg.record, progress=progress,
+                                      params=cfg.method_params))
+    t0 = time.perf_counter()
+    fed, util = method.run(partition)
+    seconds = time.perf_counter() - t0
+    stats = fed.channel.stats.as_dict()
+    result = {
+        "dataset": cfg.dataset,
+        "method": cfg.method,
+        "seed": cfg.seed,
+        "defense": cfg.defense,
+        "utility": util,
+        "attacks": {},
+        "privacy": privacy_report(fed),
+        "cost": {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
+                 "bytes_by_kind": stats["bytes_by_kind"], "he": cut.describe(),
+                 "train_steps": fed.active.step},
+        "partition": partition.summary(),
+        "versions": {"securevfl": __version__, "torch": torch.__version__},
+        "config": cfg.to_dict(),
+    }
+    return RunOutput(result, fed, partition, method)

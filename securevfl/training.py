@@ -1,0 +1,102 @@
+"""The shared split-learning loop (SPEC §3.1). Every method that trains a head on cut-layer
+activations runs through :class:`SplitTrainer`; methods customise it with extra active-side loss
+terms and by choosing which IDs to train on, not by copying the loop."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from securevfl.federation import Federation
+from securevfl.metrics import utility
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 5
+    """Passes over the training IDs."""
+    batch_size: int = 128
+    """Mini-batch size (entities per step)."""
+    eval_batch_size: int = 2048
+    """Batch size for inference on test rows."""
+
+
+LossTerm = Callable[[], torch.Tensor]
+
+
+class SplitTrainer:
+    """Sequences one federation's parties through supervised split learning.
+
+    Per step: the active party announces batch IDs; each passive party computes r^k = h^k(x^k) and
+    sends it through its cut-layer end; the active party concatenates [r^1..r^K], runs the head,
+    backpropagates ``CE + Σ extra loss terms``, and returns ∂L/∂r^k through each end; each passive
+    party applies its gradient. This object never touches a tensor of a party's: it only calls
+    party methods and the cut layer's protocol script.
+    """
+
+    def __init__(self, fed: Federation, cfg: TrainConfig, seed: int,
+                 loss_terms: list[LossTerm] | None = None, progress: bool | None = None) -> None:
+        self.fed = fed
+        self.cfg = cfg
+        self.rng = np.random.default_rng(seed)  # the active party's batch order
+        self.loss_terms = loss_terms or []
+        self.losses: list[float] = []
+        self.progress = sys.stderr.isatty() if progress is None else progress
+
+    def _exchange(self, ids: np.ndarray, split: str) -> None:
+        fed = self.fed
+        fed.active.request(ids, split)
+        for p in fed.passives:
+            p.forward()
+        reps = [fed.cut.complete_forward(p.cut_end, fed.active.cut_ends[p.name]) for p in fed.passives]
+        fed.active.receive(reps, training=split == "train")
+
+    def train_step(self, ids: np.ndarray) -> float:
+        fed = self.fed
+        self._exchange(ids, "train")
+        logits = fed.active.logits(ids, "train")
+        y = torch.from_numpy(fed.active.data.labels(ids))
+        loss = F.cross_entropy(logits, y)
+        for term in self.loss_terms:
+            loss = loss + term()
+        fed.active.backward(loss, ids)
+        for p in fed.passives:
+            p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))
+        self.losses.append(float(loss.detach()))
+        return self.losses[-1]
+
+    def fit(self, ids: np.ndarray, epochs: int | None = None, desc: str = "train") -> list[float]:
+        """Train on ``ids`` (entities the active party holds labels for and every party has)."""
+        ids = np.asarray(ids)
+        self.fed.active.n_examples = len(ids)
+        epochs = self.cfg.epochs if epochs is None else epochs
+        bs = self.cfg.batch_size
+        n_steps = epochs * -(-len(ids) // bs)
+        with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:
+            for epoch in range(epochs):
+                order = ids[self.rng.permutation(len(ids))]
+                for start in range(0, len(order), bs):
+                    loss = self.train_step(order[start:start + bs])
+                    bar.update(1)
+                    bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}")
+        return self.losses
+
+    @torch.no_grad()
+    def predict_proba(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
+        out = []
+        for start in range(0, len(ids), self.cfg.eval_batch_size):
+            batch = ids[start:start + self.cfg.eval_batch_size]
+            self._exchange(batch, split)
+            out.append(torch.softmax(self.fed.active.logits(batch, split), dim=1))
+        return torch.cat(out).numpy()
+
+    def evaluate(self) -> dict:
+        a = self.fed.active.data
+        return utility(self.predict_proba(a.test_ids, "test"), a.y_test, self.fed.n_classes)
+
