@@ -28,6 +28,32 @@ from securevfl.errors import UserError
 ACTIVE = "active"
 
 
+class IdIndex:
+    """Entity ID → row position. Dense array lookup for compact integer IDs (hot path: one lookup
+    per party per step), pandas hash index otherwise (string IDs, sparse integers)."""
+
+    def __init__(self, ids: np.ndarray) -> None:
+        ids = np.asarray(ids)
+        self._dense: np.ndarray | None = None
+        if ids.dtype.kind in "iu" and len(ids) and ids.min() >= 0 and ids.max() < 4 * len(ids) + 1024:
+            self._dense = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+            self._dense[ids] = np.arange(len(ids))
+        else:
+            self._index = pd.Index(ids)
+
+    def positions(self, ids: np.ndarray) -> np.ndarray:
+        """Row positions of ``ids``; -1 where an ID is not held."""
+        if self._dense is None:
+            return self._index.get_indexer(ids)
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu":
+            return np.full(len(ids), -1, dtype=np.int64)  # e.g. string IDs: none held
+        inside = (ids >= 0) & (ids < len(self._dense))
+        out = np.full(len(ids), -1, dtype=np.int64)
+        out[inside] = self._dense[ids[inside]]
+        return out
+
+
 def party_names(n_parties: int) -> list[str]:
     """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
     return [ACTIVE] + [f"passive{k}" for k in range(1, n_parties)]
@@ -98,12 +124,14 @@ class PartyData:
     label_ids: np.ndarray | None = None
     y_labels: np.ndarray | None = None
     y_test: np.ndarray | None = None
-    _train_index: pd.Index = field(init=False, repr=False)
-    _test_index: pd.Index = field(init=False, repr=False)
+    _train_index: IdIndex = field(init=False, repr=False)
+    _test_index: IdIndex = field(init=False, repr=False)
+    _label_index: IdIndex | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._train_index = pd.Index(self.train_ids)
-        self._test_index = pd.Index(self.test_ids)
+        self._train_index = IdIndex(self.train_ids)
+        self._test_index = IdIndex(self.test_ids)
+        self._label_index = None if self.label_ids is None else IdIndex(self.label_ids)
 
     @property
     def feature_shape(self) -> tuple[int, ...]:
@@ -112,7 +140,7 @@ class PartyData:
     def rows(self, ids: np.ndarray, split: str = "train") -> np.ndarray:
         """Feature rows for ``ids`` (vectorised lookup; unknown IDs are a protocol error)."""
         index, X = (self._train_index, self.X_train) if split == "train" else (self._test_index, self.X_test)
-        pos = index.get_indexer(ids)
+        pos = index.positions(ids)
         if (pos < 0).any():
             missing = np.asarray(ids)[pos < 0][:3]
             raise KeyError(f"{self.name} holds no {split} rows for ids {list(missing)}")
@@ -121,7 +149,7 @@ class PartyData:
     def labels(self, ids: np.ndarray) -> np.ndarray:
         if self.label_ids is None:
             raise KeyError(f"{self.name} holds no labels")
-        pos = pd.Index(self.label_ids).get_indexer(ids)
+        pos = self._label_index.positions(ids)
         if (pos < 0).any():
             raise KeyError(f"{self.name} holds no labels for some requested ids")
         return self.y_labels[pos]
@@ -222,11 +250,10 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int) -> Partition:
             mu, sd = X_tr.mean(0), X_tr.std(0)
             sd[sd == 0] = 1.0
             X_tr, X_te = (X_tr - mu) / sd, (X_te - mu) / sd
-        pd_k = PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[test_pos],
-                         X_te.astype(np.float32))
+        labels = {}
         if k == 0:
             lab_pos = np.concatenate([labeled_pos, own_unaligned[0]]) if spec.active_labels_unaligned else labeled_pos
-            pd_k.label_ids, pd_k.y_labels = ds.ids[lab_pos], ds.y[lab_pos]
-            pd_k.y_test = ds.y[test_pos]
-        parties.append(pd_k)
+            labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
+        parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[test_pos],
+                                 X_te.astype(np.float32), **labels))
     return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos])

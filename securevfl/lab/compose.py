@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import attacks as attack_lib  # noqa: I001  (composition layer: the one place core imports these)
+import defenses as defense_lib
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
 from securevfl.run import RunOutput, run_training
-
-import attacks as attack_lib  # noqa: I001  (composition layer: the one place core imports these)
-import defenses as defense_lib
 
 
 def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:

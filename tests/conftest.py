@@ -1,0 +1,20 @@
+import numpy as np
+import pytest
+
+from securevfl.config import RunConfig
+
+
+@pytest.fixture
+def digits_cfg() -> RunConfig:
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0)
+    cfg.train.epochs = 2
+    return cfg
+
+
+def write_idx(path, arr: np.ndarray) -> None:
+    import struct
+
+    arr = np.ascontiguousarray(arr, dtype=np.uint8)
+    with open(path, "wb") as f:
+        f.write(struct.pack(">HBB", 0, 0x08, arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape))
+        f.write(arr.tobytes())

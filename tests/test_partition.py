@@ -1,0 +1,96 @@
+import numpy as np
+import pytest
+
+from securevfl.data import PartitionSpec, load_dataset, make_partition
+from securevfl.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset("digits")
+
+
+def test_same_seed_same_partition_different_seed_different(digits):
+    spec = PartitionSpec(aligned_fraction=0.3, n_labeled=50)
+    a, b = make_partition(digits, spec, 1), make_partition(digits, spec, 1)
+    c = make_partition(digits, spec, 2)
+    assert a.fingerprint() == b.fingerprint()
+    for pa, pb in zip(a.parties, b.parties, strict=True):
+        assert np.array_equal(pa.train_ids, pb.train_ids) and np.array_equal(pa.X_train, pb.X_train)
+    assert a.fingerprint() != c.fingerprint()
+    assert not np.array_equal(np.sort(a.aligned_ids), np.sort(c.aligned_ids))
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_disjoint_unaligned_and_aligned_is_intersection(digits, k):
+    p = make_partition(digits, PartitionSpec(n_parties=k, aligned_fraction=0.25), 0)
+    sets = [set(q.train_ids.tolist()) for q in p.parties]
+    assert set.intersection(*sets) == set(p.aligned_ids.tolist())
+    unaligned = [s - set(p.aligned_ids.tolist()) for s in sets]
+    flat = [i for s in unaligned for i in s]
+    assert len(flat) == len(set(flat))  # each unaligned entity at exactly one party
+    n_train = len(set.union(*sets))
+    assert len(p.aligned_ids) == round(0.25 * n_train)
+    assert max(map(len, unaligned)) - min(map(len, unaligned)) <= 1  # split evenly
+    # columns: every party a non-empty, disjoint block; together all 8 image columns
+    cols = np.concatenate([q.columns for q in p.parties])
+    assert sorted(cols.tolist()) == list(range(8))
+    # test rows are aligned: every party holds features for the same test ids
+    for q in p.passives:
+        assert np.array_equal(q.test_ids, p.active.test_ids)
+        assert q.y_test is None and q.label_ids is None  # passive parties hold no labels
+
+
+def test_unaligned_all_and_labels(digits):
+    p = make_partition(digits, PartitionSpec(aligned_fraction=0.5, unaligned="all", n_labeled=40,
+                                             active_labels_unaligned=True), 0)
+    assert np.array_equal(np.sort(p.parties[0].train_ids), np.sort(p.parties[1].train_ids))
+    assert len(p.labeled_ids) == 40 and set(p.labeled_ids) <= set(p.aligned_ids)
+    # active labels = 40 aligned + all its unaligned rows
+    n_unaligned = len(p.active.train_ids) - len(p.aligned_ids)
+    assert len(p.active.label_ids) == 40 + n_unaligned
+    y_all = load_dataset("digits").y
+    assert np.array_equal(p.active.y_labels, y_all[p.active.label_ids])  # ids are row indices
+
+
+def test_image_halves(digits):
+    p = make_partition(digits, PartitionSpec(), 0)
+    assert p.active.X_train.shape[1:] == (8, 4) and p.passives[0].X_train.shape[1:] == (8, 4)
+    i = p.active.train_ids[0]
+    full = digits.X[i]
+    assert np.array_equal(p.active.rows(np.array([i]))[0], full[:, :4])
+    assert np.array_equal(p.passives[0].rows(np.array([i]))[0], full[:, 4:])
+
+
+def test_tabular_standardised_on_training_rows_only():
+    ds = load_dataset("breast-cancer")
+    p = make_partition(ds, PartitionSpec(), 0)
+    for q in p.parties:
+        assert np.allclose(q.X_train.mean(0), 0, atol=1e-4)
+        assert np.allclose(q.X_train.std(0), 1, atol=1e-3)
+        assert not np.allclose(q.X_test.mean(0), 0, atol=1e-4)  # test rows use the train statistics
+
+
+@pytest.mark.parametrize("kw,msg", [
+    ({"aligned_fraction": -0.1}, "aligned-fraction"),
+    ({"aligned_fraction": 1.5}, "aligned-fraction"),
+    ({"n_parties": 1}, "parties"),
+    ({"n_parties": 9}, "columns"),
+    ({"n_labeled": 10_000}, "labeled"),
+    ({"unaligned": "some"}, "unaligned"),
+    ({"columns": [[0, 1], [1, 2]]}, "same column"),
+])
+def test_bad_specs_are_user_errors(digits, kw, msg):
+    with pytest.raises(UserError, match=msg):
+        make_partition(digits, PartitionSpec(**kw), 0)
+
+
+@pytest.mark.parametrize("ids", [np.arange(10, 20), np.array([5, 10**12, 7]), np.array(["a", "b", "c"], dtype=object)])
+def test_id_index_lookup(ids):
+    from securevfl.data.partition import IdIndex
+
+    idx = IdIndex(ids)
+    perm = ids[::-1]
+    assert np.array_equal(idx.positions(perm), np.arange(len(ids))[::-1])
+    missing = np.array(["zz"], dtype=object) if ids.dtype == object else np.array([-3, 10**13])
+    assert (idx.positions(missing) == -1).all()
