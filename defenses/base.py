@@ -1,14 +1,19 @@
 """Defense contract and registry.
 
 A defense is a :class:`securevfl.hooks.TensorHook`: it declares the message kinds it acts on,
-validates its parameters at construction, keeps shapes and dtypes, and may account for privacy.
-Defenses are written on the command line as ``NAME``, ``NAME:VALUE`` (the defense's primary
-parameter) or ``NAME:key=value,key=value``; several compose left to right with ``+``.
+validates its parameters at construction, keeps shapes and dtypes, draws noise from its own
+seeded generator (reseeded per party), is a bit-for-bit no-op at zero strength, and may account
+for privacy. On the command line a defense is ``NAME``, ``NAME:VALUE`` (its primary parameter)
+or ``NAME:key=value,key=value``; ``a+b`` composes them, applied in the order written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from typing import ClassVar
+
+import torch
 
 from securevfl.errors import UserError
 from securevfl.hooks import TensorHook
@@ -16,18 +21,38 @@ from securevfl.hooks import TensorHook
 DEFENSES: dict[str, type[Defense]] = {}
 
 
+def _finite(name: str, value: float, lo: float = 0.0, lo_inclusive: bool = True) -> float:
+    ok = math.isfinite(value) and (value >= lo if lo_inclusive else value > lo)
+    if not ok:
+        raise UserError(f"{name} must be {'≥' if lo_inclusive else '>'} {lo:g} and finite, got {value}")
+    return value
+
+
 class Defense(TensorHook):
     primary: ClassVar[str | None] = None
-    """Parameter that ``NAME:VALUE`` sets."""
+    """Parameter that ``NAME:VALUE`` sets; it is the strength shown in sweeps and reports."""
     params: ClassVar[dict[str, type]] = {}
     """Accepted parameters and their types."""
+    defaults: ClassVar[dict[str, object]] = {}
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, seed: int = 0, **kwargs: object) -> None:
         unknown = set(kwargs) - set(self.params)
         if unknown:
             raise UserError(f"defense {self.name} has no parameter {sorted(unknown)[0]!r}; "
                             f"accepted: {', '.join(self.params) or 'none'}")
-        self.config = dict(kwargs)
+        self.config = {**self.defaults, **kwargs}
+        self.seed = seed
+        self.generator = torch.Generator().manual_seed(seed)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check parameters; raise UserError naming the bad one."""
+
+    def for_party(self, party: str) -> Defense:
+        twin = super().for_party(party)
+        digest = int.from_bytes(hashlib.sha256(f"{self.seed}/{party}".encode()).digest()[:8], "little")
+        twin.generator = torch.Generator().manual_seed(digest)
+        return twin
 
     def describe(self) -> dict:
         return {"name": self.name, **self.config}
@@ -35,6 +60,13 @@ class Defense(TensorHook):
     @property
     def strength(self) -> float | None:
         return None if self.primary is None else self.config.get(self.primary)
+
+    def state_dict(self) -> dict:
+        return {"config": dict(self.config), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.config = dict(state["config"])
+        self.generator.set_state(state["generator"])
 
 
 def register_defense(cls: type[Defense]) -> type[Defense]:
@@ -46,7 +78,7 @@ def defense_names() -> list[str]:
     return ["none", *sorted(DEFENSES)]
 
 
-def _parse_one(text: str) -> Defense:
+def _parse_one(text: str, seed: int) -> Defense:
     name, _, arg = text.strip().partition(":")
     if name not in DEFENSES:
         raise UserError(f"unknown defense {name!r}; available: {', '.join(defense_names())}")
@@ -68,11 +100,11 @@ def _parse_one(text: str) -> Defense:
                 kwargs[key] = typ(value)
             except ValueError:
                 raise UserError(f"defense {name}: {key}={value!r} is not a {typ.__name__}") from None
-    return cls(**kwargs)
+    return cls(seed=seed, **kwargs)
 
 
-def parse_defense(text: str | None) -> list[Defense]:
+def parse_defense(text: str | None, seed: int = 0) -> list[Defense]:
     """``none`` / ``iso:5`` / ``dp:clip=1,noise=1.1`` / ``a+b`` → defenses in application order."""
     if text is None or text.strip() in ("", "none"):
         return []
-    return [_parse_one(part) for part in text.split("+")]
+    return [_parse_one(part, seed * 7919 + i) for i, part in enumerate(text.split("+"))]

@@ -4,7 +4,6 @@ partition's global view: each party has only its own :class:`PartyData`."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,15 +60,16 @@ def seed_for(seed: int, party_index: int) -> int:
 def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
                      cut: CutLayer | None = None, hooks: list[TensorHook] | None = None,
                      with_passives: bool = True, record: bool = False) -> Federation:
-    """Create parties with fresh bottom models and the head. ``hooks`` are deep-copied per party so
-    no two parties share state; each party applies those acting on the messages it sends."""
+    """Create parties with fresh bottom models and the head. Each party installs its own copy of
+    every hook (``TensorHook.for_party``) and applies those acting on the messages it sends."""
     cut = cut or PlainCutLayer()
     hooks = hooks or []
     channel = InMemoryChannel(record=record)
     passive_data = partition.passives if with_passives else []
     names = [p.name for p in passive_data]
-    active = ActiveParty(partition.active, channel.endpoint(partition.active.name), copy.deepcopy(hooks), names)
-    passives = [PassiveParty(d, channel.endpoint(d.name), copy.deepcopy(hooks)) for d in passive_data]
+    active = ActiveParty(partition.active, channel.endpoint(partition.active.name),
+                         [h.for_party(partition.active.name) for h in hooks], names)
+    passives = [PassiveParty(d, channel.endpoint(d.name), [h.for_party(d.name) for h in hooks]) for d in passive_data]
     for k, party in enumerate([active, *passives]):
         torch.manual_seed(seed_for(seed, k))
         party.bottom = build_bottom(party.data.feature_shape, model)

@@ -9,6 +9,7 @@ keep shape and dtype (checked by :func:`apply_hooks`).
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
@@ -29,6 +30,11 @@ class HookContext:
     batch_ids: np.ndarray | None = None
     n_examples: int | None = None
     """Size of the population batches are drawn from (e.g. labeled aligned rows), for accounting."""
+    sample_rate: float | None = None
+    """Nominal batch size / ``n_examples`` of the current training run."""
+    planned_releases: int | None = None
+    """How many messages of this kind the sender will emit in the current training run (steps ×
+    receivers): lets a defense calibrate noise to a target ε before the first release."""
 
 
 class TensorHook(ABC):
@@ -39,6 +45,10 @@ class TensorHook(ABC):
 
     @abstractmethod
     def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor: ...
+
+    def for_party(self, party: str) -> TensorHook:
+        """The copy a given party installs (parties never share hook state); defenses reseed here."""
+        return copy.deepcopy(self)
 
     def privacy(self) -> dict | None:
         """Privacy report (ε, δ, mechanism, ...) if the hook accounts for one."""

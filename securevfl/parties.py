@@ -72,10 +72,20 @@ class ActiveParty(Party):
         self.head: nn.Module | None = None
         self.cut_ends: dict[str, ActiveEnd] = {}
         self._received: list[torch.Tensor] = []
-        self.n_examples: int | None = None  # population the batches are drawn from (for accounting)
+        # the current training run's plan, handed to hooks for privacy accounting
+        self.n_examples: int | None = None
+        self.sample_rate: float | None = None
+        self.planned_steps: int | None = None
 
     def parameters(self) -> list[nn.Parameter]:
         return super().parameters() + list(self.head.parameters())
+
+    def plan(self, n_examples: int, batch_size: int, steps: int) -> None:
+        """Record the coming training run (population, nominal batch size, steps) for the hooks."""
+        self.n_examples, self.sample_rate, self.planned_steps = n_examples, min(1.0, batch_size / n_examples), steps
+
+    def _planned_releases(self) -> int | None:
+        return None if self.planned_steps is None else self.planned_steps * len(self.passive_names)
 
     def request(self, ids: np.ndarray, split: str) -> None:
         """Ask every passive party for its bottom output on ``ids``."""
@@ -101,7 +111,8 @@ class ActiveParty(Party):
         loss.backward()
         self.optimizer.step()
         for name, r in zip(self.passive_names, self._received, strict=True):
-            ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, ids, self.n_examples)
+            ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, ids, self.n_examples,
+                              self.sample_rate, self._planned_releases())
             self.cut_ends[name].send_backward(r.grad, ctx)
         self._received = []
         self.step += 1

@@ -54,8 +54,11 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         raise UserError(f"--lr must be > 0, got {cfg.optim.lr}")
     method_cls = get_method(cfg.method)
     cut = make_cut_layer(cfg.he)
-    if hooks and not method_cls.uses_passives:
-        raise UserError(f"method {cfg.method} has no cut layer, so defense {cfg.defense!r} cannot apply")
+    for hook in hooks or []:
+        if not hook.acts_on & method_cls.sends:
+            sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
+            raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
+                            f"{cfg.method} sends {sent}")
     ds = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
     partition = make_partition(ds, cfg.partition, cfg.seed)
     torch.manual_seed(cfg.seed)

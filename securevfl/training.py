@@ -74,10 +74,10 @@ class SplitTrainer:
     def fit(self, ids: np.ndarray, epochs: int | None = None, desc: str = "train") -> list[float]:
         """Train on ``ids`` (entities the active party holds labels for and every party has)."""
         ids = np.asarray(ids)
-        self.fed.active.n_examples = len(ids)
         epochs = self.cfg.epochs if epochs is None else epochs
         bs = self.cfg.batch_size
         n_steps = epochs * -(-len(ids) // bs)
+        self.fed.active.plan(len(ids), bs, n_steps)
         with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:
             for epoch in range(epochs):
                 order = ids[self.rng.permutation(len(ids))]

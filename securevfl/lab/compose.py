@@ -10,7 +10,7 @@ from securevfl.run import RunOutput, run_training
 
 
 def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:
-    hooks = defense_lib.parse_defense(cfg.defense)
+    hooks = defense_lib.parse_defense(cfg.defense, seed=cfg.seed)
     for name in cfg.attacks:
         if name not in attack_lib.ATTACKS:
             available = ", ".join(attack_lib.attack_names()) or "none yet"

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.errors import UserError
@@ -42,6 +43,8 @@ class Method(ABC):
     uses_passives: ClassVar[bool] = True
     """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
     default_params: ClassVar[dict] = {}
+    sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
+    """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
     def __init__(self, ctx: MethodContext) -> None:
         unknown = set(ctx.params) - set(self.default_params)

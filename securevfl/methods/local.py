@@ -12,6 +12,7 @@ class Local(Method):
     name = "local"
     summary = "active party alone on all its labeled local rows (Local-A baseline)"
     uses_passives = False
+    sends = frozenset()
 
     def fit(self, fed: Federation) -> None:
         self.trainer = self.make_trainer(fed)

@@ -1,0 +1,1 @@
+"""Defenses that drop information from the message: gradient sparsification."""

@@ -1,0 +1,35 @@
+"""``sparsify``: gradient sparsification — keep the top ``keep`` % entries of each example's
+returned gradient by magnitude, zero the rest (a known label-leakage baseline; no formal guarantee).
+``keep=100`` is a no-op."""
+
+from __future__ import annotations
+
+import torch
+
+from defenses.base import Defense, register_defense
+from defenses.functional import topk_per_example
+from securevfl.channel import MessageKind
+from securevfl.errors import UserError
+from securevfl.hooks import HookContext
+
+
+@register_defense
+class Sparsify(Defense):
+    name = "sparsify"
+    primary = "keep"
+    params = {"keep": float}
+    defaults = {"keep": 10.0}
+    acts_on = frozenset({MessageKind.GRADIENT})
+
+    def validate(self) -> None:
+        if not 0 < self.config["keep"] <= 100:
+            raise UserError(f"sparsify keep must be a percentage in (0, 100], got {self.config['keep']}")
+
+    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
+        if not ctx.training or self.config["keep"] >= 100:
+            return tensor
+        return topk_per_example(tensor, self.config["keep"] / 100.0)
+
+    def privacy(self) -> dict:
+        return {"epsilon": None, "delta": None, "mechanism": "sparsify", "formal_guarantee": False,
+                "keep_percent": self.config["keep"]}

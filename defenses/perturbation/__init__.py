@@ -1,0 +1,1 @@
+"""Noise-adding defenses: ISO (heuristic) and label-DP Gaussian (accounted)."""
