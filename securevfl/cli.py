@@ -36,6 +36,13 @@ def _add_train(sub) -> None:
     p.add_argument("--he", help="off | ckks | paillier")
     p.add_argument("--attack", action="append", help="attack to run after training (repeatable)")
     p.add_argument("--data-dir", help="folder with file-based datasets")
+    p.add_argument("--data-path", help="the data file of a single-file dataset (criteo, avazu, uci-credit)")
+    p.add_argument("--max-rows", type=int, help="read at most N data rows")
+    p.add_argument("--sample", type=float, help="keep each row with probability F while reading")
+    p.add_argument("--fields", help="field-to-party preset of the dataset (e.g. vflhlp, fedud, fate)")
+    p.add_argument("--party-file", action="append", help="csv source: one CSV/Parquet file per party, active first")
+    p.add_argument("--id-column", help="csv source: entity-ID column (default id)")
+    p.add_argument("--label-column", help="csv source: label column in the active party's file (default label)")
     p.add_argument("--config", help="YAML file with run settings (flags override it)")
     p.add_argument("--record", action="store_true", help="keep the channel transcript")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -50,8 +57,7 @@ def _build_config(args: argparse.Namespace):
     if args.config:
         apply_dict(cfg, load_config_file(args.config))
     flat = {
-        "dataset": args.dataset, "method": args.method, "seed": args.seed, "data_dir": args.data_dir,
-        "defense": args.defense, "he": args.he,
+        "dataset": args.dataset, "method": args.method, "seed": args.seed, "defense": args.defense, "he": args.he,
     }
     for k, v in flat.items():
         if v is not None:
@@ -62,17 +68,24 @@ def _build_config(args: argparse.Namespace):
         cfg.record = True
     part = {"n_parties": args.parties, "aligned_fraction": args.aligned_fraction,
             "aligned_count": args.aligned_count, "unaligned": args.unaligned, "n_labeled": args.labeled,
-            "alignment": args.alignment}
+            "alignment": args.alignment, "columns": args.fields}
     for k, v in part.items():
         if v is not None:
             setattr(cfg.partition, k, v)
     for obj, k, v in [(cfg.train, "epochs", args.epochs), (cfg.train, "batch_size", args.batch_size),
                       (cfg.optim, "lr", args.lr), (cfg.model, "cut_dim", args.cut_dim),
-                      (cfg.model, "bottom", args.bottom)]:
+                      (cfg.model, "bottom", args.bottom), (cfg.data, "dir", args.data_dir),
+                      (cfg.data, "path", args.data_path), (cfg.data, "max_rows", args.max_rows),
+                      (cfg.data, "sample", args.sample), (cfg.data, "party_files", args.party_file),
+                      (cfg.data, "id_column", args.id_column), (cfg.data, "label_column", args.label_column)]:
         if v is not None:
             setattr(obj, k, v)
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UserError(f"--data-dir {args.data_dir}: no such directory")
+    if cfg.data.max_rows is not None and cfg.data.max_rows < 1:
+        raise UserError(f"--max-rows must be ≥ 1, got {cfg.data.max_rows}")
+    if not 0 < cfg.data.sample <= 1:
+        raise UserError(f"--sample must be in (0, 1], got {cfg.data.sample}")
     if cfg.model.cut_dim < 1:
         raise UserError(f"--cut-dim must be ≥ 1, got {cfg.model.cut_dim}")
     return cfg
@@ -112,9 +125,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_datasets(args: argparse.Namespace) -> int:
     from securevfl.data import dataset_status, get_dataset_entry
+    from securevfl.data.dataset import DataConfig
 
-    data_dir = Path(args.data_dir) if args.data_dir else None
-    for name, ok, where in dataset_status(data_dir):
+    for name, ok, where in dataset_status(DataConfig(dir=args.data_dir)):
         desc = get_dataset_entry(name).description
         print(f"{name:15s} {'found' if ok else 'missing':8s} {desc}\n{'':24s}{where}")
     return 0

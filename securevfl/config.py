@@ -1,7 +1,7 @@
 """Run configuration: nested dataclasses, one field per knob, each with a docstring.
 
-A YAML file given with ``--config`` maps onto these (``partition:``, ``train:``, ``model:``,
-``optim:`` sections plus top-level keys); unknown keys and wrong types are user errors naming the key.
+A YAML file given with ``--config`` maps onto these (``data:``, ``partition:``, ``train:``,
+``model:``, ``optim:`` sections plus top-level keys); unknown keys and wrong types are user errors naming the key.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import OptimConfig
@@ -29,8 +30,6 @@ class RunConfig:
     """Registered method name (``securevfl methods``)."""
     seed: int = 0
     """Fixes partition, initialisation and batching."""
-    data_dir: str | None = None
-    """Where to look for file-based datasets before ``$SECUREVFL_DATA`` and the Debian path."""
     he: str = "off"
     """Cut-layer protection: ``off`` (plaintext) or an HE scheme when available."""
     defense: str = "none"
@@ -41,6 +40,7 @@ class RunConfig:
     """Keep the full channel transcript (needed by transcript attacks and invariant checks)."""
     method_params: dict = field(default_factory=dict)
     """Method-specific hyperparameters."""
+    data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionSpec = field(default_factory=PartitionSpec)
     train: TrainConfig = field(default_factory=TrainConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

@@ -72,7 +72,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     passives = [PassiveParty(d, channel.endpoint(d.name), [h.for_party(d.name) for h in hooks]) for d in passive_data]
     for k, party in enumerate([active, *passives]):
         torch.manual_seed(seed_for(seed, k))
-        party.bottom = build_bottom(party.data.feature_shape, model)
+        party.bottom = build_bottom(party.data.feature_shape, model, party.data.n_numeric, party.data.cardinalities)
     torch.manual_seed(seed_for(seed, len(partition.parties)))
     active.head = build_head(model.cut_dim + len(passives) * cut.out_dim(model.cut_dim), partition.n_classes, model)
     for party in [active, *passives]:

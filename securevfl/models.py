@@ -21,6 +21,8 @@ class ModelConfig:
     """Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each)."""
     head_hidden: tuple[int, ...] = field(default_factory=tuple)
     """Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g)."""
+    emb_dim: int = 8
+    """Embedding width per categorical field (tabular data; VFLHLP uses 8)."""
 
 
 class MLPEncoder(nn.Module):
@@ -57,7 +59,32 @@ class ConvEncoder(nn.Module):
         return self.fc(self.features(x.unsqueeze(1)).flatten(1))
 
 
-def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig) -> nn.Module:
+class TabularEncoder(nn.Module):
+    """Per-field embeddings for categorical columns, concatenated with the numeric columns, then an
+    MLP. Input: one float tensor ``(B, n_numeric + n_categorical)`` whose categorical part holds
+    vocabulary ids (0 = unknown)."""
+
+    def __init__(self, n_numeric: int, cardinalities: tuple[int, ...], emb_dim: int, hidden: tuple[int, ...],
+                 out_dim: int) -> None:
+        super().__init__()
+        self.n_numeric = n_numeric
+        self.embeddings = nn.ModuleList(nn.Embedding(c, emb_dim) for c in cardinalities)
+        self.mlp = MLPEncoder(n_numeric + emb_dim * len(cardinalities), hidden, out_dim)
+        self.out_dim = out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [x[:, : self.n_numeric]]
+        ids = x[:, self.n_numeric:].long()
+        parts += [emb(ids[:, j]) for j, emb in enumerate(self.embeddings)]
+        return self.mlp(torch.cat(parts, dim=1))
+
+
+def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig, n_numeric: int | None = None,
+                 cardinalities: tuple[int, ...] = ()) -> nn.Module:
+    """A party's bottom model for its feature block. Tabular blocks with categorical fields get a
+    :class:`TabularEncoder`."""
+    if cardinalities:
+        return TabularEncoder(n_numeric or 0, cardinalities, cfg.emb_dim, cfg.hidden, cfg.cut_dim)
     kind = cfg.bottom
     if kind == "auto":
         kind = "cnn" if len(feature_shape) == 2 and feature_shape[0] >= 16 else "mlp"

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from securevfl import __version__
 from securevfl.config import RunConfig
 from securevfl.cutlayer import make_cut_layer
-from securevfl.data import load_dataset, make_partition
+from securevfl.data import get_dataset_entry, load_dataset, make_partition
 from securevfl.data.partition import Partition
 from securevfl.errors import UserError
 from securevfl.federation import Federation
@@ -45,6 +44,14 @@ def privacy_report(fed: Federation) -> dict:
             "mechanism": "+".join(r["mechanism"] for r in reports), "components": reports}
 
 
+def build_partition(cfg: RunConfig) -> Partition:
+    """The run's partition: simulated from a dataset, or built from per-party files (``csv``)."""
+    entry = get_dataset_entry(cfg.dataset)
+    if entry.partition is not None:
+        return entry.partition(cfg.data, cfg.partition, cfg.seed)
+    return make_partition(load_dataset(cfg.dataset, cfg.data), cfg.partition, cfg.seed, cfg.data)
+
+
 def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress: bool | None = None) -> RunOutput:
     if cfg.train.epochs < 1:
         raise UserError(f"--epochs must be ≥ 1, got {cfg.train.epochs}")
@@ -59,8 +66,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
             raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
                             f"{cfg.method} sends {sent}")
-    ds = load_dataset(cfg.dataset, Path(cfg.data_dir) if cfg.data_dir else None)
-    partition = make_partition(ds, cfg.partition, cfg.seed)
+    partition = build_partition(cfg)
     torch.manual_seed(cfg.seed)
     method = method_cls(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, cut=cut,
                                       hooks=hooks or [], record=cfg.record, progress=progress,

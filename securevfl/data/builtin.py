@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import gzip
-import os
 import struct
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from securevfl.data.dataset import Dataset
-from securevfl.data.registry import DatasetEntry, register_dataset
+from securevfl.data.dataset import DataConfig, Dataset
+from securevfl.data.registry import DatasetEntry, register_dataset, search_dirs
 from securevfl.errors import UserError
 
 DEBIAN_DATASETS = Path("/usr/share/datasets")
 
 
-def _sklearn_locate(_: Path | None) -> str:
+def _sklearn_locate(_: DataConfig) -> str:
     return "bundled with scikit-learn"
 
 
-def _breast_cancer(_: Path | None) -> Dataset:
+def _breast_cancer(_: DataConfig) -> Dataset:
     from sklearn.datasets import load_breast_cancer
 
     d = load_breast_cancer()
@@ -33,11 +31,10 @@ def _breast_cancer(_: Path | None) -> Dataset:
         n_classes=2,
         kind="tabular",
         feature_names=tuple(d.feature_names),
-        standardize=True,
     )
 
 
-def _digits(_: Path | None) -> Dataset:
+def _digits(_: DataConfig) -> Dataset:
     from sklearn.datasets import load_digits
 
     d = load_digits()
@@ -61,16 +58,6 @@ _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
-def _idx_candidates(name: str, data_dir: Path | None) -> list[Path]:
-    out = []
-    if data_dir is not None:
-        out += [Path(data_dir) / name, Path(data_dir)]
-    if os.environ.get("SECUREVFL_DATA"):
-        out.append(Path(os.environ["SECUREVFL_DATA"]) / name)
-    out.append(DEBIAN_DATASETS / name)
-    return out
-
-
 def _find_idx_file(folder: Path, stem: str) -> Path | None:
     for cand in (folder / stem, folder / f"{stem}.gz"):
         if cand.is_file():
@@ -79,13 +66,11 @@ def _find_idx_file(folder: Path, stem: str) -> Path | None:
 
 
 def _idx_locate_factory(name: str, how: str):
-    def locate(data_dir: Path | None) -> str:
-        tried = _idx_candidates(name, data_dir)
+    def locate(cfg: DataConfig) -> str:
+        tried = search_dirs(cfg, name)
         for folder in tried:
             if all(_find_idx_file(folder, s) for s in _IDX_FILES):
                 return str(folder)
-        if data_dir is not None and not Path(data_dir).exists():
-            raise UserError(f"data dir {data_dir} does not exist")
         raise UserError(
             f"{name} not found (looked in {', '.join(map(str, tried))}); {how}"
         )
@@ -112,9 +97,8 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def _idx_loader_factory(name: str, locate):
-    @lru_cache(maxsize=2)
-    def load(data_dir: Path | None) -> Dataset:
-        folder = Path(locate(data_dir))
+    def load(cfg: DataConfig) -> Dataset:
+        folder = Path(locate(cfg))
         xs = [read_idx(_find_idx_file(folder, s)) for s in _IDX_FILES]
         x_tr, y_tr, x_te, y_te = xs
         X = (np.concatenate([x_tr, x_te]).astype(np.float32) / 255.0)

@@ -1,19 +1,45 @@
-"""In-memory dataset representation shared by every loader."""
+"""In-memory dataset representation shared by every loader, and the loader options."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+
+@dataclass
+class DataConfig:
+    dir: str | None = None
+    """Folder searched first for file-based datasets (before ``$SECUREVFL_DATA`` and Debian's path)."""
+    path: str | None = None
+    """The data file itself, for single-file datasets (Criteo ``train.txt``, the Avazu CSV, UCI credit)."""
+    max_rows: int | None = None
+    """Read at most this many data rows (after sampling)."""
+    sample: float = 1.0
+    """Keep each row with this probability while streaming (seeded by ``sample_seed``)."""
+    sample_seed: int = 0
+    """Seed of the row sampler; fixed per dataset so a run's seed does not change the data read."""
+    min_freq: int = 2
+    """Categorical values seen fewer times in a party's training rows map to the reserved unknown id 0."""
+    hash_buckets: int = 0
+    """If > 0, categorical values are hashed into this many buckets instead of a vocabulary."""
+    party_files: list[str] = field(default_factory=list)
+    """``csv`` source: one CSV/Parquet file per party, active party first."""
+    id_column: str = "id"
+    """``csv`` source: the entity-ID column present in every party file."""
+    label_column: str = "label"
+    """``csv`` source: the label column, present only in the active party's file."""
 
 
 @dataclass(frozen=True)
 class Dataset:
     """A labelled dataset before it is split across parties.
 
-    ``X`` is ``(n, H, W)`` for images (parties get column strips of ``W``) or ``(n, F)`` for
-    tabular data (parties get feature subsets). ``test_mask`` marks a predefined test split
-    (e.g. Fashion-MNIST's 10k test images); ``None`` means the partition draws one per seed.
+    ``X`` is ``(n, H, W)`` for images (parties get column strips of ``W``) or ``(n, F_num)`` numeric
+    features for tabular data; ``categorical`` holds ``(n, F_cat)`` raw categorical codes (64-bit
+    hashes of the original values, encoded per party on its training rows). Tabular columns are
+    indexed numeric first, then categorical. ``test_mask`` marks a predefined test split; ``None``
+    means the partition draws one per seed. ``presets`` name field-to-party assignments.
     """
 
     name: str
@@ -24,13 +50,28 @@ class Dataset:
     kind: str  # "image" | "tabular"
     feature_names: tuple[str, ...] = ()
     test_mask: np.ndarray | None = None
-    # True when X still needs per-party standardisation on training rows (continuous tabular data).
-    standardize: bool = False
+    log_transform: bool = False
+    """Apply sign(x)·log(1+|x|) to numeric features before standardising (heavy-tailed counts)."""
+    categorical: np.ndarray | None = None
+    cat_names: tuple[str, ...] = ()
+    presets: dict[str, list[list[str]]] = field(default_factory=dict)
+
+    @property
+    def n_numeric(self) -> int:
+        return 0 if self.kind == "image" else int(self.X.shape[1])
 
     @property
     def n_columns(self) -> int:
-        """Number of splittable columns: image width or tabular feature count."""
-        return int(self.X.shape[-1])
+        """Number of splittable columns: image width, or numeric + categorical fields."""
+        if self.kind == "image":
+            return int(self.X.shape[-1])
+        return self.n_numeric + (0 if self.categorical is None else int(self.categorical.shape[1]))
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        if self.kind == "image":
+            return tuple(f"col{i}" for i in range(self.n_columns))
+        return tuple(self.feature_names) + tuple(self.cat_names)
 
     @property
     def task(self) -> str:

@@ -10,8 +10,9 @@
 4. labels: ``n_labeled`` aligned entities (default: all aligned) are labeled at the active party,
    plus the active party's unaligned rows when ``active_labels_unaligned`` is set.
 
-Test entities are aligned (every party holds their features). Continuous tabular features are
-standardised per party with the mean/std of that party's own training rows.
+Test entities are aligned (every party holds their features). Tabular features are preprocessed
+per party on that party's own training rows (:mod:`securevfl.data.tabular`): numeric fields are
+imputed and standardised, categorical fields get per-field vocabularies (or hash buckets).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from securevfl.data.dataset import Dataset
+from securevfl.data.dataset import DataConfig, Dataset
+from securevfl.data.tabular import encode_party
 from securevfl.errors import UserError
 
 ACTIVE = "active"
@@ -76,9 +78,10 @@ class PartitionSpec:
     """Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD)."""
     test_fraction: float = 0.2
     """Test share drawn per seed when the dataset has no predefined test split."""
-    columns: list[list[int]] | None = None
-    """Column indices per party (image columns or tabular features); ``None`` = equal contiguous
-    blocks (2 parties on images: left/right halves)."""
+    columns: list[list[int | str]] | str | None = None
+    """Columns per party, as indices or names (image columns, tabular fields), or the name of a
+    dataset preset (e.g. ``vflhlp``, ``fedud``); ``None`` = equal contiguous blocks (2 parties on
+    images: left/right halves)."""
     alignment: str = "given"
     """How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (ECDH PSI
     through the channel, openmined-psi) or ``plain`` (plain intersection; explicit fallback only)."""
@@ -100,14 +103,37 @@ class PartitionSpec:
             raise UserError(f"alignment must be given, psi or plain, got {self.alignment!r}")
         if self.n_parties > n_columns:
             raise UserError(f"{self.n_parties} parties but only {n_columns} columns to split")
-        if self.columns is not None:
-            if len(self.columns) != self.n_parties:
-                raise UserError(f"columns lists {len(self.columns)} parties, n_parties is {self.n_parties}")
-            flat = [c for cols in self.columns for c in cols]
-            if any(not 0 <= c < n_columns for c in flat) or any(len(c) == 0 for c in self.columns):
-                raise UserError(f"columns must be non-empty lists of indices in [0, {n_columns})")
-            if len(set(flat)) != len(flat):
-                raise UserError("columns assigns the same column to two parties")
+
+    def resolve_columns(self, ds: Dataset) -> list[np.ndarray]:
+        """Per-party column indices (validated)."""
+        cols = self.columns
+        if cols is None:
+            return [np.asarray(c, dtype=np.int64) for c in default_columns(ds.n_columns, self.n_parties)]
+        if isinstance(cols, str):
+            if cols not in ds.presets:
+                avail = ", ".join(ds.presets) or "none"
+                raise UserError(f"dataset {ds.name} has no field preset {cols!r}; available: {avail}")
+            cols = ds.presets[cols]
+        if len(cols) != self.n_parties:
+            raise UserError(f"the field assignment lists {len(cols)} parties but --parties is {self.n_parties}")
+        names = {n: i for i, n in enumerate(ds.column_names)}
+        out = []
+        for block in cols:
+            idx = []
+            for c in block:
+                if isinstance(c, str) and not c.lstrip("-").isdigit():
+                    if c not in names:
+                        raise UserError(f"dataset {ds.name} has no column {c!r}")
+                    idx.append(names[c])
+                else:
+                    idx.append(int(c))
+            if not idx or any(not 0 <= i < ds.n_columns for i in idx):
+                raise UserError(f"columns must be non-empty lists of indices in [0, {ds.n_columns}) or names")
+            out.append(np.asarray(idx, dtype=np.int64))
+        flat = np.concatenate(out)
+        if len(set(flat.tolist())) != len(flat):
+            raise UserError("the field assignment gives the same column to two parties")
+        return out
 
 
 @dataclass
@@ -124,6 +150,10 @@ class PartyData:
     label_ids: np.ndarray | None = None
     y_labels: np.ndarray | None = None
     y_test: np.ndarray | None = None
+    # Tabular layout of X: n_numeric standardised columns, then one encoded id per categorical field.
+    n_numeric: int = 0
+    cardinalities: tuple[int, ...] = ()
+    column_names: tuple[str, ...] = ()
     _train_index: IdIndex = field(init=False, repr=False)
     _test_index: IdIndex = field(init=False, repr=False)
     _label_index: IdIndex | None = field(init=False, repr=False)
@@ -166,6 +196,8 @@ class Partition:
     aligned_ids: np.ndarray
     labeled_ids: np.ndarray
     """Aligned entities labeled for supervised VFL."""
+    meta: dict = field(default_factory=dict)
+    """Source-specific facts worth reporting (e.g. PSI bytes of a file-based source)."""
 
     @property
     def active(self) -> PartyData:
@@ -198,6 +230,7 @@ class Partition:
             "columns": {p.name: int(len(p.columns)) for p in self.parties},
             "spec": asdict(self.spec),
             "fingerprint": self.fingerprint(),
+            **self.meta,
         }
 
 
@@ -216,8 +249,10 @@ def _stratified_test_split(y: np.ndarray, frac: float, rng: np.random.Generator)
     return mask
 
 
-def make_partition(ds: Dataset, spec: PartitionSpec, seed: int) -> Partition:
+def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig | None = None) -> Partition:
     spec.validate(ds.n_columns)
+    data = data or DataConfig()
+    columns = spec.resolve_columns(ds)
     rng = np.random.default_rng(seed)
     test_mask = ds.test_mask if ds.test_mask is not None else _stratified_test_split(ds.y, spec.test_fraction, rng)
     train_pos = rng.permutation(np.flatnonzero(~test_mask))
@@ -238,22 +273,26 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int) -> Partition:
         raise UserError(f"--labeled {n_labeled} exceeds the {n_aligned} aligned rows")
     labeled_pos = aligned_pos[rng.permutation(n_aligned)[:n_labeled]]
 
-    columns = spec.columns or default_columns(ds.n_columns, K)
     names = party_names(K)
     parties = []
     for k in range(K):
-        cols = np.asarray(columns[k], dtype=np.int64)
+        cols = columns[k]
         pos_k = np.concatenate([aligned_pos, own_unaligned[k]])
-        X_tr = ds.X[pos_k][..., cols]
-        X_te = ds.X[test_pos][..., cols]
-        if ds.standardize:  # party-local statistics on its own training rows only
-            mu, sd = X_tr.mean(0), X_tr.std(0)
-            sd[sd == 0] = 1.0
-            X_tr, X_te = (X_tr - mu) / sd, (X_te - mu) / sd
+        layout: dict = {"column_names": tuple(ds.column_names[c] for c in cols)}
+        if ds.kind == "image":
+            X_tr, X_te = ds.X[pos_k][..., cols], ds.X[test_pos][..., cols]
+        else:  # party-local preprocessing fitted on its own training rows only
+            num, cat = cols[cols < ds.n_numeric], cols[cols >= ds.n_numeric] - ds.n_numeric
+            C = ds.categorical if ds.categorical is not None else np.zeros((len(ds.y), 0), dtype=np.int64)
+            X_tr, X_te, card = encode_party(ds.X[pos_k][:, num], ds.X[test_pos][:, num], C[pos_k][:, cat],
+                                            C[test_pos][:, cat], log=ds.log_transform, min_freq=data.min_freq,
+                                            hash_buckets=data.hash_buckets)
+            layout.update(n_numeric=len(num), cardinalities=card,
+                          column_names=tuple(ds.column_names[c] for c in [*num, *(cat + ds.n_numeric)]))
         labels = {}
         if k == 0:
             lab_pos = np.concatenate([labeled_pos, own_unaligned[0]]) if spec.active_labels_unaligned else labeled_pos
             labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
         parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[test_pos],
-                                 X_te.astype(np.float32), **labels))
+                                 X_te.astype(np.float32), **labels, **layout))
     return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos])

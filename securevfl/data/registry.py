@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from securevfl.data.dataset import Dataset
+from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.errors import UserError
 
 
@@ -14,12 +15,15 @@ from securevfl.errors import UserError
 class DatasetEntry:
     name: str
     description: str
-    load: Callable[[Path | None], Dataset]
-    locate: Callable[[Path | None], str]
+    load: Callable[[DataConfig], Dataset] | None
+    locate: Callable[[DataConfig], str]
     """Where the data is found, or raises UserError saying how to get it."""
+    partition: Callable | None = None
+    """Sources whose parties come from separate files build their partition themselves."""
 
 
 _DATASETS: dict[str, DatasetEntry] = {}
+_CACHE: dict[str, Dataset] = {}
 
 
 def register_dataset(entry: DatasetEntry) -> DatasetEntry:
@@ -38,17 +42,67 @@ def get_dataset_entry(name: str) -> DatasetEntry:
         raise UserError(f"unknown dataset {name!r}; available: {', '.join(dataset_names())}") from None
 
 
-def load_dataset(name: str, data_dir: Path | None = None) -> Dataset:
-    return get_dataset_entry(name).load(data_dir)
+def as_config(source: DataConfig | str | Path | None) -> DataConfig:
+    if isinstance(source, DataConfig):
+        return source
+    return DataConfig(dir=None if source is None else str(source))
 
 
-def dataset_status(data_dir: Path | None = None) -> list[tuple[str, bool, str]]:
+def load_dataset(name: str, source: DataConfig | str | Path | None = None) -> Dataset:
+    """Load (and memoise, two entries) a dataset by name with the given loader options."""
+    cfg = as_config(source)
+    entry = get_dataset_entry(name)
+    if entry.load is None:
+        raise UserError(f"dataset {name} is built from per-party files, not loaded as one table")
+    where = entry.locate(cfg)
+    key = json.dumps([name, where, asdict(cfg)], sort_keys=True, default=str)
+    if key not in _CACHE:
+        if len(_CACHE) >= 2:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = entry.load(cfg)
+    return _CACHE[key]
+
+
+def dataset_status(source: DataConfig | str | Path | None = None) -> list[tuple[str, bool, str]]:
     """(name, available, where-or-why) for every registered dataset."""
+    cfg = as_config(source)
     rows = []
     for name in dataset_names():
-        entry = _DATASETS[name]
         try:
-            rows.append((name, True, entry.locate(data_dir)))
+            rows.append((name, True, _DATASETS[name].locate(cfg)))
         except UserError as e:
             rows.append((name, False, str(e)))
     return rows
+
+
+def search_dirs(cfg: DataConfig, name: str) -> list[Path]:
+    """Folders a file dataset is looked for in: --data-dir (and its ``name`` subfolder), then
+    ``$SECUREVFL_DATA/name``, then Debian's ``/usr/share/datasets/name``."""
+    import os
+
+    from securevfl.data import builtin
+
+    out = []
+    if cfg.dir is not None:
+        if not Path(cfg.dir).is_dir():
+            raise UserError(f"data dir {cfg.dir} does not exist")
+        out += [Path(cfg.dir) / name, Path(cfg.dir)]
+    if os.environ.get("SECUREVFL_DATA"):
+        out += [Path(os.environ["SECUREVFL_DATA"]) / name, Path(os.environ["SECUREVFL_DATA"])]
+    out.append(builtin.DEBIAN_DATASETS / name)
+    return out
+
+
+def locate_file(cfg: DataConfig, name: str, filenames: tuple[str, ...], how: str) -> Path:
+    """A single-file dataset: ``--data-path`` wins, else the first ``filenames`` match in search_dirs."""
+    if cfg.path is not None:
+        p = Path(cfg.path)
+        if not p.is_file():
+            raise UserError(f"--data-path {p}: no such file")
+        return p
+    tried = search_dirs(cfg, name)
+    for folder in tried:
+        for fn in filenames:
+            if (folder / fn).is_file():
+                return folder / fn
+    raise UserError(f"{name} not found (looked for {'/'.join(filenames)} in {', '.join(map(str, tried))}); {how}")

@@ -1,0 +1,81 @@
+"""Per-party tabular preprocessing, fitted on the party's own training rows only.
+
+Numeric fields: optional signed log transform, mean imputation of missing values, standardisation.
+Categorical fields: raw values arrive as 64-bit hashes; each party builds a per-field vocabulary of
+values seen at least ``min_freq`` times in its training rows (ids 1..V, the reserved id 0 = unknown
+or rare, so unseen test values are handled), or hashes into ``hash_buckets`` buckets (ids 1..B).
+The encoded ids are stored as float32 next to the numeric columns (exact below 2^24) so a party's
+features stay one tensor; the bottom model splits them again (:class:`securevfl.models.TabularEncoder`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def hash_values(values: np.ndarray | pd.Series) -> np.ndarray:
+    """Stable 64-bit hashes of raw categorical values (strings or numbers), as int64."""
+    arr = np.asarray(values, dtype=object)
+    return pd.util.hash_array(arr, categorize=True).view(np.int64)
+
+
+def signed_log(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def fit_numeric(X_train: np.ndarray, log: bool) -> dict:
+    Xt = signed_log(X_train) if log else X_train
+    with np.errstate(invalid="ignore"):
+        mu = np.nanmean(Xt, axis=0) if len(Xt) else np.zeros(Xt.shape[1])
+    mu = np.where(np.isnan(mu), 0.0, mu)
+    filled = np.where(np.isnan(Xt), mu, Xt)
+    sd = filled.std(axis=0) if len(filled) else np.ones(Xt.shape[1])
+    sd = np.where(sd == 0, 1.0, sd)
+    return {"log": log, "mean": mu, "std": sd}
+
+
+def transform_numeric(X: np.ndarray, stats: dict) -> np.ndarray:
+    Xt = signed_log(X) if stats["log"] else X
+    Xt = np.where(np.isnan(Xt), stats["mean"], Xt)
+    return ((Xt - stats["mean"]) / stats["std"]).astype(np.float32)
+
+
+def fit_vocab(codes: np.ndarray, min_freq: int) -> np.ndarray:
+    """Sorted codes seen at least ``min_freq`` times (the vocabulary of one field)."""
+    values, counts = np.unique(codes, return_counts=True)
+    return values[counts >= min_freq]
+
+
+def encode_vocab(codes: np.ndarray, vocab: np.ndarray) -> np.ndarray:
+    """Ids 1..V for vocabulary members, 0 for anything else (unknown / rare / unseen)."""
+    if len(vocab) == 0:
+        return np.zeros(len(codes), dtype=np.int64)
+    pos = np.searchsorted(vocab, codes)
+    pos_c = np.minimum(pos, len(vocab) - 1)
+    return np.where(vocab[pos_c] == codes, pos_c + 1, 0)
+
+
+def encode_hash(codes: np.ndarray, buckets: int) -> np.ndarray:
+    return (codes.view(np.uint64) % np.uint64(buckets)).astype(np.int64) + 1
+
+
+def encode_party(num_tr: np.ndarray, num_te: np.ndarray, cat_tr: np.ndarray, cat_te: np.ndarray, *,
+                 log: bool, min_freq: int, hash_buckets: int) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Fit on the training rows, transform both splits; returns (X_train, X_test, cardinalities)."""
+    parts_tr, parts_te, card = [], [], []
+    if num_tr.shape[1]:
+        stats = fit_numeric(num_tr.astype(np.float64), log)
+        parts_tr.append(transform_numeric(num_tr.astype(np.float64), stats))
+        parts_te.append(transform_numeric(num_te.astype(np.float64), stats))
+    for j in range(cat_tr.shape[1]):
+        if hash_buckets > 0:
+            tr, te = encode_hash(cat_tr[:, j], hash_buckets), encode_hash(cat_te[:, j], hash_buckets)
+            c = hash_buckets + 1
+        else:
+            vocab = fit_vocab(cat_tr[:, j], min_freq)
+            tr, te, c = encode_vocab(cat_tr[:, j], vocab), encode_vocab(cat_te[:, j], vocab), len(vocab) + 1
+        parts_tr.append(tr.astype(np.float32)[:, None])
+        parts_te.append(te.astype(np.float32)[:, None])
+        card.append(int(c))
+    return (np.concatenate(parts_tr, axis=1), np.concatenate(parts_te, axis=1), tuple(card))
