@@ -3,6 +3,8 @@ cut layer; it talks to other parties only through its channel endpoint."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 from torch import nn
@@ -32,6 +34,24 @@ class Party:
     def parameters(self) -> list[nn.Parameter]:
         return list(self.bottom.parameters()) if self.bottom is not None else []
 
+    def modules_to_snapshot(self) -> dict[str, nn.Module]:
+        return {"bottom": self.bottom}
+
+    def snapshot(self) -> dict:
+        """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""
+        state = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
+        state["_optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+        return state
+
+    def restore(self, state: dict) -> None:
+        for k, m in self.modules_to_snapshot().items():
+            m.load_state_dict(state[k])
+        self.optimizer.load_state_dict(state["_optimizer"])
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
 
 class PassiveParty(Party):
     """Features only. Receives batch IDs, sends its bottom output, applies the returned gradient."""
@@ -43,9 +63,9 @@ class PassiveParty(Party):
 
     def forward(self) -> None:
         """Receive the batch request from the active party, compute r = h(x), send it."""
-        split = SPLITS[int(self.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))]
+        code = int(self.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
+        split, training = SPLITS[code // 2], bool(code % 2)
         ids = self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
-        training = split == "train"
         self.bottom.train(training)
         with torch.set_grad_enabled(training):
             z = self.bottom(self.features(ids, split))
@@ -80,6 +100,9 @@ class ActiveParty(Party):
     def parameters(self) -> list[nn.Parameter]:
         return super().parameters() + list(self.head.parameters())
 
+    def modules_to_snapshot(self) -> dict[str, nn.Module]:
+        return {"bottom": self.bottom, "head": self.head}
+
     def plan(self, n_examples: int, batch_size: int, steps: int) -> None:
         """Record the coming training run (population, nominal batch size, steps) for the hooks."""
         self.n_examples, self.sample_rate, self.planned_steps = n_examples, min(1.0, batch_size / n_examples), steps
@@ -87,18 +110,17 @@ class ActiveParty(Party):
     def _planned_releases(self) -> int | None:
         return None if self.planned_steps is None else self.planned_steps * len(self.passive_names)
 
-    def request(self, ids: np.ndarray, split: str) -> None:
-        """Ask every passive party for its bottom output on ``ids``."""
+    def request(self, ids: np.ndarray, split: str, training: bool) -> None:
+        """Ask every passive party for its bottom output on ``ids`` (one control byte: split, mode)."""
         for p in self.passive_names:
-            self.endpoint.send_json(p, MessageKind.CONTROL, SPLITS.index(split))
+            self.endpoint.send_json(p, MessageKind.CONTROL, SPLITS.index(split) * 2 + int(training))
             self.endpoint.send_ids(p, MessageKind.BATCH_IDS, ids)
 
     def receive(self, reps: list[torch.Tensor], training: bool) -> None:
         """Take the per-passive inputs the cut layer delivered (leaves that collect ∂L/∂r)."""
         self._received = [r.requires_grad_(training) for r in reps]
 
-    def logits(self, ids: np.ndarray, split: str) -> torch.Tensor:
-        training = split == "train"
+    def logits(self, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
         self.bottom.train(training)
         self.head.train(training)
         with torch.set_grad_enabled(training):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -25,6 +25,10 @@ class TrainConfig:
     """Mini-batch size (entities per step)."""
     eval_batch_size: int = 2048
     """Batch size for inference on test rows."""
+    lr_grid: list[float] = field(default_factory=list)
+    """If set, the supervised stage picks its learning rate from this list by validation on 20 % of
+    the labeled rows (held out by the active party), then retrains on all of them (FedHSSL's
+    fine-tuning searches {0.005, 0.01, 0.03}). Empty = use ``optim.lr``."""
 
 
 LossTerm = Callable[[], torch.Tensor]
@@ -49,18 +53,18 @@ class SplitTrainer:
         self.losses: list[float] = []
         self.progress = sys.stderr.isatty() if progress is None else progress
 
-    def _exchange(self, ids: np.ndarray, split: str) -> None:
+    def _exchange(self, ids: np.ndarray, split: str, training: bool) -> None:
         fed = self.fed
-        fed.active.request(ids, split)
+        fed.active.request(ids, split, training)
         for p in fed.passives:
             p.forward()
         reps = [fed.cut.complete_forward(p.cut_end, fed.active.cut_ends[p.name]) for p in fed.passives]
-        fed.active.receive(reps, training=split == "train")
+        fed.active.receive(reps, training=training)
 
     def train_step(self, ids: np.ndarray) -> float:
         fed = self.fed
-        self._exchange(ids, "train")
-        logits = fed.active.logits(ids, "train")
+        self._exchange(ids, "train", True)
+        logits = fed.active.logits(ids, "train", True)
         y = torch.from_numpy(fed.active.data.labels(ids))
         loss = F.cross_entropy(logits, y)
         for term in self.loss_terms:
@@ -92,8 +96,8 @@ class SplitTrainer:
         out = []
         for start in range(0, len(ids), self.cfg.eval_batch_size):
             batch = ids[start:start + self.cfg.eval_batch_size]
-            self._exchange(batch, split)
-            out.append(torch.softmax(self.fed.active.logits(batch, split), dim=1))
+            self._exchange(batch, split, False)
+            out.append(torch.softmax(self.fed.active.logits(batch, split, False), dim=1))
         return torch.cat(out).numpy()
 
     def evaluate(self) -> dict:

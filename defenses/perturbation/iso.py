@@ -13,6 +13,7 @@ import torch
 from defenses.base import Defense, _finite, register_defense
 from defenses.functional import gaussian, iso_sigma
 from securevfl.channel import MessageKind
+from securevfl.data.partition import ACTIVE
 from securevfl.hooks import HookContext
 
 
@@ -37,6 +38,8 @@ class ISO(Defense):
         lam = self.config["lam"] if ctx.kind == MessageKind.GRADIENT else self.config["lam_p"]
         if lam == 0 or (ctx.kind == MessageKind.GRADIENT and not ctx.training):
             return tensor
+        if ctx.kind == MessageKind.SSL_REPRESENTATION and ctx.src != ACTIVE:
+            return tensor  # λ_p protects what the label owner sends (FedHSSL §4.4)
         return tensor + gaussian(tensor, iso_sigma(tensor, lam), self.generator)
 
     def privacy(self) -> dict:

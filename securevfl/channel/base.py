@@ -20,6 +20,7 @@ class MessageKind:
     ACTIVATION = "activation"  # passive bottom output → active (the cut layer, forward)
     GRADIENT = "gradient"  # ∂L/∂activation, active → passive (the cut layer, backward)
     SSL_REPRESENTATION = "ssl_representation"  # representations exchanged in cross-party SSL
+    MODEL_PARAMS = "model_params"  # FedAvg of shared sub-models through a server role (FedHSSL's PMA)
     PSI = "alignment"  # PSI protocol messages and the announced aligned set
     CONTROL = "control"
 

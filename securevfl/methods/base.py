@@ -14,6 +14,7 @@ from securevfl.data.partition import Partition
 from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, align, build_federation
 from securevfl.hooks import TensorHook
+from securevfl.metrics import utility
 from securevfl.models import ModelConfig
 from securevfl.training import SplitTrainer, TrainConfig
 
@@ -63,6 +64,39 @@ class Method(ABC):
 
     def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
         return SplitTrainer(fed, self.ctx.train, self.ctx.seed, progress=self.ctx.progress, **kw)
+
+    def finetune(self, fed: Federation, ids: np.ndarray, **kw) -> SplitTrainer:
+        """The supervised VFL stage every method ends with. With ``train.lr_grid`` the active party
+        holds out 20 % of ``ids`` for validation, each learning rate trains from the same starting
+        state (every party snapshots and restores its own models), and the best one retrains on all
+        ``ids``. Defense hooks see every grid run, so a DP accountant charges all of them."""
+        grid = list(self.ctx.train.lr_grid)
+        if len(grid) > 1:
+            rng = np.random.default_rng(self.ctx.seed + 7)
+            perm = rng.permutation(np.asarray(ids))
+            n_val = max(1, int(round(0.2 * len(perm))))
+            val, tr = perm[:n_val], perm[n_val:]
+            start = {p.name: p.snapshot() for p in fed.parties}
+            scores = {}
+            for lr in grid:
+                for p in fed.parties:
+                    p.restore(start[p.name])
+                    p.set_lr(lr)
+                trainer = self.make_trainer(fed, **kw)
+                trainer.fit(tr, desc=f"lr {lr}")
+                y_val = fed.active.data.labels(val)
+                scores[lr] = utility(trainer.predict_proba(val, "train"), y_val, fed.n_classes)["test"]
+            best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
+            for p in fed.parties:
+                p.restore(start[p.name])
+            fed.meta["lr_search"] = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best}
+            grid = [best]
+        if grid:
+            for p in fed.parties:
+                p.set_lr(grid[0])
+        trainer = self.make_trainer(fed, **kw)
+        trainer.fit(ids)
+        return trainer
 
     @abstractmethod
     def fit(self, fed: Federation) -> None:

@@ -15,5 +15,4 @@ class Local(Method):
     sends = frozenset()
 
     def fit(self, fed: Federation) -> None:
-        self.trainer = self.make_trainer(fed)
-        self.trainer.fit(fed.active.data.label_ids)
+        self.trainer = self.finetune(fed, fed.active.data.label_ids)

@@ -10,5 +10,4 @@ class SplitNN(Method):
     summary = "supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)"
 
     def fit(self, fed: Federation) -> None:
-        self.trainer = self.make_trainer(fed)
-        self.trainer.fit(labeled_aligned_ids(fed))
+        self.trainer = self.finetune(fed, labeled_aligned_ids(fed))

@@ -1,0 +1,232 @@
+"""FedHSSL (He et al., papers/fedhssl.txt) and its ablations FedCSSL and FedGSSL (SPEC §3.3).
+
+Per party i: a cross-party encoder f_c^i (with SimSiam projector + predictor h_c^i) and a local
+encoder f_l^i = (f_lb^i, f_lt^i) (with projector + predictor h_l^i). Pre-training alternates, one
+epoch each, for ``ssl_epochs`` rounds:
+
+1. FedCSSL on aligned rows: the active party picks the batch IDs; every party computes
+   z_c = proj(f_c(x)), p_c = h_c(z_c). The active party sends z_c^1 to every passive party and each
+   passive party sends z_c^i to the active party, as bytes through the channel (kind
+   ``ssl_representation``, so ISO's λ_p can noise what the active party sends). Eq. 2: the active
+   party minimises mean_j D(p_c^1, z_c^j), a passive party D(p_c^i, z_c^1). Received vectors are
+   decoded constants: no gradient can cross parties (the stop-gradient).
+2. FedGSSL on all local rows (party-local): SimSiam on two augmented views plus γ·guidance by the
+   (frozen) cross-party encoder, Eq. 4.
+3. PMA: every party sends f_lt∘proj_l∘h_l (top linear layer of its local encoder, projector and
+   predictor, parameters and float buffers) to a server role, which FedAvg-s them weighted by the
+   parties' local row counts and sends the average back. Bottom layers stay private.
+
+Fine-tuning: z^i = ½(f_c^i(x) + f_l^i(x)) (FedGSSL, FedHSSL) or f_c^i(x) (FedCSSL); a linear head
+owned by the active party on the concatenation; supervised VFL on the labeled aligned rows.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.channel import Endpoint, MessageKind
+from securevfl.data.partition import ACTIVE
+from securevfl.errors import UserError
+from securevfl.federation import Federation, make_optimizer, seed_for
+from securevfl.hooks import HookContext, apply_hooks
+from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
+from securevfl.models import build_bottom
+from securevfl.parties import Party
+from securevfl.ssl import SSLConfig, neg_cosine
+from securevfl.ssl.objectives import SimSiam
+
+SERVER = "server"
+
+
+class AveragedEncoder(nn.Module):
+    """z = ½(f_c(x) + f_l(x)): the fine-tuning encoder of FedGSSL/FedHSSL."""
+
+    def __init__(self, f_c: nn.Module, f_l: nn.Module) -> None:
+        super().__init__()
+        self.f_c, self.f_l = f_c, f_l
+        self.out_dim = f_l.out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * (self.f_c(x) + self.f_l(x))
+
+
+def top_layer(encoder: nn.Module) -> nn.Linear:
+    """f_lt: the last linear layer of a bottom model (FedHSSL Table 1: 'top 1 layer of f_l')."""
+    return [m for m in encoder.modules() if isinstance(m, nn.Linear)][-1]
+
+
+class HybridState:
+    """One party's FedHSSL models and optimizers (lives inside that party)."""
+
+    def __init__(self, party: Party, f_c: nn.Module, cfg: SSLConfig, seed: int) -> None:
+        self.cross = SimSiam(f_c, cfg)  # f_c + projector + h_c
+        self.local = SimSiam(party.bottom, cfg)  # f_l + projector + h_l
+        self.opt_c = torch.optim.Adam(self.cross.parameters(), lr=cfg.lr)
+        self.opt_l = torch.optim.Adam(self.local.parameters(), lr=cfg.lr)
+        self.aug = party_augmentation(party, cfg)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.shared = nn.ModuleList([top_layer(party.bottom), self.local.projector, self.local.predictor])
+
+    def shared_vector(self) -> torch.Tensor:
+        return torch.cat([t.detach().flatten().float() for t in self.shared.state_dict().values()
+                          if t.is_floating_point()])
+
+    def load_shared_vector(self, vec: torch.Tensor) -> None:
+        state, offset = self.shared.state_dict(), 0
+        for k, t in state.items():
+            if t.is_floating_point():
+                state[k] = vec[offset:offset + t.numel()].view_as(t).to(t.dtype)
+                offset += t.numel()
+        self.shared.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------- step 1: FedCSSL
+def _cross_forward(party: Party, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    st: HybridState = party.hssl
+    st.cross.train()
+    return st.cross.embed(party.features(ids, "train"))
+
+
+def _send_rep(party: Party, dst: str, z: torch.Tensor) -> None:
+    ctx = HookContext(MessageKind.SSL_REPRESENTATION, party.name, dst, party.step, True)
+    party.endpoint.send_tensor(dst, MessageKind.SSL_REPRESENTATION, apply_hooks(party.hooks, z.detach(), ctx))
+
+
+def _cross_update(party: Party, loss: torch.Tensor) -> None:
+    st: HybridState = party.hssl
+    st.opt_c.zero_grad(set_to_none=True)
+    loss.backward()
+    st.opt_c.step()
+
+
+def cross_party_step(fed: Federation, ids: np.ndarray) -> dict[str, float]:
+    """One FedCSSL mini-batch (Algorithm 1 lines 3–11) over all parties."""
+    a = fed.active
+    for p in fed.passives:
+        a.endpoint.send_ids(p.name, MessageKind.BATCH_IDS, ids)
+    z_a, p_a = _cross_forward(a, ids)
+    for p in fed.passives:
+        _send_rep(a, p.name, z_a)
+    passive_losses = {}
+    for p in fed.passives:  # passive side: receive ids, embed, send z_c^i, loss D(p_c^i, z_c^1)
+        pid = p.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
+        z_p, p_p = _cross_forward(p, pid)
+        _send_rep(p, ACTIVE, z_p)
+        z_from_active = p.endpoint.recv_tensor(ACTIVE, MessageKind.SSL_REPRESENTATION)
+        loss = neg_cosine(p_p, z_from_active)
+        _cross_update(p, loss)
+        passive_losses[p.name] = float(loss.detach())
+    received = [a.endpoint.recv_tensor(p.name, MessageKind.SSL_REPRESENTATION) for p in fed.passives]
+    loss_a = torch.stack([neg_cosine(p_a, z) for z in received]).mean()
+    _cross_update(a, loss_a)
+    return {ACTIVE: float(loss_a.detach()), **passive_losses}
+
+
+# ----------------------------------------------------------------------------- step 2: FedGSSL
+def guided_local_epoch(party: Party, gamma: float, batch_size: int, rng: np.random.Generator) -> float:
+    """Eq. 4 on all of the party's rows. The paper prints D(p1,z1)+D(p2,z1) for the SimSiam part;
+    that is a typo for the symmetric SimSiam loss D(p1,z2)+D(p2,z1), which is what we use."""
+    st: HybridState = party.hssl
+    X = party.data.X_train
+    st.local.train()
+    st.cross.eval()
+    total, n = 0.0, 0
+    order = rng.permutation(len(X))
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        if len(idx) < 2:
+            continue
+        x = torch.from_numpy(X[idx])
+        x1, x2 = st.aug(x, st.gen), st.aug(x, st.gen)
+        (z1, p1), (z2, p2) = st.local.embed(x1), st.local.embed(x2)
+        with torch.no_grad():
+            c1, _ = st.cross.embed(x1)
+            c2, _ = st.cross.embed(x2)
+        loss = 0.5 * ((neg_cosine(p1, z2) + neg_cosine(p2, z1)) + gamma * (neg_cosine(p1, c1) + neg_cosine(p2, c2)))
+        st.opt_l.zero_grad(set_to_none=True)
+        loss.backward()
+        st.opt_l.step()
+        total, n = total + float(loss.detach()), n + 1
+    return total / max(n, 1)
+
+
+# ------------------------------------------------------------------------------------- step 3: PMA
+def pma_round(fed: Federation, server: Endpoint) -> None:
+    """Parties send f_lt∘proj∘h_l and their row counts to the server; it sends back the FedAvg."""
+    for party in fed.parties:
+        party.endpoint.send_json(SERVER, MessageKind.MODEL_PARAMS, len(party.data.train_ids))
+        party.endpoint.send_tensor(SERVER, MessageKind.MODEL_PARAMS, party.hssl.shared_vector())
+    counts, vecs = [], []
+    for party in fed.parties:
+        counts.append(int(server.recv_json(party.name, MessageKind.MODEL_PARAMS)))
+        vecs.append(server.recv_tensor(party.name, MessageKind.MODEL_PARAMS))
+    if len({v.numel() for v in vecs}) != 1:
+        raise UserError("partial model aggregation needs the same top-encoder shape at every party "
+                        f"(got {sorted({v.numel() for v in vecs})} parameters); use fedgssl or equal feature blocks")
+    w = torch.tensor(counts, dtype=torch.float32) / sum(counts)
+    avg = (torch.stack(vecs) * w[:, None]).sum(0)
+    for party in fed.parties:
+        server.send_tensor(party.name, MessageKind.MODEL_PARAMS, avg)
+        party.hssl.load_shared_vector(party.endpoint.recv_tensor(SERVER, MessageKind.MODEL_PARAMS))
+
+
+@register_method
+class FedHSSL(Method):
+    name = "fedhssl"
+    summary = "cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)"
+    use_local: ClassVar[bool] = True
+    use_pma: ClassVar[bool] = True
+    default_params = {**SSL_PARAMS, "gamma": 0.5}
+    sends = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT, MessageKind.SSL_REPRESENTATION})
+
+    def fit(self, fed: Federation) -> None:
+        cfg = ssl_config(self.params, "simsiam")
+        gamma = float(self.params["gamma"])
+        model_cfg = self.ctx.model
+        for k, party in enumerate(fed.parties):
+            torch.manual_seed(seed_for(self.ctx.seed, k) + 101)
+            f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
+            party.hssl = HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + 202)
+        server = fed.channel.endpoint(SERVER)
+        aligned = fed.active.aligned_ids
+        rng = np.random.default_rng(self.ctx.seed + 303)
+        history = []
+        for _ in range(cfg.epochs):
+            order = aligned[rng.permutation(len(aligned))]
+            cross = [cross_party_step(fed, order[s:s + cfg.batch_size])
+                     for s in range(0, len(order), cfg.batch_size) if len(order[s:s + cfg.batch_size]) >= 2]
+            record = {"cross": float(np.mean([c[ACTIVE] for c in cross])) if cross else None}
+            if self.use_local:
+                record["local"] = {p.name: guided_local_epoch(p, gamma, cfg.batch_size,
+                                                              np.random.default_rng(rng.integers(2**32)))
+                                   for p in fed.parties}
+                if self.use_pma:
+                    pma_round(fed, server)
+            history.append(record)
+        fed.meta["pretrain_history"] = history
+        for party in fed.parties:
+            f_c = party.hssl.cross.encoder
+            party.bottom = AveragedEncoder(f_c, party.bottom) if self.use_local else f_c
+            party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
+        fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"
+        self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
+
+
+@register_method
+class FedCSSL(FedHSSL):
+    name = "fedcssl"
+    summary = "FedHSSL ablation: cross-party SSL only; fine-tunes f_c"
+    use_local = False
+    use_pma = False
+
+
+@register_method
+class FedGSSL(FedHSSL):
+    name = "fedgssl"
+    summary = "FedHSSL ablation: cross-party + guided local SSL, no partial model aggregation"
+    use_pma = False
