@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--parties", type=int, default=2)
+    ap.add_argument("--data-path")
+    ap.add_argument("--fields", help="field-to-party preset")
     args = ap.parse_args()
     print(f"| method | defense | test metric (mean ± std, seeds {args.seeds}) | ε (δ) | s/run | MB sent |")
     print("|---|---|---|---|---|---|")
@@ -37,6 +39,8 @@ def main() -> None:
                 cfg = RunConfig(dataset=args.dataset, method=m, seed=s, defense=d)
                 cfg.train.epochs = args.epochs
                 cfg.partition.n_parties = args.parties
+                cfg.partition.columns = args.fields
+                cfg.data.path = args.data_path
                 r = execute(cfg, progress=False).result
                 vals.append(r["utility"]["test"])
                 secs.append(r["cost"]["seconds"])
