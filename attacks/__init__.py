@@ -2,6 +2,8 @@
 
 Only securevfl's composition layer (``securevfl.lab``, the CLI) imports this package."""
 
-from attacks.base import ATTACKS, Attack, attack_names
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, attack_names, register_attack
+from attacks.gradient import scoring  # noqa: F401  (registration)
+from attacks.model_completion import mc  # noqa: F401  (registration)
 
-__all__ = ["ATTACKS", "Attack", "attack_names"]
+__all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "attack_names", "register_attack"]

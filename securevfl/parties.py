@@ -26,6 +26,9 @@ class Party:
         self.bottom: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.step = 0
+        # local-update hooks: called with this party's parameters after backward, before the step
+        # (a malicious party's optimizer plugs in here, e.g. the active MC attack)
+        self.update_hooks: list = []
         self.aligned_ids: np.ndarray | None = None  # learnt from alignment (PSI or given)
 
     def features(self, ids: np.ndarray, split: str) -> torch.Tensor:
@@ -77,6 +80,8 @@ class PassiveParty(Party):
         """Apply ∂L/∂z (as received through the cut layer) and step the local optimizer."""
         self.optimizer.zero_grad(set_to_none=True)
         self._z.backward(grad)
+        for hook in self.update_hooks:
+            hook(self.parameters())
         self.optimizer.step()
         self._z = None
         self.step += 1

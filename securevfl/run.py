@@ -52,7 +52,8 @@ def build_partition(cfg: RunConfig) -> Partition:
     return make_partition(load_dataset(cfg.dataset, cfg.data), cfg.partition, cfg.seed, cfg.data)
 
 
-def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress: bool | None = None) -> RunOutput:
+def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress: bool | None = None,
+                 before_fit=None) -> RunOutput:
     if cfg.train.epochs < 1:
         raise UserError(f"--epochs must be ≥ 1, got {cfg.train.epochs}")
     if cfg.train.batch_size < 1:
@@ -72,7 +73,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
                                       hooks=hooks or [], record=cfg.record, progress=progress,
                                       params=cfg.method_params))
     t0 = time.perf_counter()
-    fed, util = method.run(partition)
+    fed, util = method.run(partition, before_fit)
     seconds = time.perf_counter() - t0
     stats = fed.channel.stats.as_dict()
     result = {

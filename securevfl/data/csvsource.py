@@ -159,7 +159,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         parties.append(PartyData(names[k], np.arange(X_tr.shape[1]), train_ids, X_tr, test_ids, X_te, **labels,
                                  n_numeric=len(num_cols), cardinalities=card,
                                  column_names=tuple(num_cols + cat_cols)))
-    part = Partition("csv", spec, seed, len(classes), "tabular", parties, train_aligned, labeled_ids)
+    part = Partition("csv", spec, seed, len(classes), "tabular", parties, train_aligned, labeled_ids,
+                     truth_ids=ids[0][has_label], truth_y=y_all[has_label])
     part.meta = {"psi_bytes": psi_bytes, "files": [str(p) for p in paths], "classes": classes.tolist()}
     return part
 

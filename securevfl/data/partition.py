@@ -198,6 +198,23 @@ class Partition:
     """Aligned entities labeled for supervised VFL."""
     meta: dict = field(default_factory=dict)
     """Source-specific facts worth reporting (e.g. PSI bytes of a file-based source)."""
+    truth_ids: np.ndarray | None = None
+    truth_y: np.ndarray | None = None
+    """Ground-truth labels of training entities, for the simulator only (attack evaluation and
+    auxiliary-label draws); never handed to a party."""
+
+    def true_labels(self, ids: np.ndarray) -> np.ndarray:
+        """Ground truth for ``ids`` (training or test entities); -1 where unknown."""
+        out = np.full(len(ids), -1, dtype=np.int64)
+        sources = [(self.active.test_ids, self.active.y_test)]
+        if self.truth_ids is not None:
+            sources.append((self.truth_ids, self.truth_y))
+        sources.append((self.active.label_ids, self.active.y_labels))
+        for src_ids, src_y in sources:
+            pos = IdIndex(src_ids).positions(ids)
+            hit = (pos >= 0) & (out < 0)
+            out[hit] = src_y[pos[hit]]
+        return out
 
     @property
     def active(self) -> PartyData:
@@ -295,4 +312,5 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
             labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
         parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[test_pos],
                                  X_te.astype(np.float32), **labels, **layout))
-    return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos])
+    return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos],
+                     truth_ids=ds.ids[train_pos], truth_y=ds.y[train_pos])

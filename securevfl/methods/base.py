@@ -103,21 +103,31 @@ class Method(ABC):
         """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference."""
 
     def exposes(self, fed: Federation) -> set[str]:
-        """What a passive adversary can observe after this method ran (attacks check it)."""
-        out = {"own_rows", "aux_labels"}
-        if fed.passives:
-            out |= {"bottom_model", "received_gradients"}
-        if fed.channel.record:
-            out.add("transcript")
-        return out
+        return adversary_exposes(fed)
 
     def evaluate(self, fed: Federation) -> dict:
         return self.trainer.evaluate()
 
-    def run(self, partition: Partition) -> tuple[Federation, dict]:
+    def run(self, partition: Partition, before_fit=None) -> tuple[Federation, dict]:
+        """Build, train, evaluate. ``before_fit(fed)`` lets the composition layer install what must
+        be in place during training (e.g. a malicious party's local-update hook)."""
         fed = self.build(partition)
+        if before_fit is not None:
+            before_fit(fed)
         self.fit(fed)
         return fed, self.evaluate(fed)
+
+
+def adversary_exposes(fed: Federation) -> set[str]:
+    """What a passive adversary can observe in this federation (attacks check it at construction)."""
+    out = {"own_rows", "aux_labels"}
+    if fed.passives:
+        out |= {"bottom_model", "received_gradients"}
+    if fed.channel.record:
+        out.add("transcript")
+    if fed.n_classes == 2:
+        out.add("binary_task")
+    return out
 
 
 def labeled_aligned_ids(fed: Federation) -> np.ndarray:

@@ -52,12 +52,15 @@ class TabularCorruption(Augmentation):
 
 
 class ImageAugment(Augmentation):
-    def __init__(self, shift: int = 2, erase: float = 0.5, noise: float = 0.05, jitter: float = 0.2) -> None:
+    """``shift`` is a fraction of the slice's shorter side (28×14 → 1 px; an 8×4 digits slice is not
+    shifted, since moving it by even one column destroys a quarter of it)."""
+
+    def __init__(self, shift: float = 0.1, erase: float = 0.5, noise: float = 0.05, jitter: float = 0.2) -> None:
         self.shift, self.erase, self.noise, self.jitter = shift, erase, noise, jitter
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         n, h, w = x.shape
-        s = self.shift
+        s = int(self.shift * min(h, w))
         padded = torch.nn.functional.pad(x, (s, s, s, s))
         dy = torch.randint(0, 2 * s + 1, (n,), generator=generator)
         dx = torch.randint(0, 2 * s + 1, (n,), generator=generator)
@@ -68,9 +71,9 @@ class ImageAugment(Augmentation):
         a = 1 + self.jitter * (2 * torch.rand(n, 1, 1, generator=generator) - 1)
         b = self.jitter * (2 * torch.rand(n, 1, 1, generator=generator) - 1) * 0.5
         out = out * a + b
-        # random erasing of one rectangle (up to half of each side) with probability `erase`
-        eh = torch.randint(1, max(2, h // 2 + 1), (n,), generator=generator)
-        ew = torch.randint(1, max(2, w // 2 + 1), (n,), generator=generator)
+        # random erasing of one rectangle (up to a quarter of each side) with probability `erase`
+        eh = torch.randint(1, max(2, h // 4 + 1), (n,), generator=generator)
+        ew = torch.randint(1, max(2, w // 4 + 1), (n,), generator=generator)
         y0 = (torch.rand(n, generator=generator) * (h - eh + 1)).long()
         x0 = (torch.rand(n, generator=generator) * (w - ew + 1)).long()
         yy, xx = torch.arange(h)[None, :, None], torch.arange(w)[None, None, :]
