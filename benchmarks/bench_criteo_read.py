@@ -4,7 +4,7 @@
 
 Writes a synthetic Kaggle-layout file (``securevfl.data.synthetic.write_criteo``) unless ``--file``
 is given, then loads it in a fresh process through the ``criteo`` loader and reports wall time,
-rows/second and peak RSS (``ru_maxrss``) next to the RSS after imports and the file size.
+rows/second and peak RSS (``VmHWM``) next to the RSS after imports and the file size.
 """
 
 from __future__ import annotations
@@ -16,14 +16,20 @@ import sys
 import tempfile
 from pathlib import Path
 
+# VmHWM (peak RSS of this address space) rather than ru_maxrss, which Linux carries across exec
+# from the parent that wrote the file.
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
 from securevfl.data import DataConfig, load_dataset
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+base = hwm()
 t = time.perf_counter()
 ds = load_dataset("criteo", DataConfig(path=sys.argv[1]))
 dt = time.perf_counter() - t
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm()
 print(json.dumps({"rows": len(ds.y), "seconds": dt, "base_mb": base / 1024, "peak_mb": peak / 1024,
                   "dataset_mb": (ds.X.nbytes + ds.categorical.nbytes + ds.y.nbytes) / 2**20}))
 """

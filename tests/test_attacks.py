@@ -9,7 +9,6 @@ from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.lab.compose import execute
 
-FAST_MC = {"steps": 150}
 
 
 def test_sharpen_and_mixup():
