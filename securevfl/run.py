@@ -29,15 +29,14 @@ class RunOutput:
 
 
 def privacy_report(fed: Federation) -> dict:
-    """Privacy object from the hooks that account (the active party's gradient defenses)."""
+    """Privacy object from the active party's accounting hooks (the gradient defenses; every party
+    holds its own copy of each defense, and the active party's copy saw every released gradient)."""
     reports = [r for h in fed.active.hooks if (r := h.privacy()) is not None]
-    for p in fed.passives:
-        reports += [r for h in p.hooks if (r := h.privacy()) is not None and r.get("scope") == "activation"]
     if not reports:
         return {"epsilon": None, "delta": None, "mechanism": "none"}
     if len(reports) == 1:
         return reports[0]
-    # several mechanisms: ε is only defined when every one of them is DP; report each
+    # composed defenses: ε is defined only when every component is DP; then the ε, δ add up
     finite = all(r.get("epsilon") is not None for r in reports)
     return {"epsilon": sum(r["epsilon"] for r in reports) if finite else None,
             "delta": sum(r["delta"] for r in reports) if finite else None,

@@ -161,7 +161,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
                                  column_names=tuple(num_cols + cat_cols)))
     part = Partition("csv", spec, seed, len(classes), "tabular", parties, train_aligned, labeled_ids,
                      truth_ids=ids[0][has_label], truth_y=y_all[has_label])
-    part.meta = {"psi_bytes": psi_bytes, "files": [str(p) for p in paths], "classes": classes.tolist()}
+    part.meta = {"aligned_by": "plain" if spec.alignment == "plain" else "psi", "psi_bytes": psi_bytes,
+                 "files": [str(p) for p in paths], "classes": classes.tolist()}
     return part
 
 

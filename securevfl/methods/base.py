@@ -59,7 +59,9 @@ class Method(ABC):
         c = self.ctx
         fed = build_federation(partition, c.model, c.optim, c.seed, c.cut, c.hooks,
                                with_passives=self.uses_passives, record=c.record)
-        align(fed, partition.spec.alignment if self.uses_passives else "given", partition.aligned_ids)
+        # a file-based source already ran PSI to build the partition: announce its result, don't redo it
+        mode = partition.spec.alignment if self.uses_passives and "aligned_by" not in partition.meta else "given"
+        align(fed, mode, partition.aligned_ids)
         return fed
 
     def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
