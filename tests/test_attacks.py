@@ -10,7 +10,6 @@ from securevfl.config import RunConfig
 from securevfl.lab.compose import execute
 
 
-
 def test_sharpen_and_mixup():
     p = torch.tensor([[0.6, 0.4], [0.5, 0.5]])
     s = sharpen(p, 0.5)
