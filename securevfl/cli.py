@@ -119,7 +119,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"  cost: {c['seconds']:.1f} s, {c['bytes_sent'] / 1e6:.2f} MB in {c['messages']} messages, "
           f"he={c['he']['scheme']}")
     for name, a in r["attacks"].items():
-        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f})")
+        extra = f", local-SSL baseline {a['baseline']:.4f}" if a.get("baseline") is not None else ""
+        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra})")
     return 0
 
 

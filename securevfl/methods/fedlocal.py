@@ -25,9 +25,8 @@ class FedLocalSSL(Method):
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 
 
-for _obj in ("simsiam", "byol", "moco", "scarf"):
+for _obj, _label in (("simsiam", "SimSiam"), ("byol", "BYOL"), ("moco", "MoCo"), ("scarf", "SCARF")):
     register_method(type(f"FedLocal_{_obj}", (FedLocalSSL,), {
         "name": f"fedlocal-{_obj}", "objective": _obj,
-        "summary": f"each party pre-trains alone with {_obj.upper() if _obj != 'simsiam' else 'SimSiam'} "
-                   "on all its rows, then split-learning fine-tuning",
+        "summary": f"each party pre-trains alone with {_label} on all its rows, then split-learning fine-tuning",
     }))
