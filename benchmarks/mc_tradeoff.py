@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from securevfl.config import RunConfig
+from securevfl.errors import TrainingDiverged
 from securevfl.lab.compose import execute
 
 
@@ -65,11 +66,15 @@ def main() -> None:
                     cfg.optim.optimizer, cfg.model.bottom = "sgd", "mlp"
                     if method != "splitnn":
                         cfg.method_params = {"ssl_epochs": args.ssl_epochs}
-                    r = execute(cfg, progress=False).result
-                    mc = r["attacks"]["mc"]
-                    row = {"method": method, "iso": lam, "seed": seed, "utility": r["utility"]["test"],
-                           "mc": mc["value"], "mc_test": mc["test"], "prior": mc["prior"],
-                           "baseline": mc.get("baseline"), "seconds": r["cost"]["seconds"]}
+                    try:
+                        r = execute(cfg, progress=False).result
+                    except TrainingDiverged as e:  # recorded, shown as "diverged" in the table
+                        row = {"method": method, "iso": lam, "seed": seed, "diverged": str(e)}
+                    else:
+                        mc = r["attacks"]["mc"]
+                        row = {"method": method, "iso": lam, "seed": seed, "utility": r["utility"]["test"],
+                               "mc": mc["value"], "mc_test": mc["test"], "prior": mc["prior"],
+                               "baseline": mc.get("baseline"), "seconds": r["cost"]["seconds"]}
                     with out.open("a") as f:
                         f.write(json.dumps(row) + "\n")
                     done[(method, lam, seed)] = row
@@ -81,6 +86,10 @@ def main() -> None:
     for method in args.methods:
         for lam in args.iso:
             rows = [done[(method, lam, s)] for s in args.seeds if (method, lam, s) in done]
+            diverged = sum("diverged" in r for r in rows)
+            rows = [r for r in rows if "diverged" not in r]
+            if diverged:
+                print(f"| {method} | {lam:g} | diverged in {diverged} of {diverged + len(rows)} seeds | | | | |")
             if not rows:
                 continue
             print(f"| {method} | {lam:g} | {fmt([r['utility'] for r in rows])} | {fmt([r['mc'] for r in rows])} | "

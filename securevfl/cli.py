@@ -29,6 +29,7 @@ def _add_train(sub) -> None:
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--lr", type=float)
+    p.add_argument("--optimizer", choices=["adam", "sgd"], help="every party's optimizer (default adam)")
     p.add_argument("--cut-dim", type=int, help="width of each bottom model's output")
     p.add_argument("--bottom", choices=["auto", "mlp", "cnn"], help="bottom model family")
     p.add_argument("--seed", type=int)
@@ -73,7 +74,8 @@ def _build_config(args: argparse.Namespace):
         if v is not None:
             setattr(cfg.partition, k, v)
     for obj, k, v in [(cfg.train, "epochs", args.epochs), (cfg.train, "batch_size", args.batch_size),
-                      (cfg.optim, "lr", args.lr), (cfg.model, "cut_dim", args.cut_dim),
+                      (cfg.optim, "lr", args.lr), (cfg.optim, "optimizer", args.optimizer),
+                      (cfg.model, "cut_dim", args.cut_dim),
                       (cfg.model, "bottom", args.bottom), (cfg.data, "dir", args.data_dir),
                       (cfg.data, "path", args.data_path), (cfg.data, "max_rows", args.max_rows),
                       (cfg.data, "sample", args.sample), (cfg.data, "party_files", args.party_file),

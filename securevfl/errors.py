@@ -8,3 +8,8 @@ class UserError(Exception):
 
 class ProtocolError(RuntimeError):
     """A party waited for a message that was never sent: a bug in a method's protocol script."""
+
+
+class TrainingDiverged(UserError):
+    """The loss became NaN or infinite: a configuration that cannot train (e.g. a defense too strong
+    for the learning rate). A user-fixable outcome, not a bug."""

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from securevfl.errors import TrainingDiverged
 from securevfl.federation import Federation
 from securevfl.metrics import utility
 
@@ -69,6 +70,9 @@ class SplitTrainer:
         loss = F.cross_entropy(logits, y)
         for term in self.loss_terms:
             loss = loss + term()
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"training diverged: non-finite loss at step {len(self.losses)}; lower the "
+                                   "learning rate or the defense strength")
         fed.active.backward(loss, ids)
         for p in fed.passives:
             p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))

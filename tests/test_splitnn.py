@@ -118,3 +118,11 @@ def test_three_parties(digits_cfg):
     assert len(out.federation.passives) == 2
     assert math.isfinite(out.result["utility"]["test"])
     assert out.result["partition"]["aligned"] == round(0.5 * 1438)
+
+
+def test_divergence_is_a_clear_error(digits_cfg, capsys):
+    from securevfl.cli import main
+
+    code = main(["train", "--dataset", "digits", "--epochs", "2", "--optimizer", "sgd", "--lr", "1e6"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: training diverged") and len(err.splitlines()) == 1

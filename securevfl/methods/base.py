@@ -11,7 +11,7 @@ import numpy as np
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
-from securevfl.errors import UserError
+from securevfl.errors import TrainingDiverged, UserError
 from securevfl.federation import Federation, OptimConfig, align, build_federation
 from securevfl.hooks import TensorHook
 from securevfl.metrics import utility
@@ -85,9 +85,16 @@ class Method(ABC):
                     p.restore(start[p.name])
                     p.set_lr(lr)
                 trainer = self.make_trainer(fed, **kw)
-                trainer.fit(tr, desc=f"lr {lr}")
+                try:
+                    trainer.fit(tr, desc=f"lr {lr}")
+                except TrainingDiverged:
+                    scores[lr] = float("nan")  # this learning rate cannot train here; try the others
+                    continue
                 y_val = fed.active.data.labels(val)
                 scores[lr] = utility(trainer.predict_proba(val, "train"), y_val, fed.n_classes)["test"]
+            if all(np.isnan(v) for v in scores.values()):
+                raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
+                                       "defense strength")
             best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
             for p in fed.parties:
                 p.restore(start[p.name])
