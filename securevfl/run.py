@@ -45,6 +45,8 @@ def privacy_report(fed: Federation) -> dict:
 
 def build_partition(cfg: RunConfig) -> Partition:
     """The run's partition: simulated from a dataset, or built from per-party files (``csv``)."""
+    if cfg.partition.active_labels_unaligned is None:
+        cfg.partition.active_labels_unaligned = get_method(cfg.method).active_labels_unaligned
     entry = get_dataset_entry(cfg.dataset)
     if entry.partition is not None:
         return entry.partition(cfg.data, cfg.partition, cfg.seed)

@@ -74,8 +74,9 @@ class PartitionSpec:
     ``all`` (every party keeps all its rows)."""
     n_labeled: int | None = None
     """Aligned entities labeled for supervised VFL; ``None`` = all aligned entities."""
-    active_labels_unaligned: bool = False
-    """Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD)."""
+    active_labels_unaligned: bool | None = None
+    """Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD: yes;
+    FedHSSL: no). ``None`` = the method's default."""
     test_fraction: float = 0.2
     """Test share drawn per seed when the dataset has no predefined test split."""
     columns: list[list[int | str]] | str | None = None

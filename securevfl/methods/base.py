@@ -44,6 +44,8 @@ class Method(ABC):
     uses_passives: ClassVar[bool] = True
     """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
     default_params: ClassVar[dict] = {}
+    active_labels_unaligned: ClassVar[bool] = False
+    """The partition default for ``active_labels_unaligned`` when the spec leaves it unset."""
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 

@@ -1,0 +1,74 @@
+import pytest
+import torch
+
+from securevfl.config import RunConfig
+from securevfl.methods import MethodContext, get_method
+from securevfl.methods.vflhlp import active_pretrain, consistency_loss, first_linear
+from securevfl.run import build_partition, run_training
+
+
+@pytest.fixture(scope="module")
+def setup():
+    cfg = RunConfig(dataset="breast-cancer", method="vflhlp")
+    cfg.partition.aligned_fraction = 0.2
+    part = build_partition(cfg)
+    method = get_method("vflhlp")(MethodContext(model=cfg.model, seed=0))
+    fed = method.build(part)
+    theta1, theta0, encoder = active_pretrain(fed.active, cfg.model, 2, 2, 64, 1e-3, 0)
+    return fed, theta1, theta0, encoder
+
+
+def test_partition_default_gives_active_party_its_unaligned_labels(setup):
+    fed, *_ = setup
+    assert len(fed.active.data.label_ids) == len(fed.active.data.train_ids) > len(fed.active.aligned_ids)
+
+
+def test_lcons_zero_at_pretrained_point_and_touches_only_active_parts(setup):
+    fed, theta1, theta0, encoder = setup
+    a = fed.active
+    a.bottom.load_state_dict(encoder.state_dict())
+    layer = first_linear(a.head)
+    d = a.bottom.out_dim
+    with torch.no_grad():
+        layer.weight[:, :d] = theta0.weight
+        layer.bias.copy_(theta0.bias)
+    assert consistency_loss(a.bottom, a.head, theta1, theta0, d).item() == 0.0
+    with torch.no_grad():  # move away from the pre-trained point
+        for p in a.bottom.parameters():
+            p.add_(0.1)
+        layer.weight.add_(0.1)
+        layer.bias.add_(0.1)
+    for p in [*a.bottom.parameters(), *a.head.parameters(), *fed.passives[0].bottom.parameters()]:
+        p.grad = None
+    loss = consistency_loss(a.bottom, a.head, theta1, theta0, d)
+    assert loss.item() > 0
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in a.bottom.parameters())
+    assert layer.weight.grad[:, :d].abs().sum() > 0 and layer.bias.grad.abs().sum() > 0
+    assert layer.weight.grad[:, d:].abs().sum() == 0  # the passive parties' columns are untouched
+    assert all(p.grad is None for p in fed.passives[0].bottom.parameters())
+    assert all(t.grad is None for t in theta1)  # Θ is a frozen copy
+
+
+@pytest.mark.parametrize("method", ["vflhlp", "vflhlp-a", "vflhlp-p"])
+def test_vflhlp_variants_run(method):
+    cfg = RunConfig(dataset="breast-cancer", method=method)
+    cfg.partition.aligned_fraction = 0.2
+    cfg.train.epochs = 3
+    cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.01
+    cfg.method_params = {"ssl_epochs": 1, "pretrain_epochs": 2}
+    r = run_training(cfg).result
+    assert r["utility"]["metric"] == "auc" and r["utility"]["test"] > 0.8
+
+
+def test_vflhlp_needs_unaligned_labels(capsys):
+    from securevfl.cli import main
+
+    cfgfile = "partition: {active_labels_unaligned: false, aligned_fraction: 0.2}\n"
+    import pathlib
+    import tempfile
+
+    p = pathlib.Path(tempfile.mkdtemp()) / "c.yaml"
+    p.write_text(cfgfile)
+    assert main(["train", "--dataset", "breast-cancer", "--method", "vflhlp", "--config", str(p)]) == 2
+    assert "active_labels_unaligned" in capsys.readouterr().err
