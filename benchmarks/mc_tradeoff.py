@@ -11,29 +11,17 @@ benchmarks/ssl_table2.py (SGD, lr from {0.005, 0.01, 0.03} on a validation split
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
+from functools import partial
+
+from runlog import append, load, mean_std, paper_finetuning
 
 from securevfl.config import RunConfig
 from securevfl.errors import TrainingDiverged
 from securevfl.lab.compose import execute
 
-
-def load(paths: list[Path]) -> dict:
-    done = {}
-    for p in paths:
-        if p.exists():
-            for line in p.read_text().splitlines():
-                r = json.loads(line)
-                done[(r["method"], r["iso"], r["seed"])] = r
-    return done
-
-
-def fmt(vals: list[float]) -> str:
-    if not vals:
-        return "–"
-    return f"{statistics.mean(vals):.3f} ± {statistics.stdev(vals) if len(vals) > 1 else 0.0:.3f}"
+KEY = ("method", "iso", "seed")
+fmt = partial(mean_std, digits=3)
 
 
 def main() -> None:
@@ -49,9 +37,7 @@ def main() -> None:
     ap.add_argument("--read", nargs="*", default=[])
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = load([out])
+    done = load([args.out], KEY)
     if not args.table_only:
         for method in args.methods:
             for lam in args.iso:
@@ -61,9 +47,8 @@ def main() -> None:
                     cfg = RunConfig(dataset=args.dataset, method=method, seed=seed, attacks=["mc"],
                                     defense="none" if lam == 0 else f"iso:{lam:g}")
                     cfg.partition.aligned_fraction, cfg.partition.n_labeled = args.aligned, args.labels
-                    cfg.train.epochs, cfg.train.batch_size = 40, 64
-                    cfg.train.lr_grid = [0.005, 0.01, 0.03]
-                    cfg.optim.optimizer, cfg.model.bottom = "sgd", "mlp"
+                    paper_finetuning(cfg, 40, 64)
+                    cfg.model.bottom = "mlp"
                     if method != "splitnn":
                         cfg.method_params = {"ssl_epochs": args.ssl_epochs}
                     try:
@@ -75,11 +60,9 @@ def main() -> None:
                         row = {"method": method, "iso": lam, "seed": seed, "utility": r["utility"]["test"],
                                "mc": mc["value"], "mc_test": mc["test"], "prior": mc["prior"],
                                "baseline": mc.get("baseline"), "seconds": r["cost"]["seconds"]}
-                    with out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
+                    append(args.out, row)
                     done[(method, lam, seed)] = row
-                    print(json.dumps(row), flush=True)
-    done = load([out, *map(Path, args.read)])
+    done = load([args.out, *args.read], KEY)
     print("\n| method | ISO λ | utility (test acc) | MC accuracy (adversary's train rows) | MC on test rows | "
           "local-SSL MC baseline | prior |")
     print("|---|---|---|---|---|---|---|")

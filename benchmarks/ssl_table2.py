@@ -14,12 +14,13 @@ Fine-tuning follows the paper's appendix: SGD, learning rate chosen from {0.005,
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-from pathlib import Path
+
+from runlog import append, load, mean_std, paper_finetuning
 
 from securevfl.config import RunConfig
 from securevfl.lab.compose import execute
+
+KEY = ("method", "labels", "aligned", "seed")
 
 
 def main() -> None:
@@ -40,13 +41,7 @@ def main() -> None:
                          "'% of aligned samples applies only to FedHSSL')")
     args = ap.parse_args()
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = {}
-    if out.exists():
-        for line in out.read_text().splitlines():
-            r = json.loads(line)
-            done[(r["method"], r["labels"], r["aligned"], r["seed"])] = r
+    done = load([args.out], KEY)
     for labels in args.labels:
         for aligned in args.aligned:
             for method in args.methods:
@@ -59,9 +54,7 @@ def main() -> None:
                     cfg = RunConfig(dataset=args.dataset, method=method, seed=seed)
                     cfg.data.path = args.data_path
                     cfg.partition.aligned_fraction, cfg.partition.n_labeled = aligned, labels
-                    cfg.train.epochs, cfg.train.batch_size = args.epochs, args.batch_size
-                    cfg.train.lr_grid = [0.005, 0.01, 0.03]
-                    cfg.optim.optimizer = "sgd"
+                    paper_finetuning(cfg, args.epochs, args.batch_size)
                     cfg.model.bottom = args.bottom
                     if method != "splitnn":
                         cfg.method_params = {"ssl_epochs": args.ssl_epochs}
@@ -70,9 +63,7 @@ def main() -> None:
                            "metric": res["utility"]["metric"], "test": res["utility"]["test"],
                            "seconds": res["cost"]["seconds"]}
                     done[key] = row
-                    with out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
-                    print(json.dumps(row), flush=True)
+                    append(args.out, row)
     metric = next(iter(done.values()))["metric"]
     print(f"\n{args.dataset}: test {metric}, mean ± std over seeds {args.seeds}\n")
     print("| method | " + " | ".join(f"{lab} labels, {int(a * 100)} % aligned" for lab in args.labels
@@ -84,8 +75,7 @@ def main() -> None:
             for a in args.aligned:
                 a_run = a if method == "fedhssl" or args.all_aligned else args.aligned[0]
                 vals = [done[(method, lab, a_run, s)]["test"] for s in args.seeds if (method, lab, a_run, s) in done]
-                sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-                cells.append(f"{statistics.mean(vals):.4f} ± {sd:.4f}" if vals else "–")
+                cells.append(mean_std(vals))
         print(f"| {method} | " + " | ".join(cells) + " |")
 
 

@@ -12,12 +12,13 @@ result files of parallel runs into the final table (mean ± std over seeds).
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-from pathlib import Path
+
+from runlog import append, load, mean_std, paper_finetuning
 
 from securevfl.config import RunConfig
 from securevfl.lab.compose import execute
+
+KEY = ("method", "aligned", "seed")
 
 
 def main() -> None:
@@ -34,19 +35,7 @@ def main() -> None:
     ap.add_argument("--read", nargs="*", default=[])
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-
-    def load(paths):
-        done = {}
-        for p in paths:
-            if Path(p).exists():
-                for line in Path(p).read_text().splitlines():
-                    r = json.loads(line)
-                    done[(r["method"], r["aligned"], r["seed"])] = r
-        return done
-
-    done = load([out])
+    done = load([args.out], KEY)
     for aligned in [] if args.table_only else args.aligned:
         for method in args.methods:
             for seed in args.seeds:
@@ -55,16 +44,13 @@ def main() -> None:
                 cfg = RunConfig(dataset=args.dataset, method=method, seed=seed)
                 cfg.data.path, cfg.partition.columns = args.data_path, args.fields
                 cfg.partition.aligned_fraction, cfg.partition.active_labels_unaligned = aligned, True
-                cfg.train.epochs, cfg.train.lr_grid = args.epochs, [0.005, 0.01, 0.03]
-                cfg.optim.optimizer = "sgd"
+                paper_finetuning(cfg, args.epochs)
                 r = execute(cfg, progress=False).result
                 row = {"method": method, "aligned": aligned, "seed": seed, "aligned_rows": r["partition"]["aligned"],
                        "metric": r["utility"]["metric"], "test": r["utility"]["test"], "seconds": r["cost"]["seconds"]}
-                with out.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+                append(args.out, row)
                 done[(method, aligned, seed)] = row
-                print(json.dumps(row), flush=True)
-    done = load([out, *args.read])
+    done = load([args.out, *args.read], KEY)
     rows_for = {a: next((r["aligned_rows"] for (m, al, s), r in done.items() if al == a), "?") for a in args.aligned}
     print(f"\n{args.dataset}: test metric, mean ± std over seeds {args.seeds}\n")
     print("| method | " + " | ".join(f"{a * 100:g} % aligned ({rows_for[a]} rows)" for a in args.aligned) + " |")
@@ -73,8 +59,7 @@ def main() -> None:
         cells = []
         for a in args.aligned:
             vals = [done[(method, a, s)]["test"] for s in args.seeds if (method, a, s) in done]
-            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            cells.append(f"{statistics.mean(vals):.4f} ± {sd:.4f}" if vals else "–")
+            cells.append(mean_std(vals))
         print(f"| {method} | " + " | ".join(cells) + " |")
 
 

@@ -12,7 +12,7 @@ from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.errors import TrainingDiverged, UserError
-from securevfl.federation import Federation, OptimConfig, align, build_federation
+from securevfl.federation import Federation, OptimConfig, align, build_federation, make_optimizer
 from securevfl.hooks import TensorHook
 from securevfl.metrics import utility
 from securevfl.models import ModelConfig
@@ -68,6 +68,12 @@ class Method(ABC):
 
     def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
         return SplitTrainer(fed, self.ctx.train, self.ctx.seed, progress=self.ctx.progress, **kw)
+
+    def reset_optimizers(self, fed: Federation) -> None:
+        """Fresh optimizers over each party's current models (after pre-training replaced or
+        re-initialised them), so fine-tuning starts without stale optimizer state."""
+        for party in fed.parties:
+            party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
 
     def finetune(self, fed: Federation, ids: np.ndarray, **kw) -> SplitTrainer:
         """The supervised VFL stage every method ends with. With ``train.lr_grid`` the active party

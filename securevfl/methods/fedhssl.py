@@ -31,7 +31,7 @@ from torch import nn
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.data.partition import ACTIVE
 from securevfl.errors import UserError
-from securevfl.federation import Federation, make_optimizer, seed_for
+from securevfl.federation import Federation, seed_for
 from securevfl.hooks import HookContext, apply_hooks
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
@@ -212,7 +212,7 @@ class FedHSSL(Method):
         for party in fed.parties:
             f_c = party.hssl.cross.encoder
             party.bottom = AveragedEncoder(f_c, party.bottom) if self.use_local else f_c
-            party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
+        self.reset_optimizers(fed)
         fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.errors import UserError
-from securevfl.federation import Federation, make_optimizer, seed_for
+from securevfl.federation import Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.models import build_head
@@ -116,8 +116,7 @@ class VFLHLP(Method):
             cfg = ssl_config(p, "scarf")
             for k, party in enumerate(fed.passives, start=1):
                 pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + 505)
-        for party in fed.parties:
-            party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
+        self.reset_optimizers(fed)
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed), loss_terms=terms)
 
 
