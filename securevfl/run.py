@@ -68,11 +68,12 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
             raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
                             f"{cfg.method} sends {sent}")
-    partition = build_partition(cfg)
-    torch.manual_seed(cfg.seed)
+    # the method validates its parameters before any data is read, so a typo fails fast
     method = method_cls(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, cut=cut,
                                       hooks=hooks or [], record=cfg.record, progress=progress,
                                       params=cfg.method_params))
+    partition = build_partition(cfg)
+    torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     fed, util = method.run(partition, before_fit)
     seconds = time.perf_counter() - t0
@@ -89,6 +90,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
                  "bytes_by_kind": stats["bytes_by_kind"], "he": cut.describe(),
                  "train_steps": fed.active.step},
         "partition": partition.summary(),
+        "method_info": fed.meta,
         "versions": {"securevfl": __version__, "torch": torch.__version__},
         "config": cfg.to_dict(),
     }
