@@ -106,7 +106,7 @@ def apply_dict(obj: object, data: dict, prefix: str = "") -> None:
 
 def load_config_file(path: str | Path) -> dict:
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() or p.is_dir():  # exists(), not is_file(): also accept pipes like <(...)
         raise UserError(f"config file {p} not found")
     try:
         data = yaml.safe_load(p.read_text()) or {}
