@@ -83,32 +83,45 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     return Federation(channel, active, passives, cut, partition.n_classes)
 
 
-def align(fed: Federation, mode: str, given: np.ndarray | None = None) -> np.ndarray:
-    """Establish the aligned training IDs at the active party.
+def align(fed: Federation, mode: str, given: np.ndarray | None = None,
+          given_test: np.ndarray | None = None) -> np.ndarray:
+    """Establish the aligned training IDs (and the aligned test IDs) at the active party.
 
     ``given``: the simulator's aligned set; ``psi``: ECDH PSI with every passive party through the
     channel; ``plain``: passive parties send their ID lists in the clear (explicit fallback only).
-    The active party announces the result to the passive parties either way.
+    The active party announces the result to the passive parties either way. Test IDs go through
+    the same step when some test entities exist only at the active party (``given_test``).
     """
     a = fed.active
-    own = a.data.train_ids
+    a.aligned_ids = _intersect(fed, mode, "train_ids", given)
+    if given_test is None:
+        a.aligned_test_ids = a.data.test_ids
+    else:
+        a.aligned_test_ids = _intersect(fed, mode, "test_ids", given_test)
+    return a.aligned_ids
+
+
+def _intersect(fed: Federation, mode: str, which: str, given: np.ndarray | None) -> np.ndarray:
+    a = fed.active
+    own = getattr(a.data, which)
     if mode == "given":
         aligned = np.sort(np.asarray(given))
     elif mode == "psi":
         per_party = []
         for p in fed.passives:
             client = psi.psi_client_start(a.endpoint, p.name, own)
-            psi.psi_server_round(p.endpoint, a.name, p.data.train_ids)
+            psi.psi_server_round(p.endpoint, a.name, getattr(p.data, which))
             per_party.append(psi.psi_client_finish(a.endpoint, p.name, client, own))
         aligned = psi.plain_intersection([own, *per_party])
     elif mode == "plain":
         for p in fed.passives:
-            p.endpoint.send_ids(a.name, MessageKind.PSI, p.data.train_ids)
+            p.endpoint.send_ids(a.name, MessageKind.PSI, getattr(p.data, which))
         aligned = psi.plain_intersection([own, *[a.endpoint.recv_ids(p.name, MessageKind.PSI) for p in fed.passives]])
     else:
         raise ValueError(mode)
     for p in fed.passives:
         a.endpoint.send_ids(p.name, MessageKind.PSI, aligned)
-        p.aligned_ids = p.endpoint.recv_ids(a.name, MessageKind.PSI)
-    a.aligned_ids = aligned
+        received = p.endpoint.recv_ids(a.name, MessageKind.PSI)
+        if which == "train_ids":
+            p.aligned_ids = received
     return aligned

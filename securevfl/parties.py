@@ -30,6 +30,7 @@ class Party:
         # (a malicious party's optimizer plugs in here, e.g. the active MC attack)
         self.update_hooks: list = []
         self.aligned_ids: np.ndarray | None = None  # learnt from alignment (PSI or given)
+        self.aligned_test_ids: np.ndarray | None = None  # test entities every party holds
 
     def features(self, ids: np.ndarray, split: str) -> torch.Tensor:
         return torch.from_numpy(self.data.rows(ids, split))

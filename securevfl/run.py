@@ -47,6 +47,8 @@ def build_partition(cfg: RunConfig) -> Partition:
     """The run's partition: simulated from a dataset, or built from per-party files (``csv``)."""
     if cfg.partition.active_labels_unaligned is None:
         cfg.partition.active_labels_unaligned = get_method(cfg.method).active_labels_unaligned
+    if cfg.partition.test_aligned_fraction is None:
+        cfg.partition.test_aligned_fraction = get_method(cfg.method).test_aligned_default
     entry = get_dataset_entry(cfg.dataset)
     if entry.partition is not None:
         return entry.partition(cfg.data, cfg.partition, cfg.seed)

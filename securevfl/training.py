@@ -105,6 +105,13 @@ class SplitTrainer:
         return torch.cat(out).numpy()
 
     def evaluate(self) -> dict:
-        a = self.fed.active.data
-        return utility(self.predict_proba(a.test_ids, "test"), a.y_test, self.fed.n_classes)
+        """Utility on the test entities every party holds (all of them unless the partition keeps
+        some test rows at the active party only; those need a method that predicts without the
+        passive parties, e.g. FedUD)."""
+        a = self.fed.active
+        ids = a.data.test_ids if a.aligned_test_ids is None else a.aligned_test_ids
+        out = utility(self.predict_proba(ids, "test"), a.data.test_labels(ids), self.fed.n_classes)
+        if len(ids) < len(a.data.test_ids):
+            out["evaluated_on"] = f"{len(ids)} aligned test rows of {len(a.data.test_ids)}"
+        return out
 

@@ -79,6 +79,8 @@ def test_tabular_standardised_on_training_rows_only():
     ({"n_labeled": 10_000}, "labeled"),
     ({"unaligned": "some"}, "unaligned"),
     ({"columns": [[0, 1], [1, 2]]}, "same column"),
+    ({"test_aligned_fraction": 0.0}, "test_aligned_fraction"),
+    ({"test_aligned_fraction": "most"}, "test_aligned_fraction"),
 ])
 def test_bad_specs_are_user_errors(digits, kw, msg):
     with pytest.raises(UserError, match=msg):
@@ -94,3 +96,25 @@ def test_id_index_lookup(ids):
     assert np.array_equal(idx.positions(perm), np.arange(len(ids))[::-1])
     missing = np.array(["zz"], dtype=object) if ids.dtype == object else np.array([-3, 10**13])
     assert (idx.positions(missing) == -1).all()
+
+
+@pytest.mark.parametrize("alignment", ["given", "psi"])
+def test_unaligned_test_rows_stay_at_the_active_party(digits, alignment):
+    from securevfl.config import RunConfig
+    from securevfl.run import run_training
+
+    spec = PartitionSpec(aligned_fraction=0.3, test_aligned_fraction=0.5)
+    p = make_partition(digits, spec, 0)
+    act, pas = p.active, p.passives[0]
+    assert len(pas.test_ids) == round(0.5 * len(act.test_ids)) == len(p.test_aligned_ids)
+    assert set(pas.test_ids) < set(act.test_ids) and len(pas.X_test) == len(pas.test_ids)
+    assert make_partition(digits, PartitionSpec(aligned_fraction=0.3), 0).test_aligned_ids is None
+    assert make_partition(digits, PartitionSpec(aligned_fraction=0.3, test_aligned_fraction="train"), 0) \
+        .summary()["test_aligned_rows"] == round(len(act.test_ids) * len(p.aligned_ids) / len(p.truth_ids))
+    # splitnn evaluates on the aligned test rows only; the alignment step found them
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0)
+    cfg.train.epochs = 1
+    cfg.partition = PartitionSpec(aligned_fraction=0.3, test_aligned_fraction=0.5, alignment=alignment)
+    out = run_training(cfg)
+    assert np.array_equal(np.sort(out.federation.active.aligned_test_ids), np.sort(pas.test_ids))
+    assert out.result["utility"]["evaluated_on"].startswith(f"{len(pas.test_ids)} aligned test rows")

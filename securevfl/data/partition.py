@@ -79,6 +79,11 @@ class PartitionSpec:
     FedHSSL: no). ``None`` = the method's default."""
     test_fraction: float = 0.2
     """Test share drawn per seed when the dataset has no predefined test split."""
+    test_aligned_fraction: float | str | None = None
+    """Share of test entities every party holds; the rest exist only at the active party (FedUD's
+    unaligned test rows: passive parties never see them). ``"train"`` = the training aligned
+    share; ``None`` = the method's default (1.0, or ``"train"`` for methods that predict unaligned
+    rows)."""
     columns: list[list[int | str]] | str | None = None
     """Columns per party, as indices or names (image columns, tabular fields), or the name of a
     dataset preset (e.g. ``vflhlp``, ``fedud``); ``None`` = equal contiguous blocks (2 parties on
@@ -100,6 +105,9 @@ class PartitionSpec:
             raise UserError(f"--labeled must be ≥ 1, got {self.n_labeled}")
         if not 0.0 < self.test_fraction < 1.0:
             raise UserError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
+        taf = self.test_aligned_fraction
+        if taf is not None and taf != "train" and not (isinstance(taf, int | float) and 0.0 < taf <= 1.0):
+            raise UserError(f"test_aligned_fraction must be in (0, 1] or 'train', got {taf!r}")
         if self.alignment not in ("given", "psi", "plain"):
             raise UserError(f"alignment must be given, psi or plain, got {self.alignment!r}")
         if self.n_parties > n_columns:
@@ -177,6 +185,9 @@ class PartyData:
             raise KeyError(f"{self.name} holds no {split} rows for ids {list(missing)}")
         return X[pos]
 
+    def test_labels(self, ids: np.ndarray) -> np.ndarray:
+        return self.y_test[self._test_index.positions(ids)]
+
     def labels(self, ids: np.ndarray) -> np.ndarray:
         if self.label_ids is None:
             raise KeyError(f"{self.name} holds no labels")
@@ -197,6 +208,8 @@ class Partition:
     aligned_ids: np.ndarray
     labeled_ids: np.ndarray
     """Aligned entities labeled for supervised VFL."""
+    test_aligned_ids: np.ndarray | None = None
+    """Test entities every party holds (``None`` = all test entities)."""
     meta: dict = field(default_factory=dict)
     """Source-specific facts worth reporting (e.g. PSI bytes of a file-based source)."""
     truth_ids: np.ndarray | None = None
@@ -245,6 +258,8 @@ class Partition:
             "labeled": int(len(self.labeled_ids)),
             "train_rows": {p.name: int(len(p.train_ids)) for p in self.parties},
             "test_rows": int(len(self.active.test_ids)),
+            "test_aligned_rows": int(len(self.active.test_ids if self.test_aligned_ids is None
+                                         else self.test_aligned_ids)),
             "columns": {p.name: int(len(p.columns)) for p in self.parties},
             "spec": asdict(self.spec),
             "fingerprint": self.fingerprint(),
@@ -291,19 +306,25 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
         raise UserError(f"--labeled {n_labeled} exceeds the {n_aligned} aligned rows")
     labeled_pos = aligned_pos[rng.permutation(n_aligned)[:n_labeled]]
 
+    taf = spec.test_aligned_fraction
+    taf = n_aligned / n_train if taf == "train" else (1.0 if taf is None else float(taf))
+    # the aligned test rows are a seeded draw; passive parties hold only those
+    test_aligned_pos = np.sort(rng.permutation(test_pos)[: max(1, int(round(taf * len(test_pos))))])
+
     names = party_names(K)
     parties = []
     for k in range(K):
         cols = columns[k]
         pos_k = np.concatenate([aligned_pos, own_unaligned[k]])
         layout: dict = {"column_names": tuple(ds.column_names[c] for c in cols)}
+        te_k = test_pos if k == 0 else test_aligned_pos
         if ds.kind == "image":
-            X_tr, X_te = ds.X[pos_k][..., cols], ds.X[test_pos][..., cols]
+            X_tr, X_te = ds.X[pos_k][..., cols], ds.X[te_k][..., cols]
         else:  # party-local preprocessing fitted on its own training rows only
             num, cat = cols[cols < ds.n_numeric], cols[cols >= ds.n_numeric] - ds.n_numeric
             C = ds.categorical if ds.categorical is not None else np.zeros((len(ds.y), 0), dtype=np.int64)
-            X_tr, X_te, card = encode_party(ds.X[pos_k][:, num], ds.X[test_pos][:, num], C[pos_k][:, cat],
-                                            C[test_pos][:, cat], log=ds.log_transform, min_freq=data.min_freq,
+            X_tr, X_te, card = encode_party(ds.X[pos_k][:, num], ds.X[te_k][:, num], C[pos_k][:, cat],
+                                            C[te_k][:, cat], log=ds.log_transform, min_freq=data.min_freq,
                                             hash_buckets=data.hash_buckets)
             layout.update(n_numeric=len(num), cardinalities=card,
                           column_names=tuple(ds.column_names[c] for c in [*num, *(cat + ds.n_numeric)]))
@@ -311,7 +332,8 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
         if k == 0:
             lab_pos = np.concatenate([labeled_pos, own_unaligned[0]]) if spec.active_labels_unaligned else labeled_pos
             labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
-        parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[test_pos],
+        parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[te_k],
                                  X_te.astype(np.float32), **labels, **layout))
     return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos],
+                     test_aligned_ids=None if len(test_aligned_pos) == len(test_pos) else ds.ids[test_aligned_pos],
                      truth_ids=ds.ids[train_pos], truth_y=ds.y[train_pos])

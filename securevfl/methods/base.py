@@ -46,6 +46,9 @@ class Method(ABC):
     default_params: ClassVar[dict] = {}
     active_labels_unaligned: ClassVar[bool] = False
     """The partition default for ``active_labels_unaligned`` when the spec leaves it unset."""
+    test_aligned_default: ClassVar[float | str] = 1.0
+    """The partition default for ``test_aligned_fraction`` (``"train"`` for methods that predict
+    rows only the active party holds)."""
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
@@ -63,7 +66,7 @@ class Method(ABC):
                                with_passives=self.uses_passives, record=c.record)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it
         mode = partition.spec.alignment if self.uses_passives and "aligned_by" not in partition.meta else "given"
-        align(fed, mode, partition.aligned_ids)
+        align(fed, mode, partition.aligned_ids, partition.test_aligned_ids)
         return fed
 
     def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
