@@ -16,6 +16,15 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(message)
 
 
+def _fraction_or_train(v: str) -> float | str:
+    if v == "train":
+        return v
+    try:
+        return float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction or 'train', got {v!r}") from None
+
+
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train one method on one dataset and report utility, privacy and cost")
     p.add_argument("--dataset", help="dataset name (default fashion-mnist)")
@@ -24,6 +33,8 @@ def _add_train(sub) -> None:
     p.add_argument("--aligned-fraction", type=float, help="fraction of training entities held by all parties")
     p.add_argument("--aligned-count", type=int, help="exact number of aligned training entities")
     p.add_argument("--unaligned", choices=["disjoint", "all"], help="how unaligned rows are spread")
+    p.add_argument("--test-aligned-fraction", type=_fraction_or_train,
+                   help="share of test rows every party holds (rest: active party only), or 'train'")
     p.add_argument("--labeled", type=int, help="labeled aligned entities (default: all aligned)")
     p.add_argument("--alignment", choices=["given", "psi", "plain"], help="how the aligned set is established")
     p.add_argument("--epochs", type=int)
@@ -32,6 +43,7 @@ def _add_train(sub) -> None:
     p.add_argument("--optimizer", choices=["adam", "sgd"], help="every party's optimizer (default adam)")
     p.add_argument("--cut-dim", type=int, help="width of each bottom model's output")
     p.add_argument("--bottom", choices=["auto", "mlp", "cnn"], help="bottom model family")
+    p.add_argument("--model-preset", help="a paper's architecture: vflhlp-avazu, vflhlp-criteo, fedud")
     p.add_argument("--seed", type=int)
     p.add_argument("--defense", help="none | iso:LAMBDA | dp:clip=C,noise=Z | ... ('+' composes)")
     p.add_argument("--he", help="off | ckks | paillier")
@@ -69,14 +81,15 @@ def _build_config(args: argparse.Namespace):
         cfg.record = True
     part = {"n_parties": args.parties, "aligned_fraction": args.aligned_fraction,
             "aligned_count": args.aligned_count, "unaligned": args.unaligned, "n_labeled": args.labeled,
-            "alignment": args.alignment, "columns": args.fields}
+            "alignment": args.alignment, "columns": args.fields, "test_aligned_fraction": args.test_aligned_fraction}
     for k, v in part.items():
         if v is not None:
             setattr(cfg.partition, k, v)
     for obj, k, v in [(cfg.train, "epochs", args.epochs), (cfg.train, "batch_size", args.batch_size),
                       (cfg.optim, "lr", args.lr), (cfg.optim, "optimizer", args.optimizer),
                       (cfg.model, "cut_dim", args.cut_dim),
-                      (cfg.model, "bottom", args.bottom), (cfg.data, "dir", args.data_dir),
+                      (cfg.model, "bottom", args.bottom), (cfg.model, "preset", args.model_preset),
+                      (cfg.data, "dir", args.data_dir),
                       (cfg.data, "path", args.data_path), (cfg.data, "max_rows", args.max_rows),
                       (cfg.data, "sample", args.sample), (cfg.data, "party_files", args.party_file),
                       (cfg.data, "id_column", args.id_column), (cfg.data, "label_column", args.label_column)]:

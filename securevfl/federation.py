@@ -74,7 +74,8 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
         torch.manual_seed(seed_for(seed, k))
         party.bottom = build_bottom(party.data.feature_shape, model, party.data.n_numeric, party.data.cardinalities)
     torch.manual_seed(seed_for(seed, len(partition.parties)))
-    active.head = build_head(model.cut_dim + len(passives) * cut.out_dim(model.cut_dim), partition.n_classes, model)
+    active.passive_widths = [cut.out_dim(model.cut_dim)] * len(passives)
+    active.head = build_head(model.cut_dim + sum(active.passive_widths), partition.n_classes, model)
     for party in [active, *passives]:
         party.optimizer = make_optimizer(party.parameters(), optim)
     for p in passives:

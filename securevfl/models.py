@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from securevfl.errors import UserError
+
 
 @dataclass
 class ModelConfig:
@@ -23,6 +25,28 @@ class ModelConfig:
     """Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g)."""
     emb_dim: int = 8
     """Embedding width per categorical field (tabular data; VFLHLP uses 8)."""
+    preset: str | None = None
+    """A paper's architecture (:data:`MODEL_PRESETS`): it sets the fields it names, overriding them."""
+
+
+MODEL_PRESETS: dict[str, dict] = {
+    # VFLHLP Table 1. "#dim" there is the embedded input width (Avazu 7 fields → 56, so 8 per field;
+    # Criteo 26 fields → 416, so 16); "encoder 64→64→16" are the layer widths after the input, the
+    # last being r^k; the head is one linear layer on the concatenation (48 = 3 × 16, 32 = 2 × 16).
+    "vflhlp-avazu": {"hidden": (64, 64), "cut_dim": 16, "head_hidden": (), "emb_dim": 8},
+    "vflhlp-criteo": {"hidden": (256, 128, 64), "cut_dim": 16, "head_hidden": (), "emb_dim": 16},
+    # FedUD §4.3: embeddings 10, top model {256, 128}, other models {512, 256, 128} (last = r^k)
+    "fedud": {"hidden": (512, 256), "cut_dim": 128, "head_hidden": (256, 128), "emb_dim": 10},
+}
+
+
+def apply_model_preset(cfg: ModelConfig) -> None:
+    if cfg.preset is None:
+        return
+    if cfg.preset not in MODEL_PRESETS:
+        raise UserError(f"unknown model preset {cfg.preset!r}; available: {', '.join(MODEL_PRESETS)}")
+    for key, value in MODEL_PRESETS[cfg.preset].items():
+        setattr(cfg, key, value)
 
 
 class MLPEncoder(nn.Module):

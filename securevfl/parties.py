@@ -24,6 +24,8 @@ class Party:
         self.endpoint = endpoint
         self.hooks = hooks
         self.bottom: nn.Module | None = None
+        # method-specific modules this party owns besides its bottom model (e.g. FedUD's Rep)
+        self.extra_modules: dict[str, nn.Module] = {}
         self.optimizer: torch.optim.Optimizer | None = None
         self.step = 0
         # local-update hooks: called with this party's parameters after backward, before the step
@@ -36,10 +38,12 @@ class Party:
         return torch.from_numpy(self.data.rows(ids, split))
 
     def parameters(self) -> list[nn.Parameter]:
-        return list(self.bottom.parameters()) if self.bottom is not None else []
+        """Trainable parameters (frozen ones, ``requires_grad=False``, stay out of the optimizer)."""
+        mods = ([self.bottom] if self.bottom is not None else []) + list(self.extra_modules.values())
+        return [q for m in mods for q in m.parameters() if q.requires_grad]
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
-        return {"bottom": self.bottom}
+        return {"bottom": self.bottom, **self.extra_modules}
 
     def snapshot(self) -> dict:
         """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""
@@ -98,16 +102,18 @@ class ActiveParty(Party):
         self.head: nn.Module | None = None
         self.cut_ends: dict[str, ActiveEnd] = {}
         self._received: list[torch.Tensor] = []
+        self.own_output: torch.Tensor | None = None
+        self.passive_widths: list[int] = []  # width of each passive party's input to the head
         # the current training run's plan, handed to hooks for privacy accounting
         self.n_examples: int | None = None
         self.sample_rate: float | None = None
         self.planned_steps: int | None = None
 
     def parameters(self) -> list[nn.Parameter]:
-        return super().parameters() + list(self.head.parameters())
+        return super().parameters() + [q for q in self.head.parameters() if q.requires_grad]
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
-        return {"bottom": self.bottom, "head": self.head}
+        return {**super().modules_to_snapshot(), "head": self.head}
 
     def plan(self, n_examples: int, batch_size: int, steps: int) -> None:
         """Record the coming training run (population, nominal batch size, steps) for the hooks."""
@@ -131,7 +137,22 @@ class ActiveParty(Party):
         self.head.train(training)
         with torch.set_grad_enabled(training):
             own = self.bottom(self.features(ids, split))
+            self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
             return self.head(torch.cat([own, *self._received], dim=1))
+
+    def logits_alone(self, ids: np.ndarray, split: str, training: bool, fill=None) -> torch.Tensor:
+        """Logits for rows only this party holds: each passive party's input is ``fill(r^1)`` (a
+        list, one tensor per passive party; FedUD's Rep) or zeros — the absent party contributes
+        nothing, which is how a plain VFL model must predict such rows."""
+        self.bottom.train(training)
+        self.head.train(training)
+        with torch.set_grad_enabled(training):
+            own = self.bottom(self.features(ids, split))
+            if fill is not None:
+                reps = fill(own)
+            else:
+                reps = [own.new_zeros(len(ids), w) for w in self.passive_widths]
+            return self.head(torch.cat([own, *reps], dim=1))
 
     def backward(self, loss: torch.Tensor, ids: np.ndarray) -> None:
         """Backprop the loss locally, step, and send ∂L/∂r^k back through each cut-layer end."""

@@ -17,6 +17,7 @@ from securevfl.errors import UserError
 from securevfl.federation import Federation
 from securevfl.hooks import TensorHook
 from securevfl.methods import Method, MethodContext, get_method
+from securevfl.models import apply_model_preset
 
 
 @dataclass
@@ -64,6 +65,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     if cfg.optim.lr <= 0:
         raise UserError(f"--lr must be > 0, got {cfg.optim.lr}")
     method_cls = get_method(cfg.method)
+    apply_model_preset(cfg.model)
     cut = make_cut_layer(cfg.he)
     for hook in hooks or []:
         if not hook.acts_on & method_cls.sends:

@@ -46,8 +46,10 @@ class SplitTrainer:
     """
 
     def __init__(self, fed: Federation, cfg: TrainConfig, seed: int,
-                 loss_terms: list[LossTerm] | None = None, progress: bool | None = None) -> None:
+                 loss_terms: list[LossTerm] | None = None, progress: bool | None = None,
+                 fill: Callable[[torch.Tensor], list[torch.Tensor]] | None = None) -> None:
         self.fed = fed
+        self.fill = fill  # the passive inputs for rows only the active party holds (None = zeros)
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)  # the active party's batch order
         self.loss_terms = loss_terms or []
@@ -104,14 +106,34 @@ class SplitTrainer:
             out.append(torch.softmax(self.fed.active.logits(batch, split, False), dim=1))
         return torch.cat(out).numpy()
 
+    @torch.no_grad()
+    def predict_proba_alone(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
+        """Rows only the active party holds: no exchange, passive inputs from ``self.fill``."""
+        out = [torch.softmax(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
+                                                          self.fill), dim=1)
+               for s in range(0, len(ids), self.cfg.eval_batch_size)]
+        return torch.cat(out).numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
+
     def evaluate(self) -> dict:
-        """Utility on the test entities every party holds (all of them unless the partition keeps
-        some test rows at the active party only; those need a method that predicts without the
-        passive parties, e.g. FedUD)."""
+        """Test utility. When some test rows exist only at the active party (FedUD's setting), the
+        aligned ones go through the federation and the others through :meth:`predict_proba_alone`;
+        ``test`` is then the overall value and ``aligned`` / ``unaligned`` break it down (FedUD
+        Table 2)."""
         a = self.fed.active
-        ids = a.data.test_ids if a.aligned_test_ids is None else a.aligned_test_ids
-        out = utility(self.predict_proba(ids, "test"), a.data.test_labels(ids), self.fed.n_classes)
-        if len(ids) < len(a.data.test_ids):
-            out["evaluated_on"] = f"{len(ids)} aligned test rows of {len(a.data.test_ids)}"
+        ids, y = a.data.test_ids, a.data.y_test
+        if not self.fed.passives or a.aligned_test_ids is None or len(a.aligned_test_ids) == len(ids):
+            probs = self.predict_proba(ids, "test")
+            mask = np.ones(len(ids), dtype=bool) if a.aligned_test_ids is None else np.isin(ids, a.aligned_test_ids)
+        else:
+            mask = np.isin(ids, a.aligned_test_ids)
+            probs = np.empty((len(ids), self.fed.n_classes), dtype=np.float32)
+            probs[mask] = self.predict_proba(ids[mask], "test")
+            probs[~mask] = self.predict_proba_alone(ids[~mask], "test")
+        out = utility(probs, y, self.fed.n_classes)
+        if not mask.all():
+            keep = ("auc", "logloss", "accuracy")
+            for name, m in (("aligned", mask), ("unaligned", ~mask)):
+                sub = utility(probs[m], y[m], self.fed.n_classes)
+                out[name] = {k: sub[k] for k in keep if k in sub} | {"rows": int(m.sum())}
         return out
 

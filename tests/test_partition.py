@@ -111,10 +111,12 @@ def test_unaligned_test_rows_stay_at_the_active_party(digits, alignment):
     assert make_partition(digits, PartitionSpec(aligned_fraction=0.3), 0).test_aligned_ids is None
     assert make_partition(digits, PartitionSpec(aligned_fraction=0.3, test_aligned_fraction="train"), 0) \
         .summary()["test_aligned_rows"] == round(len(act.test_ids) * len(p.aligned_ids) / len(p.truth_ids))
-    # splitnn evaluates on the aligned test rows only; the alignment step found them
+    # the alignment step found the aligned test rows; splitnn predicts the others with a zero passive input
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0)
     cfg.train.epochs = 1
     cfg.partition = PartitionSpec(aligned_fraction=0.3, test_aligned_fraction=0.5, alignment=alignment)
     out = run_training(cfg)
     assert np.array_equal(np.sort(out.federation.active.aligned_test_ids), np.sort(pas.test_ids))
-    assert out.result["utility"]["evaluated_on"].startswith(f"{len(pas.test_ids)} aligned test rows")
+    util = out.result["utility"]
+    assert util["aligned"]["rows"] == len(pas.test_ids)
+    assert util["aligned"]["rows"] + util["unaligned"]["rows"] == len(act.test_ids)

@@ -1,0 +1,123 @@
+"""FedUD (papers/fedud.txt; SPEC §3.5): federated learning with the host's unaligned rows.
+
+Two roles: the host H is the active party (features and labels on all its rows, aligned and
+unaligned), the guest G a passive party (features on aligned rows only).
+
+1. On the labeled aligned rows: h_H = f_Hb(x_H), h_G = f_G(x_G), z = f_Ht([h_H; h_G]), loss1 = CE;
+   the host's representation-transfer net learns h̃_G = Rep(h_H) with loss2 = MSE(h̃_G, sg(h_G)),
+   total loss1 + α·loss2. Rep lives at the host and only reads what the host already received.
+2. Rep frozen. loss3 = CE on aligned rows (real h_G) + β·CE on the host's unaligned rows
+   (h̃_G = Rep(h_H)), continuing from step 1's weights (``reinit: true`` re-initialises them).
+Inference: aligned test rows use the guest, unaligned test rows use Rep (the trainer's ``fill``).
+
+Readings where the paper is silent (documented choices):
+- α and β are "tunable" with no values given; defaults α = 1, β = 1.
+- Step 2 mixes both kinds of rows as if batches were drawn from their union: each step takes one
+  aligned batch of ``batch_size`` and ``batch_size · n_u / n_a`` unaligned rows, so one epoch
+  passes over both sets once (the unaligned part is host-local and cheap).
+- Rep is an MLP h_H → one h̃ per guest (hidden width 2·cut_dim); with K > 2 parties each passive
+  party is a guest and Rep predicts all of them.
+- Step 1 and step 2 each run ``train.epochs`` epochs; the paper's layer sizes are the ``fedud``
+  model preset (embeddings 10, bottoms 512→256→128, top 256→128).
+Nothing new crosses the channel: the guest sees exactly what it sees in ``splitnn`` (batch IDs of
+aligned rows, gradients), and unaligned rows never reach it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from securevfl.errors import UserError
+from securevfl.federation import Federation, seed_for
+from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.models import MLPEncoder
+from securevfl.parties import ActiveParty
+
+
+class RepNet(nn.Module):
+    """h_H → [h̃_G^1, ..., h̃_G^K]: the host's stand-in for each guest's representation."""
+
+    def __init__(self, in_dim: int, out_dims: list[int], hidden: int) -> None:
+        super().__init__()
+        self.out_dims = out_dims
+        self.net = MLPEncoder(in_dim, (hidden,), sum(out_dims))
+
+    def forward(self, h: torch.Tensor) -> list[torch.Tensor]:
+        return list(torch.split(self.net(h), self.out_dims, dim=1))
+
+
+def distillation_loss(rep: RepNet, host: ActiveParty) -> torch.Tensor:
+    """loss2 = mean over rows of ‖Rep(h_H) − sg(h_G)‖² (guest representations as received)."""
+    pred = torch.cat(rep(host.own_output), dim=1)
+    target = torch.cat([r.detach() for r in host._received], dim=1)
+    return ((pred - target) ** 2).sum(dim=1).mean()
+
+
+class UnalignedBatches:
+    """Cycles through the host's unaligned labeled rows in shuffled batches (its own rng)."""
+
+    def __init__(self, ids: np.ndarray, batch_size: int, seed: int) -> None:
+        self.ids, self.batch_size = ids, batch_size
+        self.rng = np.random.default_rng(seed)
+        self.order, self.pos = self.rng.permutation(ids), 0
+
+    def next(self) -> np.ndarray:
+        if self.pos >= len(self.order):
+            self.order, self.pos = self.rng.permutation(self.ids), 0
+        batch = self.order[self.pos:self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return batch
+
+
+@register_method
+class FedUD(Method):
+    name = "fedud"
+    summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
+    active_labels_unaligned = True
+    test_aligned_default = "train"
+    default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
+
+    def fit(self, fed: Federation) -> None:
+        a, p = fed.active, self.params
+        alpha, beta = float(p["alpha"]), float(p["beta"])
+        if alpha < 0 or beta < 0:
+            raise UserError(f"fedud: alpha and beta must be ≥ 0, got {alpha}, {beta}")
+        aligned = labeled_aligned_ids(fed)
+        unaligned = np.setdiff1d(a.data.label_ids, a.aligned_ids)
+        if len(unaligned) == 0:
+            raise UserError("fedud needs labeled rows only the host holds (partition.active_labels_unaligned: true "
+                            "and aligned_fraction < 1)")
+        cut = a.bottom.out_dim
+        torch.manual_seed(seed_for(self.ctx.seed, 0) + 606)
+        rep = RepNet(cut, a.passive_widths, int(p["rep_hidden"] or 2 * cut))
+        a.extra_modules["rep"] = rep
+        self.reset_optimizers(fed)
+
+        # step 1: VFL on aligned rows + α·MSE distillation into Rep
+        step1 = self.finetune(fed, aligned, loss_terms=[lambda: alpha * distillation_loss(rep, a)])
+
+        # step 2: Rep frozen; aligned CE + β·CE on the host's unaligned rows
+        rep.requires_grad_(False)
+        rep.eval()
+        if p["reinit"]:
+            for party in fed.parties:
+                for m in [party.bottom, *([party.head] if party is a else [])]:
+                    for layer in m.modules():
+                        if hasattr(layer, "reset_parameters"):
+                            layer.reset_parameters()
+        self.reset_optimizers(fed)
+        n_u = max(1, int(round(self.ctx.train.batch_size * len(unaligned) / len(aligned))))
+        batches = UnalignedBatches(unaligned, n_u, seed_for(self.ctx.seed, 0) + 607)
+
+        def unaligned_loss() -> torch.Tensor:
+            ids = batches.next()
+            logits = a.logits_alone(ids, "train", True, fill=rep)
+            return beta * F.cross_entropy(logits, torch.from_numpy(a.data.labels(ids)))
+
+        self.trainer = self.finetune(fed, aligned, loss_terms=[unaligned_loss], fill=rep)
+        fed.meta["fedud"] = {"aligned_rows": int(len(aligned)), "unaligned_rows": int(len(unaligned)),
+                             "unaligned_batch": n_u, "alpha": alpha, "beta": beta,
+                             "step1_final_loss": step1.losses[-1] if step1.losses else None}
