@@ -32,7 +32,8 @@ def _add_train(sub) -> None:
     p.add_argument("--parties", type=int, help="number of parties K ≥ 2 (party 0 is active)")
     p.add_argument("--aligned-fraction", type=float, help="fraction of training entities held by all parties")
     p.add_argument("--aligned-count", type=int, help="exact number of aligned training entities")
-    p.add_argument("--unaligned", choices=["disjoint", "all"], help="how unaligned rows are spread")
+    p.add_argument("--unaligned", choices=["disjoint", "all", "active"],
+                   help="how unaligned rows are spread (active: only the active party has them)")
     p.add_argument("--test-aligned-fraction", type=_fraction_or_train,
                    help="share of test rows every party holds (rest: active party only), or 'train'")
     p.add_argument("--labeled", type=int, help="labeled aligned entities (default: all aligned)")

@@ -14,7 +14,7 @@ from securevfl.run import run_training
 def fedud_cfg(**partition) -> RunConfig:
     cfg = RunConfig(dataset="breast-cancer", method="fedud", record=True)
     cfg.partition.aligned_fraction = 0.3
-    cfg.partition.unaligned = "all"
+    cfg.partition.unaligned = "active"
     for k, v in partition.items():
         setattr(cfg.partition, k, v)
     cfg.train.epochs = 3
@@ -64,6 +64,7 @@ def test_unaligned_test_rows_never_reach_the_guest(fedud_run):
     unaligned_test = np.setdiff1d(part.active.test_ids, part.test_aligned_ids)
     assert len(unaligned_test) > 0
     assert not np.isin(unaligned_test, guest.data.test_ids).any()  # the guest cannot even hold them
+    assert np.array_equal(np.sort(guest.data.train_ids), np.sort(part.aligned_ids))  # guest: aligned rows only
     seen = np.concatenate([codec.decode_ids(m.payload) for m in fed.channel.received_by(guest.name)
                            if m.kind == MessageKind.BATCH_IDS])
     assert not np.isin(unaligned_test, seen).any()

@@ -78,6 +78,7 @@ def test_tabular_standardised_on_training_rows_only():
     ({"n_parties": 9}, "columns"),
     ({"n_labeled": 10_000}, "labeled"),
     ({"unaligned": "some"}, "unaligned"),
+    ({"unaligned": "passive"}, "unaligned"),
     ({"columns": [[0, 1], [1, 2]]}, "same column"),
     ({"test_aligned_fraction": 0.0}, "test_aligned_fraction"),
     ({"test_aligned_fraction": "most"}, "test_aligned_fraction"),

@@ -70,8 +70,9 @@ class PartitionSpec:
     aligned_count: int | None = None
     """Exact number of aligned training entities (overrides ``aligned_fraction``)."""
     unaligned: str = "disjoint"
-    """How the unaligned remainder is spread: ``disjoint`` (each entity at exactly one party) or
-    ``all`` (every party keeps all its rows)."""
+    """How the unaligned remainder is spread: ``disjoint`` (each entity at exactly one party),
+    ``all`` (every party keeps all its rows) or ``active`` (only the active party has rows beyond
+    the aligned ones — FedUD's host and guest)."""
     n_labeled: int | None = None
     """Aligned entities labeled for supervised VFL; ``None`` = all aligned entities."""
     active_labels_unaligned: bool | None = None
@@ -99,8 +100,8 @@ class PartitionSpec:
             raise UserError(f"--aligned-fraction must be in [0, 1], got {self.aligned_fraction}")
         if self.aligned_count is not None and self.aligned_count < 0:
             raise UserError(f"aligned_count must be ≥ 0, got {self.aligned_count}")
-        if self.unaligned not in ("disjoint", "all"):
-            raise UserError(f"unaligned must be 'disjoint' or 'all', got {self.unaligned!r}")
+        if self.unaligned not in ("disjoint", "all", "active"):
+            raise UserError(f"unaligned must be 'disjoint', 'all' or 'active', got {self.unaligned!r}")
         if self.n_labeled is not None and self.n_labeled < 1:
             raise UserError(f"--labeled must be ≥ 1, got {self.n_labeled}")
         if not 0.0 < self.test_fraction < 1.0:
@@ -299,7 +300,12 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
         raise UserError("the partition has no aligned rows; raise --aligned-fraction")
     aligned_pos, rest = train_pos[:n_aligned], train_pos[n_aligned:]
     K = spec.n_parties
-    own_unaligned = np.array_split(rest, K) if spec.unaligned == "disjoint" else [rest] * K
+    if spec.unaligned == "disjoint":
+        own_unaligned = np.array_split(rest, K)
+    elif spec.unaligned == "all":
+        own_unaligned = [rest] * K
+    else:
+        own_unaligned = [rest] + [rest[:0]] * (K - 1)
 
     n_labeled = n_aligned if spec.n_labeled is None else spec.n_labeled
     if n_labeled > n_aligned:
