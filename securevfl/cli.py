@@ -165,10 +165,37 @@ def make_parser() -> _Parser:
     d = sub.add_parser("datasets", help="list datasets and where each is found, or why not")
     d.add_argument("--data-dir")
     sub.add_parser("methods", help="list registered methods")
+    sw = sub.add_parser("sweep", help="run a sweep file (YAML) into an SQLite store; rerun to resume")
+    sw.add_argument("file")
+    sw.add_argument("--store", help="SQLite store (default runs/<sweep name>.sqlite)")
+    sw.add_argument("--workers", type=int, default=1, help="cells run in parallel (local processes or Ray tasks)")
+    sw.add_argument("--engine", default="local", help="local (default) or ray (optional extra)")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
+    rp.add_argument("store")
+    rp.add_argument("--out", required=True, help="output directory")
     return parser
 
 
-COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods}
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from securevfl.lab.engine import run_sweep
+
+    c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet)
+    print(f"sweep: {c['cells']} cells: {c['ok']} ran ok, {c['failed']} failed, {c['skipped']} already done "
+          f"→ {c['store']}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from securevfl.lab.report import write_report
+
+    paths = write_report(args.store, args.out)
+    print("report: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "sweep": cmd_sweep,
+            "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,153 @@
+"""Running sweep cells: a small engine interface, local processes by default, Ray when installed.
+
+Workers execute :func:`run_cell` and return a finished row; the sweep process alone writes the
+store, committing each row as it arrives (SPEC §7: a kill loses only the cells in flight).
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+
+from securevfl.errors import UserError
+from securevfl.lab.sweep import Cell
+
+OnResult = Callable[[dict], None]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())[:500]
+
+
+def run_cell(cell: Cell, sweep: str) -> dict:
+    """Run one cell and return its store row; any exception becomes a ``failed`` row."""
+    from securevfl.lab.compose import execute
+    from securevfl.lab.sweep import config_from_dict
+
+    row = {"run_id": cell.run_id, "sweep": sweep, "dataset": cell.config["dataset"], "method": cell.method,
+           "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
+           "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
+    try:
+        out = execute(config_from_dict(cell.config), progress=False)
+    except UserError as e:  # includes TrainingDiverged: the configuration, not the code, failed
+        return {**row, "status": "failed", "error": _one_line(f"{type(e).__name__}: {e}")}
+    except Exception as e:  # noqa: BLE001  (a cell's bug must not stop the sweep; keep the trace)
+        tb = traceback.format_exc(limit=-3)
+        return {**row, "status": "failed", "error": _one_line(f"{type(e).__name__}: {e} | {tb}")}
+    r = out.result
+    from securevfl.cli import _json_safe
+
+    r = _json_safe(r)
+    return {**row, "status": "ok", "error": None, "result_json": r, "utility": r["utility"]["test"],
+            "utility_metric": r["utility"]["metric"], "epsilon": r["privacy"].get("epsilon"),
+            "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"]}
+
+
+def _init_worker(threads: int) -> None:
+    # several torch processes on few cores slow each other down badly unless each keeps to its share
+    import torch
+
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
+class Engine(ABC):
+    name: str
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise UserError(f"--workers must be ≥ 1, got {workers}")
+        self.workers = workers
+
+    @abstractmethod
+    def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
+        """Run every cell, calling ``on_result(row)`` in this process as each finishes."""
+
+
+class LocalEngine(Engine):
+    """``--workers 1``: cells run one after another in this process; ``N > 1``: a pool of N
+    spawned processes, each with ``cores // N`` torch threads."""
+
+    name = "local"
+
+    def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
+        cells = list(cells)
+        if self.workers == 1:
+            for cell in cells:
+                on_result(run_cell(cell, sweep))
+            return
+        threads = max(1, (os.cpu_count() or 1) // self.workers)
+        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_init_worker,
+                                   initargs=(threads,))
+        try:
+            pending = {pool.submit(run_cell, c, sweep) for c in cells}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    on_result(f.result())
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+ENGINES: dict[str, type[Engine]] = {"local": LocalEngine}
+_MISSING: dict[str, str] = {}
+
+
+def register_engine(cls: type[Engine]) -> type[Engine]:
+    ENGINES[cls.name] = cls
+    return cls
+
+
+try:  # Ray is an optional extra: registered only when it imports
+    from securevfl.lab import ray_engine  # noqa: F401
+except ImportError:
+    _MISSING["ray"] = "pip install 'securevfl[ray]'"
+
+
+def make_engine(name: str, workers: int) -> Engine:
+    if name in _MISSING:
+        raise UserError(f"--engine {name} needs the optional extra: {_MISSING[name]}")
+    if name not in ENGINES:
+        raise UserError(f"unknown engine {name!r}; available: {', '.join(sorted(ENGINES))}")
+    return ENGINES[name](workers)
+
+
+def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine: str = "local",
+              progress: bool = True) -> dict:
+    """Run a sweep file into its store, skipping rows already ``ok``. Returns counts."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    from securevfl.lab.store import Store
+    from securevfl.lab.sweep import load_sweep
+
+    sweep = load_sweep(path)
+    runner = make_engine(engine, workers)
+    store = Store(store_path or f"runs/{sweep.name}.sqlite")
+    done = store.completed()
+    todo = [c for c in sweep.cells if c.run_id not in done]
+    counts = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,
+              "store": str(store.path)}
+    bar = tqdm(total=len(sweep.cells), initial=counts["skipped"], desc=f"sweep {sweep.name}", unit="cell",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+
+    def on_result(row: dict) -> None:
+        store.put(row)
+        counts[row["status"]] += 1
+        bar.update(1)
+        bar.set_postfix(ok=counts["ok"], failed=counts["failed"])
+        if row["status"] == "failed":
+            bar.write(f"cell {row['method']} / {row['defense']} / seed {row['seed']} failed: {row['error'][:200]}",
+                      file=sys.stderr)
+
+    try:
+        runner.run(todo, sweep.name, on_result)
+    finally:
+        bar.close()
+        store.close()
+    return counts

@@ -1,0 +1,42 @@
+"""``--engine ray``: each cell is a Ray task, so a sweep can use a cluster (``ray start`` / the
+``RAY_ADDRESS`` environment variable) or a local Ray instance. Imported only when Ray is installed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import ray  # ImportError here keeps the engine unregistered
+
+from securevfl.lab.engine import Engine, OnResult, register_engine, run_cell
+from securevfl.lab.sweep import Cell
+
+
+@ray.remote
+def _ray_cell(cell: Cell, sweep: str, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    return run_cell(cell, sweep)
+
+
+@register_engine
+class RayEngine(Engine):
+    name = "ray"
+
+    def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
+        if not ray.is_initialized():
+            address = os.environ.get("RAY_ADDRESS")
+            kw = {} if address else {"num_cpus": self.workers}
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                     **kw)
+        threads = max(1, (os.cpu_count() or 1) // self.workers)
+        pending = [_ray_cell.remote(c, sweep, threads) for c in cells]
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    on_result(ray.get(ref))
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)

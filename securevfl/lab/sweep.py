@@ -1,0 +1,244 @@
+"""Sweep files (SPEC §7): YAML → a grid of resolved run configurations, one per (cell, seed).
+
+Pure functions only: parsing and expansion. Running the cells lives in :mod:`engine`, keeping
+their results in :mod:`store`.
+
+Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
+
+- ``name``: the sweep's name (default store ``runs/<name>.sqlite``).
+- ``dataset``: ``{name, parties, aligned_fraction, labeled, ...}``; any partition key
+  (``aligned_count``, ``unaligned``, ``test_aligned_fraction``, ``columns``, ...) or data key
+  (``path``, ``dir``, ``max_rows``, ``sample``, ...). A list value sweeps that key (e.g.
+  ``aligned_fraction: [0.1, 0.2]``; the report then plots utility against it).
+- ``methods``: names, or one-key mappings ``{fedhssl: {ssl_epochs: 5}}`` giving method parameters.
+- ``defenses``: ``none``, a spec string (``iso:5``), or one-key mappings whose list-valued
+  parameter is the strength axis: ``{iso: [1, 5, 25]}``, ``{dp: {clip: 1.0, noise: [0.5, 1.0]}}``.
+- ``attacks``: attack names; ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them;
+  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from securevfl.config import RunConfig, apply_dict, load_config_file
+from securevfl.errors import UserError
+
+# keys of the ``dataset`` section that go to the data config rather than the partition spec
+_DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
+              "label_column"}
+_PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
+_TOP_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim"}
+
+
+@dataclass
+class Cell:
+    """One (method, defense strength, swept values, seed) run, fully resolved."""
+
+    method: str
+    defense: str
+    family: str
+    strength: float | None
+    seed: int
+    he: str
+    config: dict
+    """``RunConfig.to_dict()`` of the run; its hash is the run id."""
+    swept: dict = field(default_factory=dict)
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self.config)
+
+
+@dataclass
+class Sweep:
+    name: str
+    cells: list[Cell]
+    swept_keys: list[str]
+
+
+def run_id(config: dict) -> str:
+    """Hash of the resolved configuration: equal configs share a row, whatever the sweep file."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def _fail(key: str, problem: str) -> UserError:
+    return UserError(f"sweep file: key {key!r}: {problem}")
+
+
+def _as_list(value: object, key: str) -> list:
+    if isinstance(value, list):
+        if not value:
+            raise _fail(key, "empty list")
+        return value
+    return [value]
+
+
+def _number(v: object, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise _fail(key, f"expected a number, got {v!r}")
+    return float(v)
+
+
+def expand_defenses(entries: object) -> list[tuple[str, str, float | None]]:
+    """Sweep-file defenses → ``(spec string, family, strength)`` for each strength."""
+    out: list[tuple[str, str, float | None]] = []
+    for i, entry in enumerate(_as_list(entries if entries is not None else ["none"], "defenses")):
+        key = f"defenses[{i}]"
+        if isinstance(entry, str):
+            family = entry.split(":", 1)[0].strip()
+            strength = None
+            if ":" in entry and "=" not in entry.split(":", 1)[1]:
+                try:
+                    strength = float(entry.split(":", 1)[1])
+                except ValueError:
+                    raise _fail(key, f"cannot read strength of {entry!r}") from None
+            out.append((entry.strip(), family, strength))
+            continue
+        if not isinstance(entry, dict) or len(entry) != 1:
+            raise _fail(key, "expected 'none', a spec like 'iso:5', or a one-key mapping like {iso: [1, 5]}")
+        (family, params), = entry.items()
+        key = f"{key}.{family}"
+        if isinstance(params, dict):
+            swept = [k for k, v in params.items() if isinstance(v, list)]
+            if len(swept) > 1:
+                raise _fail(key, f"one strength list per defense, got lists for {', '.join(swept)}")
+            fixed = {k: _number(v, f"{key}.{k}") for k, v in params.items() if k not in swept}
+            values = _as_list(params[swept[0]], f"{key}.{swept[0]}") if swept else [None]
+            for v in values:
+                p = dict(fixed)
+                if swept:
+                    p[swept[0]] = _number(v, f"{key}.{swept[0]}")
+                spec = f"{family}:" + ",".join(f"{k}={p[k]:g}" for k in p)
+                out.append((spec, family, None if v is None else float(v)))
+        else:
+            for v in _as_list(params, key):
+                s = _number(v, key)
+                out.append((f"{family}:{s:g}", family, s))
+    return out
+
+
+def _validate_defenses(defenses: list[tuple[str, str, float | None]]) -> None:
+    import defenses as defense_lib  # the lab's composition layer may import the defense package
+
+    for spec, _, _ in defenses:
+        try:
+            defense_lib.parse_defense(spec)
+        except UserError as e:
+            raise _fail(f"defenses ({spec})", str(e)) from None
+
+
+def _methods(entries: object) -> list[tuple[str, dict]]:
+    from securevfl.methods import get_method
+
+    out = []
+    for i, entry in enumerate(_as_list(entries, "methods")):
+        if isinstance(entry, str):
+            name, params = entry, {}
+        elif isinstance(entry, dict) and len(entry) == 1:
+            (name, params), = entry.items()
+            if not isinstance(params, dict):
+                raise _fail(f"methods[{i}].{name}", "method parameters must be a mapping")
+        else:
+            raise _fail(f"methods[{i}]", "expected a method name or {name: {param: value}}")
+        try:
+            get_method(name)
+        except UserError as e:
+            raise _fail(f"methods[{i}]", str(e)) from None
+        out.append((name, params))
+    return out
+
+
+def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
+    """Expand a sweep mapping into cells (the grid × seeds), each a resolved ``RunConfig`` dict."""
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: top level must be a mapping")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise _fail(sorted(unknown)[0], f"unknown key; expected one of {', '.join(sorted(_TOP_KEYS))}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name or "/" in name:
+        raise _fail("name", "a non-empty name without '/' is required")
+    ds = data.get("dataset")
+    if isinstance(ds, str):
+        ds = {"name": ds}
+    if not isinstance(ds, dict) or "name" not in ds:
+        raise _fail("dataset", "expected a mapping with at least 'name'")
+    methods = _methods(data.get("methods"))
+    defenses = expand_defenses(data.get("defenses"))
+    _validate_defenses(defenses)
+    attacks = data.get("attacks") or []
+    if not isinstance(attacks, list) or not all(isinstance(a, str) for a in attacks):
+        raise _fail("attacks", "expected a list of attack names")
+    import attacks as attack_lib
+
+    for i, a in enumerate(attacks):
+        if a not in attack_lib.ATTACKS:
+            raise _fail(f"attacks[{i}]", f"unknown attack {a!r}; available: {', '.join(attack_lib.attack_names())}")
+    he_modes = [str(h).lower() if h is not False else "off" for h in _as_list(data.get("he", "off"), "he")]
+    from securevfl.cutlayer import cut_layer_names
+
+    for i, h in enumerate(he_modes):
+        if h not in cut_layer_names():
+            raise _fail(f"he[{i}]" if isinstance(data.get("he"), list) else "he",
+                        f"{h!r} is not available; available: {', '.join(cut_layer_names())}")
+    seeds = _as_list(data.get("seeds", [0]), "seeds")
+    for i, s in enumerate(seeds):
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise _fail(f"seeds[{i}]", f"expected an integer, got {s!r}")
+
+    # the dataset section: list values are swept axes
+    base = RunConfig(dataset=str(ds["name"]), attacks=list(attacks))
+    fixed: dict[str, dict] = {"partition": {}, "data": {}}
+    axes: dict[str, list] = {}
+    for k, v in ds.items():
+        if k == "name":
+            continue
+        if k == "columns" or not isinstance(v, list):
+            section = "data" if k in _DATA_KEYS else "partition"
+            fixed[section][_PARTITION_ALIASES.get(k, k)] = v
+        else:
+            axes[k] = _as_list(v, f"dataset.{k}")
+    for section in ("train", "model", "optim"):
+        if section in data:
+            fixed[section] = data[section]
+    for section, values in fixed.items():
+        try:
+            apply_dict(getattr(base, section), values, f"{'dataset' if section in ('partition', 'data') else section}.")
+        except UserError as e:
+            raise UserError(f"sweep file: {e}") from None
+
+    cells: list[Cell] = []
+    axis_names = list(axes)
+    for combo in itertools.product(*axes.values()) if axes else [()]:
+        swept = dict(zip(axis_names, combo, strict=True))
+        for (method, params), (spec, family, strength), he, seed in itertools.product(methods, defenses, he_modes,
+                                                                                      seeds):
+            cfg = copy.deepcopy(base)
+            cfg.method, cfg.defense, cfg.he, cfg.seed = method, spec, he, int(seed)
+            cfg.method_params = dict(params)
+            for k, v in swept.items():
+                section = cfg.data if k in _DATA_KEYS else cfg.partition
+                try:
+                    apply_dict(section, {_PARTITION_ALIASES.get(k, k): v}, "dataset.")
+                except UserError as e:
+                    raise UserError(f"sweep file: {e}") from None
+            cells.append(Cell(method, spec, family, strength, int(seed), he, cfg.to_dict(), swept))
+    return Sweep(name, cells, axis_names)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    p = Path(path)
+    return parse_sweep(load_config_file(p), str(p))
+
+
+def config_from_dict(d: dict) -> RunConfig:
+    """Rebuild a ``RunConfig`` from ``to_dict()`` output (in a worker process)."""
+    cfg = RunConfig()
+    apply_dict(cfg, d)
+    return cfg
