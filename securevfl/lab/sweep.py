@@ -155,7 +155,10 @@ def _methods(entries: object) -> list[tuple[str, dict]]:
 
 
 def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
-    """Expand a sweep mapping into cells (the grid × seeds), each a resolved ``RunConfig`` dict."""
+    """Expand a sweep mapping into cells (the grid × seeds), each a resolved ``RunConfig`` dict.
+    Single-party baselines (``local``) run once per seed with no defense, HE or attack."""
+    from securevfl.methods import get_method
+
     if not isinstance(data, dict):
         raise UserError(f"{source}: top level must be a mapping")
     unknown = set(data) - _TOP_KEYS
@@ -219,9 +222,17 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
         swept = dict(zip(axis_names, combo, strict=True))
         for (method, params), (spec, family, strength), he, seed in itertools.product(methods, defenses, he_modes,
                                                                                       seeds):
+            if not get_method(method).uses_passives:
+                # a single-party baseline (``local``) has no cut layer to defend, encrypt or attack:
+                # one plain run per seed, shown in the report as a reference utility
+                if (spec, he) != (defenses[0][0], he_modes[0]):
+                    continue
+                spec, family, strength, he = "none", "none", None, "off"
             cfg = copy.deepcopy(base)
             cfg.method, cfg.defense, cfg.he, cfg.seed = method, spec, he, int(seed)
             cfg.method_params = dict(params)
+            if not get_method(method).uses_passives:
+                cfg.attacks = []
             for k, v in swept.items():
                 section = cfg.data if k in _DATA_KEYS else cfg.partition
                 try:
