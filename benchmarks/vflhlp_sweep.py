@@ -26,6 +26,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="uci-credit")
     ap.add_argument("--data-path")
     ap.add_argument("--fields")
+    ap.add_argument("--max-rows", type=int)
+    ap.add_argument("--preset", help="model preset, e.g. vflhlp-criteo (paper Table 1)")
     ap.add_argument("--methods", nargs="+", default=["local", "splitnn", "vflhlp", "vflhlp-a", "vflhlp-p"])
     ap.add_argument("--aligned", nargs="+", type=float, default=[0.005, 0.02, 0.08, 0.16],
                     help="aligned fraction of training rows")
@@ -43,6 +45,7 @@ def main() -> None:
                     continue
                 cfg = RunConfig(dataset=args.dataset, method=method, seed=seed)
                 cfg.data.path, cfg.partition.columns = args.data_path, args.fields
+                cfg.data.max_rows, cfg.model.preset = args.max_rows, args.preset
                 cfg.partition.aligned_fraction, cfg.partition.active_labels_unaligned = aligned, True
                 paper_finetuning(cfg, args.epochs)
                 r = execute(cfg, progress=False).result

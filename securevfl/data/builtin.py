@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import struct
 from pathlib import Path
@@ -15,15 +16,30 @@ from securevfl.errors import UserError
 DEBIAN_DATASETS = Path("/usr/share/datasets")
 
 
+def subsample(ds: Dataset, cfg: DataConfig) -> Dataset:
+    """``sample`` / ``max_rows`` for in-memory datasets: a seeded uniform subset (``sample_seed``),
+    so a predefined test split keeps its proportion. File readers apply these while streaming."""
+    n = len(ds.y)
+    rng = np.random.default_rng(cfg.sample_seed)
+    keep = np.flatnonzero(rng.random(n) < cfg.sample) if cfg.sample < 1.0 else np.arange(n)
+    if cfg.max_rows is not None and cfg.max_rows < len(keep):
+        keep = np.sort(rng.choice(keep, cfg.max_rows, replace=False))
+    if len(keep) == n:
+        return ds
+    return dataclasses.replace(ds, X=ds.X[keep], y=ds.y[keep], ids=ds.ids[keep],
+                               test_mask=None if ds.test_mask is None else ds.test_mask[keep],
+                               categorical=None if ds.categorical is None else ds.categorical[keep])
+
+
 def _sklearn_locate(_: DataConfig) -> str:
     return "bundled with scikit-learn"
 
 
-def _breast_cancer(_: DataConfig) -> Dataset:
+def _breast_cancer(cfg: DataConfig) -> Dataset:
     from sklearn.datasets import load_breast_cancer
 
     d = load_breast_cancer()
-    return Dataset(
+    return subsample(Dataset(
         name="breast-cancer",
         X=d.data.astype(np.float32),
         y=d.target.astype(np.int64),
@@ -31,21 +47,21 @@ def _breast_cancer(_: DataConfig) -> Dataset:
         n_classes=2,
         kind="tabular",
         feature_names=tuple(d.feature_names),
-    )
+    ), cfg)
 
 
-def _digits(_: DataConfig) -> Dataset:
+def _digits(cfg: DataConfig) -> Dataset:
     from sklearn.datasets import load_digits
 
     d = load_digits()
-    return Dataset(
+    return subsample(Dataset(
         name="digits",
         X=(d.images / 16.0).astype(np.float32),  # 8×8, pixel range is fixed: no data-dependent scaling
         y=d.target.astype(np.int64),
         ids=np.arange(len(d.target), dtype=np.int64),
         n_classes=10,
         kind="image",
-    )
+    ), cfg)
 
 
 register_dataset(DatasetEntry("breast-cancer", "569 × 30 tabular, binary (scikit-learn)", _breast_cancer,
@@ -105,8 +121,8 @@ def _idx_loader_factory(name: str, locate):
         y = np.concatenate([y_tr, y_te]).astype(np.int64)
         test_mask = np.zeros(len(y), dtype=bool)
         test_mask[len(y_tr):] = True
-        return Dataset(name=name, X=X, y=y, ids=np.arange(len(y), dtype=np.int64), n_classes=10,
-                       kind="image", test_mask=test_mask)
+        return subsample(Dataset(name=name, X=X, y=y, ids=np.arange(len(y), dtype=np.int64), n_classes=10,
+                                 kind="image", test_mask=test_mask), cfg)
 
     return load
 
