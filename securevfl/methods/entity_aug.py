@@ -26,6 +26,10 @@ back to that guest, which has nothing to apply it to). ``miss_rate`` simulates s
 guest independently sends nothing at a step (from the second step on) with that probability,
 drawn from its own seeded generator. Without the queue a missing message is an error.
 
+``draw: aligned`` is the aligned-only baseline through the same code: every party draws the
+aligned rows in one common order (the host sends the seed), so each row is one entity and the soft
+label is its true label; an epoch is then ⌈n_aligned / B⌉ steps.
+
 Evaluation uses the ordinary aligned protocol on aligned test rows (the host requests the IDs).
 
 Defenses: ``iso`` and ``sparsify`` act per message and work unchanged. The label-DP accountant
@@ -99,10 +103,14 @@ class NoFeatures(nn.Module):
 
 # ---------------------------------------------------------------------------------- guest role
 class GuestState:
-    """Lives inside a guest: its sampler and its straggler simulation."""
+    """Lives inside a guest: its sampler and its straggler simulation. ``shared_seed`` (``draw:
+    aligned``): draw the aligned rows in the order every party derives from this seed."""
 
-    def __init__(self, party: PassiveParty, seed: int, miss_rate: float) -> None:
-        self.sampler = EntitySampler(party.data.train_ids, np.random.default_rng(seed))
+    def __init__(self, party: PassiveParty, seed: int, miss_rate: float, shared_seed: int | None = None) -> None:
+        if shared_seed is None:
+            self.sampler = EntitySampler(party.data.train_ids, np.random.default_rng(seed))
+        else:
+            self.sampler = EntitySampler(np.sort(party.aligned_ids), np.random.default_rng(shared_seed))
         self.miss_rng = np.random.default_rng(seed + 1)
         self.miss_rate = miss_rate
         self.skip: set[int] = set()  # steps at which this guest sends nothing (fault injection)
@@ -219,7 +227,7 @@ class EntityAugTrainer(SplitTrainer):
 class EntityAugmentation(Method):
     name = "entity-aug"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
-    default_params = {"queue": False, "miss_rate": 0.0}
+    default_params = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
     active_labels_unaligned = True
     partition_defaults = {"active_labels_all": True}
     label_only_host = True
@@ -231,6 +239,8 @@ class EntityAugmentation(Method):
             raise UserError(f"method {self.name}: queue must be true or false, got {self.params['queue']!r}")
         if not 0.0 <= float(self.params["miss_rate"]) < 1.0:
             raise UserError(f"method {self.name}: miss_rate must be in [0, 1), got {self.params['miss_rate']}")
+        if self.params["draw"] not in ("independent", "aligned"):
+            raise UserError(f"method {self.name}: draw must be independent or aligned, got {self.params['draw']!r}")
         if self.ctx.train.lr_grid:
             raise UserError(f"method {self.name} has no labeled validation rows per entity to search a learning "
                             "rate on; set optim.lr instead of train.lr_grid")
@@ -250,17 +260,27 @@ class EntityAugmentation(Method):
     def fit(self, fed: Federation) -> None:
         a = fed.active
         miss = float(self.params["miss_rate"])
+        shared = None
+        if self.params["draw"] == "aligned":  # the host hands every guest the seed of a common order
+            shared = seed_for(self.ctx.seed, 0) + 909
+            for p in fed.passives:
+                a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
         for k, p in enumerate(fed.passives, start=1):
-            p.entity_aug = GuestState(p, seed_for(self.ctx.seed, k) + 808, miss)
+            seed = None if shared is None else int(p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
+            p.entity_aug = GuestState(p, seed_for(self.ctx.seed, k) + 808, miss, seed)
             guest_announce(p)
         counts = [int(a.endpoint.recv_json(p.name, MessageKind.CONTROL)) for p in fed.passives]
         host_sampler = None
         if not isinstance(a.bottom, NoFeatures):
-            host_ids = np.intersect1d(a.data.train_ids, a.data.label_ids)
-            host_sampler = EntitySampler(host_ids, np.random.default_rng(seed_for(self.ctx.seed, 0) + 808))
-            counts.append(len(host_ids))
+            if shared is None:
+                host_sampler = EntitySampler(np.intersect1d(a.data.train_ids, a.data.label_ids),
+                                             np.random.default_rng(seed_for(self.ctx.seed, 0) + 808))
+            else:
+                host_sampler = EntitySampler(np.sort(a.aligned_ids), np.random.default_rng(shared))
+            counts.append(len(host_sampler.ids))
         self.trainer = EntityAugTrainer(fed, self.ctx.train, self.ctx.seed, bool(self.params["queue"]), host_sampler,
                                         progress=self.ctx.progress)
-        self.trainer.fit(np.arange(max(counts)))
+        n_rows = len(a.aligned_ids) if shared is not None else max(counts)
+        self.trainer.fit(np.arange(n_rows))
         fed.meta["entity_aug"] = {"rows_per_party": counts, "steps": a.step, "queue_reuses": len(self.trainer.reused)}
 

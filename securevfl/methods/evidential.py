@@ -8,6 +8,8 @@ u = C / S. Back from an opinion: S = C / u, α = b·S + 1.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 Opinion = tuple[torch.Tensor, torch.Tensor]
@@ -40,8 +42,10 @@ def reduced_yager(o1: Opinion, o2: Opinion) -> Opinion:
 
 
 def fuse(opinions: list[Opinion]) -> Opinion:
-    """Fold K opinions pairwise with the reduced Yager rule (RISA Eq. 4: ω = ω¹ ⊕ ω² ⊕ … ⊕ ω^K).
-    The rule is commutative and associative, so the order does not matter."""
+    """Fold K opinions pairwise, left to right, with the reduced Yager rule (RISA Eq. 4:
+    ω = ω¹ ⊕ ω² ⊕ … ⊕ ω^K). The rule is commutative but, like Yager's, not associative (conflict
+    already moved to uncertainty is not redistributed), so for K > 2 the party order matters: we
+    fold in party order, the active party first."""
     out = opinions[0]
     for o in opinions[1:]:
         out = reduced_yager(out, o)
@@ -52,7 +56,7 @@ def kl_to_uniform(alpha: torch.Tensor) -> torch.Tensor:
     """KL(Dir(α) ‖ Dir(1)) per row (Sensoy et al. 2018, Eq. 5 with the all-ones prior)."""
     n_classes = alpha.shape[-1]
     s = alpha.sum(-1)
-    log_norm = torch.lgamma(s) - torch.lgamma(torch.tensor(float(n_classes))) - torch.lgamma(alpha).sum(-1)
+    log_norm = torch.lgamma(s) - math.lgamma(n_classes) - torch.lgamma(alpha).sum(-1)
     return log_norm + ((alpha - 1.0) * (torch.digamma(alpha) - torch.digamma(s).unsqueeze(-1))).sum(-1)
 
 
