@@ -5,7 +5,8 @@ reproductions at CPU scale.
         --out runs/risa_fmnist.jsonl
     python benchmarks/risa_entity_aug.py --table ablation --dataset uci-credit \
         --data-path ../shared/data/uci_credit_card.csv --out runs/risa_credit.jsonl
-    python benchmarks/risa_entity_aug.py --table ea --dataset fashion-mnist --train-rows 12000 --out runs/ea_fmnist.jsonl
+    python benchmarks/risa_entity_aug.py --table ea --dataset fashion-mnist --train-rows 12000 \
+        --out runs/ea_fmnist.jsonl
 
 ``risa``: risa / splitnn / local / local-vfl / random-match at 1, 10, 50 % overlap (2 parties,
 image halves or the default contiguous field split; the active party's non-overlapping rows are

@@ -6,8 +6,16 @@ import torch
 
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
-from securevfl.methods.evidential import (alpha_from_opinion, edl_loss, fuse, kl_annealing, kl_to_uniform,
-                                          opinion_from_evidence, reduced_yager, uncertainty_threshold)
+from securevfl.methods.evidential import (
+    alpha_from_opinion,
+    edl_loss,
+    fuse,
+    kl_annealing,
+    kl_to_uniform,
+    opinion_from_evidence,
+    reduced_yager,
+    uncertainty_threshold,
+)
 from securevfl.methods.risa import EvidentialHeads, ImputingView, imputation_vector
 from securevfl.run import run_training
 

@@ -167,9 +167,10 @@ class EntityAugTrainer(SplitTrainer):
         self.reused: list[tuple[int, str]] = []  # (host step, guest) pairs served from the queue
         self._soft: torch.Tensor | None = None
 
-    def _host_collect(self, name: str) -> tuple[torch.Tensor, np.ndarray, bool]:
+    def _host_collect(self, name: str, b: int) -> tuple[torch.Tensor, np.ndarray, bool]:
         """Guest ``name``'s activation and IDs this step: (tensor, ids, live). In process, a guest
-        that sent nothing shows up as an empty queue on receive (a timeout on a real network)."""
+        that sent nothing shows up as an empty queue on receive (a timeout on a real network). A
+        reused batch is cut or cycled to this step's ``b`` rows (an epoch's last batch is smaller)."""
         a = self.fed.active
         try:
             ids = a.endpoint.recv_ids(name, MessageKind.BATCH_IDS)
@@ -177,7 +178,8 @@ class EntityAugTrainer(SplitTrainer):
             if self.queue and name in self.stale:
                 self.reused.append((a.step, name))
                 tensor, ids = self.stale[name]
-                return tensor.clone(), ids, False
+                rows = np.arange(b) % len(ids)
+                return tensor[torch.from_numpy(rows)].clone(), ids[rows], False
             hint = "" if self.queue else "; set method_params.queue: true to reuse its last activation"
             raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}") from None
         p = self.fed.party(name)
@@ -192,7 +194,7 @@ class EntityAugTrainer(SplitTrainer):
             guest_forward(p)
         reps, parts, weights, live = [], [], [], {}
         for p in fed.passives:
-            rep, ids, is_live = self._host_collect(p.name)
+            rep, ids, is_live = self._host_collect(p.name, b)
             reps.append(rep)
             parts.append(ids)
             weights.append(float(rep.shape[1]))  # w_i = dim(a_i)
