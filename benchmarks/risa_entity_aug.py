@@ -86,6 +86,8 @@ def configure(args, table: str, variant: str, method: str, aligned: float, seed:
     cfg.partition.aligned_fraction = aligned
     cfg.train.epochs, cfg.train.batch_size = args.epochs, args.batch_size
     cfg.model.bottom = args.bottom
+    if table in ("risa", "ablation"):  # paper setting: party 1's non-overlapping rows are labeled (Local uses them)
+        cfg.partition.active_labels_unaligned = True
     if table in ("risa", "ablation") and method == "risa":
         flags = ABLATION.get(variant) or (True, True, True)
         cfg.method_params = dict(zip(("imputation", "self_training", "evidential"), flags, strict=True))

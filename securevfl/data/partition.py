@@ -153,9 +153,10 @@ class PartitionSpec:
                 raise UserError(f"dataset {ds.name} has no field preset {cols!r}; available: {avail}")
             cols = ds.presets[cols]
         if len(cols) != self.n_feature_parties:
-            host = "" if self.active_features else " feature-holding (the active party is label-only)"
-            raise UserError(f"the field assignment lists {len(cols)} parties but there are {self.n_feature_parties}"
-                            f"{host} parties")
+            if self.active_features:
+                raise UserError(f"the field assignment lists {len(cols)} parties but --parties is {self.n_parties}")
+            raise UserError(f"the field assignment lists {len(cols)} parties but there are {self.n_feature_parties} "
+                            "feature-holding parties (the active party is label-only)")
         names = {n: i for i, n in enumerate(ds.column_names)}
         out = []
         for block in cols:
