@@ -42,6 +42,10 @@ class TensorHook(ABC):
 
     acts_on: ClassVar[frozenset[str]] = frozenset()
     name: ClassVar[str] = "hook"
+    needs_aligned_batches: ClassVar[bool] = False
+    """True when the hook's guarantee assumes each released row belongs to one labeled example of
+    a batch all parties share (e.g. the label-DP accountant); methods without aligned batches
+    (entity-aug) refuse such hooks."""
 
     @abstractmethod
     def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor: ...

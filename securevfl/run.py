@@ -50,6 +50,9 @@ def build_partition(cfg: RunConfig) -> Partition:
         cfg.partition.active_labels_unaligned = get_method(cfg.method).active_labels_unaligned
     if cfg.partition.test_aligned_fraction is None:
         cfg.partition.test_aligned_fraction = get_method(cfg.method).test_aligned_default
+    for key, value in get_method(cfg.method).partition_defaults.items():
+        if getattr(cfg.partition, key) is None:
+            setattr(cfg.partition, key, value)
     entry = get_dataset_entry(cfg.dataset)
     if entry.partition is not None:
         return entry.partition(cfg.data, cfg.partition, cfg.seed)
@@ -72,6 +75,9 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
             raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
                             f"{cfg.method} sends {sent}")
+        if hook.needs_aligned_batches and not method_cls.aligned_batches:
+            raise UserError(f"defense {hook.name} accounts per labeled example of an aligned batch, but method "
+                            f"{cfg.method} trains on unaligned batches (rows mix several entities' labels)")
     # the method validates its parameters before any data is read, so a typo fails fast
     method = method_cls(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, cut=cut,
                                       hooks=hooks or [], record=cfg.record, progress=progress,

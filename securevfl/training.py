@@ -1,6 +1,9 @@
 """The shared split-learning loop (SPEC §3.1). Every method that trains a head on cut-layer
 activations runs through :class:`SplitTrainer`; methods customise it with extra active-side loss
-terms and by choosing which IDs to train on, not by copying the loop."""
+terms, by choosing which IDs to train on, or by subclassing its small overridable pieces (the
+objective :meth:`SplitTrainer.loss`, the output → probability map :meth:`SplitTrainer.proba`, the
+per-epoch row set :meth:`SplitTrainer.epoch_ids`, or, for a different message protocol, the step),
+not by copying the loop."""
 
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ class SplitTrainer:
         self.rng = np.random.default_rng(seed)  # the active party's batch order
         self.loss_terms = loss_terms or []
         self.losses: list[float] = []
+        self.epoch = 0  # current epoch of ``fit`` (schedules such as RISA's KL annealing read it)
         self.progress = sys.stderr.isatty() if progress is None else progress
 
     def _exchange(self, ids: np.ndarray, split: str, training: bool) -> None:
@@ -67,19 +71,34 @@ class SplitTrainer:
     def train_step(self, ids: np.ndarray) -> float:
         fed = self.fed
         self._exchange(ids, "train", True)
-        logits = fed.active.logits(ids, "train", True)
-        y = torch.from_numpy(fed.active.data.labels(ids))
-        loss = F.cross_entropy(logits, y)
-        for term in self.loss_terms:
-            loss = loss + term()
-        if not torch.isfinite(loss):
-            raise TrainingDiverged(f"training diverged: non-finite loss at step {len(self.losses)}; lower the "
-                                   "learning rate or the defense strength")
+        loss = self.total_loss(fed.active.logits(ids, "train", True), ids)
         fed.active.backward(loss, ids)
         for p in fed.passives:
             p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))
         self.losses.append(float(loss.detach()))
         return self.losses[-1]
+
+    def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """The objective on the head's output for ``ids``: cross-entropy against the active party's labels."""
+        return F.cross_entropy(out, torch.from_numpy(self.fed.active.data.labels(ids)))
+
+    def total_loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """:meth:`loss` + the extra loss terms, checked for divergence."""
+        loss = self.loss(out, ids)
+        for term in self.loss_terms:
+            loss = loss + term()
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(f"training diverged: non-finite loss at step {len(self.losses)}; lower the "
+                                   "learning rate or the defense strength")
+        return loss
+
+    def proba(self, out: torch.Tensor) -> torch.Tensor:
+        """Class probabilities from the head's output."""
+        return torch.softmax(out, dim=1)
+
+    def epoch_ids(self, epoch: int, ids: np.ndarray) -> np.ndarray:
+        """The rows to train on in ``epoch`` (all of ``ids``; RISA drops uncertain rows here)."""
+        return ids
 
     def fit(self, ids: np.ndarray, epochs: int | None = None, desc: str = "train") -> list[float]:
         """Train on ``ids`` (entities the active party holds labels for and every party has)."""
@@ -90,7 +109,9 @@ class SplitTrainer:
         self.fed.active.plan(len(ids), bs, n_steps)
         with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:
             for epoch in range(epochs):
-                order = ids[self.rng.permutation(len(ids))]
+                self.epoch = epoch
+                rows = self.epoch_ids(epoch, ids)
+                order = rows[self.rng.permutation(len(rows))]
                 for start in range(0, len(order), bs):
                     loss = self.train_step(order[start:start + bs])
                     bar.update(1)
@@ -103,7 +124,7 @@ class SplitTrainer:
         for start in range(0, len(ids), self.cfg.eval_batch_size):
             batch = ids[start:start + self.cfg.eval_batch_size]
             self._exchange(batch, split, False)
-            out.append(torch.softmax(self.fed.active.logits(batch, split, False), dim=1))
+            out.append(self.proba(self.fed.active.logits(batch, split, False)))
         return torch.cat(out).numpy()
 
     @torch.no_grad()

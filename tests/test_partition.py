@@ -121,3 +121,37 @@ def test_unaligned_test_rows_stay_at_the_active_party(digits, alignment):
     util = out.result["utility"]
     assert util["aligned"]["rows"] == len(pas.test_ids)
     assert util["aligned"]["rows"] + util["unaligned"]["rows"] == len(act.test_ids)
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_label_only_host_spreads_columns_and_unaligned_rows_over_guests(digits, k):
+    p = make_partition(digits, PartitionSpec(n_parties=k, aligned_fraction=0.2, active_features=False,
+                                             active_labels_all=True), 0)
+    host, guests = p.active, p.passives
+    assert len(host.columns) == 0 and host.X_train.shape[1:] == (8, 0)
+    assert sorted(np.concatenate([g.columns for g in guests]).tolist()) == list(range(8))
+    unaligned = [set(g.train_ids.tolist()) - set(p.aligned_ids.tolist()) for g in guests]
+    assert all(not (a & b) for i, a in enumerate(unaligned) for b in unaligned[i + 1:])  # disjoint over guests
+    assert max(map(len, unaligned)) - min(map(len, unaligned)) <= 1
+    # the host knows every training entity and its label; its features are zero-width
+    assert set(host.train_ids.tolist()) == set.union(set(p.aligned_ids.tolist()), *unaligned)
+    assert set(host.label_ids.tolist()) == set(host.train_ids.tolist())
+    assert host.rows(host.train_ids[:3]).shape == (3, 8, 0)
+
+
+def test_active_labels_all_and_unlabeled_active_rows(digits):
+    base = dict(aligned_fraction=0.3, active_labels_unaligned=True)
+    p = make_partition(digits, PartitionSpec(**base, active_labels_all=True), 0)
+    passive_only = set(p.passives[0].train_ids.tolist()) - set(p.aligned_ids.tolist())
+    assert passive_only <= set(p.active.label_ids.tolist())
+    assert not passive_only & set(p.active.train_ids.tolist())  # labels, but no features there
+    q = make_partition(digits, PartitionSpec(**base, unaligned_label_fraction=0.25), 0)
+    r = make_partition(digits, PartitionSpec(**base), 0)
+    own = np.setdiff1d(q.active.train_ids, q.aligned_ids)
+    labeled_own = np.intersect1d(own, q.active.label_ids)
+    assert len(labeled_own) == round(0.25 * len(own))
+    # the draw leaves every other part of the split unchanged
+    for a, b in zip(q.parties, r.parties, strict=True):
+        assert np.array_equal(a.train_ids, b.train_ids) and np.array_equal(a.X_train, b.X_train)
+    with pytest.raises(UserError, match="unaligned_label_fraction"):
+        make_partition(digits, PartitionSpec(unaligned_label_fraction=1.5), 0)

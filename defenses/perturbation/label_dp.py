@@ -39,6 +39,7 @@ class LabelDP(Defense):
     params = {"clip": float, "noise": float, "epsilon": float, "delta": float, "accountant": str}
     defaults = {"clip": 1.0, "delta": 1e-5, "accountant": "rdp"}
     acts_on = frozenset({MessageKind.GRADIENT})
+    needs_aligned_batches = True  # Δ = 2C per row and sample rate B/N assume one labeled example per row
 
     def validate(self) -> None:
         c = self.config

@@ -8,7 +8,14 @@
 3. the unaligned remainder: ``disjoint`` splits it evenly, each entity to exactly one party;
    ``all`` gives every party all of it;
 4. labels: ``n_labeled`` aligned entities (default: all aligned) are labeled at the active party,
-   plus the active party's unaligned rows when ``active_labels_unaligned`` is set.
+   plus the active party's unaligned rows when ``active_labels_unaligned`` is set (all of them, or
+   an ``unaligned_label_fraction`` share: the rest are unlabeled rows at the active party), plus
+   the rows only passive parties hold when ``active_labels_all`` is set (Entity Augmentation's host
+   knows every entity's label, although it holds features only for its own rows).
+
+``active_features: false`` makes the active party a label-only host (Entity Augmentation): it
+holds no feature columns; the columns and the unaligned remainder are spread over the passive
+parties only, and its ID set is every training entity it has a label for.
 
 Test entities are aligned (every party holds their features). Tabular features are preprocessed
 per party on that party's own training rows (:mod:`securevfl.data.tabular`): numeric fields are
@@ -85,6 +92,17 @@ class PartitionSpec:
     unaligned test rows: passive parties never see them). ``"train"`` = the training aligned
     share; ``None`` = the method's default (1.0, or ``"train"`` for methods that predict unaligned
     rows)."""
+    active_labels_all: bool | None = None
+    """Whether the active party also holds labels for the unaligned rows only passive parties hold
+    (Entity Augmentation: the host knows every entity's label). ``None`` = the method's default
+    (off)."""
+    unaligned_label_fraction: float = 1.0
+    """With ``active_labels_unaligned``: the share of the active party's unaligned rows that are
+    labeled (a seeded draw); the others are unlabeled rows at the active party (RISA Fig. 1)."""
+    active_features: bool = True
+    """``false``: the active party is a label-only host (Entity Augmentation) with no feature
+    columns; ``columns`` then lists the passive parties' blocks only, and the unaligned remainder
+    is spread over the passive parties."""
     columns: list[list[int | str]] | str | None = None
     """Columns per party, as indices or names (image columns, tabular fields), or the name of a
     dataset preset (e.g. ``vflhlp``, ``fedud``); ``None`` = equal contiguous blocks (2 parties on
@@ -111,21 +129,35 @@ class PartitionSpec:
             raise UserError(f"test_aligned_fraction must be in (0, 1] or 'train', got {taf!r}")
         if self.alignment not in ("given", "psi", "plain"):
             raise UserError(f"alignment must be given, psi or plain, got {self.alignment!r}")
-        if self.n_parties > n_columns:
-            raise UserError(f"{self.n_parties} parties but only {n_columns} columns to split")
+        if not 0.0 <= self.unaligned_label_fraction <= 1.0:
+            raise UserError(f"unaligned_label_fraction must be in [0, 1], got {self.unaligned_label_fraction}")
+        if self.n_feature_parties > n_columns:
+            raise UserError(f"{self.n_feature_parties} feature-holding parties but only {n_columns} columns to split")
+
+    @property
+    def n_feature_parties(self) -> int:
+        """Parties that hold feature columns (all of them, or the passive ones behind a label-only host)."""
+        return self.n_parties if self.active_features else self.n_parties - 1
 
     def resolve_columns(self, ds: Dataset) -> list[np.ndarray]:
-        """Per-party column indices (validated)."""
+        """Per-party column indices (validated); a label-only active party gets none."""
+        out = self._resolve_feature_columns(ds)
+        return out if self.active_features else [np.zeros(0, dtype=np.int64), *out]
+
+    def _resolve_feature_columns(self, ds: Dataset) -> list[np.ndarray]:
         cols = self.columns
         if cols is None:
-            return [np.asarray(c, dtype=np.int64) for c in default_columns(ds.n_columns, self.n_parties)]
+            return [np.asarray(c, dtype=np.int64) for c in default_columns(ds.n_columns, self.n_feature_parties)]
         if isinstance(cols, str):
             if cols not in ds.presets:
                 avail = ", ".join(ds.presets) or "none"
                 raise UserError(f"dataset {ds.name} has no field preset {cols!r}; available: {avail}")
             cols = ds.presets[cols]
-        if len(cols) != self.n_parties:
-            raise UserError(f"the field assignment lists {len(cols)} parties but --parties is {self.n_parties}")
+        if len(cols) != self.n_feature_parties:
+            if self.active_features:
+                raise UserError(f"the field assignment lists {len(cols)} parties but --parties is {self.n_parties}")
+            raise UserError(f"the field assignment lists {len(cols)} parties but there are {self.n_feature_parties} "
+                            "feature-holding parties (the active party is label-only)")
         names = {n: i for i, n in enumerate(ds.column_names)}
         out = []
         for block in cols:
@@ -156,7 +188,7 @@ class PartyData:
     X_train: np.ndarray
     test_ids: np.ndarray
     X_test: np.ndarray
-    # Active party only: labels it holds (ids ⊆ train_ids) and the test labels.
+    # Active party only: labels it holds (ids ⊆ train_ids, except with ``active_labels_all``) and the test labels.
     label_ids: np.ndarray | None = None
     y_labels: np.ndarray | None = None
     y_test: np.ndarray | None = None
@@ -300,7 +332,10 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
         raise UserError("the partition has no aligned rows; raise --aligned-fraction")
     aligned_pos, rest = train_pos[:n_aligned], train_pos[n_aligned:]
     K = spec.n_parties
-    if spec.unaligned == "disjoint":
+    if not spec.active_features:  # label-only host: the guests share the unaligned rows; the host knows every ID
+        guests = np.array_split(rest, K - 1) if spec.unaligned == "disjoint" else [rest] * (K - 1)
+        own_unaligned = [rest[:0], *guests]
+    elif spec.unaligned == "disjoint":
         own_unaligned = np.array_split(rest, K)
     elif spec.unaligned == "all":
         own_unaligned = [rest] * K
@@ -322,9 +357,13 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
     for k in range(K):
         cols = columns[k]
         pos_k = np.concatenate([aligned_pos, own_unaligned[k]])
+        if k == 0 and not spec.active_features:
+            pos_k = np.concatenate([aligned_pos, rest])
         layout: dict = {"column_names": tuple(ds.column_names[c] for c in cols)}
         te_k = test_pos if k == 0 else test_aligned_pos
-        if ds.kind == "image":
+        if len(cols) == 0:  # label-only host: zero-width feature block
+            X_tr, X_te = (np.zeros((len(p), *ds.X.shape[1:-1], 0), dtype=np.float32) for p in (pos_k, te_k))
+        elif ds.kind == "image":
             X_tr, X_te = ds.X[pos_k][..., cols], ds.X[te_k][..., cols]
         else:  # party-local preprocessing fitted on its own training rows only
             num, cat = cols[cols < ds.n_numeric], cols[cols >= ds.n_numeric] - ds.n_numeric
@@ -336,7 +375,16 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
                           column_names=tuple(ds.column_names[c] for c in [*num, *(cat + ds.n_numeric)]))
         labels = {}
         if k == 0:
-            lab_pos = np.concatenate([labeled_pos, own_unaligned[0]]) if spec.active_labels_unaligned else labeled_pos
+            lab_pos = [labeled_pos]
+            if spec.active_labels_unaligned:
+                own = own_unaligned[0]
+                if spec.unaligned_label_fraction < 1.0:  # own generator: leaves every other draw unchanged
+                    keep = np.random.default_rng([seed, 17]).permutation(len(own))
+                    own = own[np.sort(keep[: int(round(spec.unaligned_label_fraction * len(own)))])]
+                lab_pos.append(own)
+            if spec.active_labels_all:
+                lab_pos.append(np.setdiff1d(rest, own_unaligned[0]))
+            lab_pos = np.concatenate(lab_pos)
             labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
         parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[te_k],
                                  X_te.astype(np.float32), **labels, **layout))

@@ -1,6 +1,6 @@
 """VFL methods, one per file, registered by name."""
 
-from securevfl.methods import fedhssl, fedlocal, fedud, local, splitnn, vflhlp  # noqa: F401  (registration)
+from securevfl.methods import entity_aug, fedhssl, fedlocal, fedud, local, risa, splitnn, vflhlp  # noqa: F401
 from securevfl.methods.base import Method, MethodContext, get_method, method_names, register_method
 
 __all__ = ["Method", "MethodContext", "get_method", "method_names", "register_method"]

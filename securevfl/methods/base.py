@@ -49,6 +49,14 @@ class Method(ABC):
     test_aligned_default: ClassVar[float | str] = 1.0
     """The partition default for ``test_aligned_fraction`` (``"train"`` for methods that predict
     rows only the active party holds)."""
+    partition_defaults: ClassVar[dict] = {}
+    """Partition fields this method sets when the spec leaves them ``None`` (e.g. entity-aug's
+    ``active_labels_all``)."""
+    label_only_host: ClassVar[bool] = False
+    """Whether the method can train with a label-only active party (``partition.active_features: false``)."""
+    aligned_batches: ClassVar[bool] = True
+    """Whether every training batch is one set of entities shared by all parties (False for
+    entity-aug); defenses with ``needs_aligned_batches`` (the label-DP accountant) refuse otherwise."""
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
@@ -62,6 +70,9 @@ class Method(ABC):
 
     def build(self, partition: Partition) -> Federation:
         c = self.ctx
+        if not partition.spec.active_features and not self.label_only_host:
+            raise UserError(f"method {self.name} needs features at the active party; a label-only host "
+                            "(partition.active_features: false) works with entity-aug")
         fed = build_federation(partition, c.model, c.optim, c.seed, c.cut, c.hooks,
                                with_passives=self.uses_passives, record=c.record)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it

@@ -1,0 +1,288 @@
+"""Entity Augmentation (papers/entity_augmentation.txt, Algorithm 1; SPEC §3.7): split learning
+without entity alignment during training.
+
+Every training step the host (the active party) asks each guest (passive party) for a batch of
+``b`` rows; each guest draws them from *its own* entities in its own shuffled order (recycled
+when exhausted), computes a_i = m_i(x) and sends its entity IDs and a_i. The host concatenates the
+guests' activations row by row (row t mixes entity j_1 of guest 1, j_2 of guest 2, ...) and trains
+on the soft label y = Σ_i w_i y_{j_i} / Σ_i w_i with w_i = dim(a_i), the width of guest i's
+activation (Algorithm 1 line 11); the loss is cross-entropy against y. Gradients go back to each
+guest, which applies them to the rows it chose. Where all parts of a row are the same entity
+(aligned rows drawn together, e.g. ``rows: aligned`` with synchronised draws) y is the true label.
+
+Host: either a feature-holding active party (it draws its own rows too, and its bottom output
+counts in the soft label with w = its width) or a label-only host (``partition.active_features:
+false``, the paper's setting): it holds every entity's label and no features; its head reads the
+guests' activations only. The host must know the labels of all entities the guests hold, so this
+method defaults ``partition.active_labels_all`` and ``active_labels_unaligned`` to true.
+
+One epoch = ⌈n_max / B⌉ steps, n_max the largest row count of a feature-holding party (guests
+announce their row counts): every row of every party is used at least once per epoch (the paper's
+"max_i |S_i ∩ S_h| if guests may reuse data").
+
+Queue (``queue: true``, Algorithm 1's Q_i): the host keeps each guest's last activation and IDs;
+when a guest's message is missing at a step, the host reuses them (a constant: no gradient goes
+back to that guest, which has nothing to apply it to). ``miss_rate`` simulates stragglers: each
+guest independently sends nothing at a step (from the second step on) with that probability,
+drawn from its own seeded generator. Without the queue a missing message is an error.
+
+``draw: aligned`` is the aligned-only baseline through the same code: every party draws the
+aligned rows in one common order (the host sends the seed), so each row is one entity and the soft
+label is its true label; an epoch is then ⌈n_aligned / B⌉ steps.
+
+Evaluation uses the ordinary aligned protocol on aligned test rows (the host requests the IDs).
+
+Defenses: ``iso`` and ``sparsify`` act per message and work unchanged. The label-DP accountant
+``dp`` does not apply: its replace-one-label sensitivity (Δ = 2C per clipped gradient row) and
+sampling rate B/N assume each released row belongs to one labeled example drawn from one
+population; here a row's gradient depends on the labels of up to K entities and one entity can
+occur in several guests' batches of one step, so the reported ε would be wrong — asking for it is
+an error. Attacks: ``mc`` works (it uses the adversary's bottom model); the transcript attacks
+``norm``/``direction`` find no (ids, gradient) pairs, because a guest never *receives* its batch
+IDs here — it chose them.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+
+from securevfl.channel import MessageKind
+from securevfl.data.partition import ACTIVE, Partition
+from securevfl.errors import ProtocolError, UserError
+from securevfl.federation import Federation, make_optimizer, seed_for
+from securevfl.hooks import HookContext
+from securevfl.methods.base import Method, register_method
+from securevfl.models import build_head
+from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.training import SplitTrainer
+
+
+def soft_labels(labels: list[np.ndarray], weights: list[float], n_classes: int) -> torch.Tensor:
+    """y = Σ_i w_i onehot(y_{j_i}) / Σ_i w_i, row by row (Algorithm 1 line 11)."""
+    y = torch.zeros(len(labels[0]), n_classes, dtype=torch.float32)
+    for lab, w in zip(labels, weights, strict=True):
+        y += w * torch.nn.functional.one_hot(torch.from_numpy(np.asarray(lab, dtype=np.int64)), n_classes).float()
+    return y / float(sum(weights))
+
+
+def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return -(target * torch.log_softmax(logits, dim=1)).sum(1).mean()
+
+
+class EntitySampler:
+    """A party's own batch order: a shuffled pass over its rows, reshuffled when exhausted."""
+
+    def __init__(self, ids: np.ndarray, rng: np.random.Generator) -> None:
+        self.ids, self.rng = np.asarray(ids), rng
+        self.order, self.cursor = self.rng.permutation(self.ids), 0
+
+    def draw(self, b: int) -> np.ndarray:
+        out = []
+        while b > 0:
+            if self.cursor == len(self.order):
+                self.order, self.cursor = self.rng.permutation(self.ids), 0
+            take = self.order[self.cursor:self.cursor + b]
+            self.cursor += len(take)
+            b -= len(take)
+            out.append(take)
+        return np.concatenate(out)
+
+
+class NoFeatures(nn.Module):
+    """The label-only host's 'bottom model': a zero-width output, so the head reads only the guests."""
+
+    out_dim = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_zeros((x.shape[0], 0))
+
+
+# ---------------------------------------------------------------------------------- guest role
+class GuestState:
+    """Lives inside a guest: its sampler and its straggler simulation. ``shared_seed`` (``draw:
+    aligned``): draw the aligned rows in the order every party derives from this seed."""
+
+    def __init__(self, party: PassiveParty, seed: int, miss_rate: float, shared_seed: int | None = None) -> None:
+        if shared_seed is None:
+            self.sampler = EntitySampler(party.data.train_ids, np.random.default_rng(seed))
+        else:
+            self.sampler = EntitySampler(np.sort(party.aligned_ids), np.random.default_rng(shared_seed))
+        self.miss_rng = np.random.default_rng(seed + 1)
+        self.miss_rate = miss_rate
+        self.skip: set[int] = set()  # steps at which this guest sends nothing (fault injection)
+        self.requests = 0
+
+
+def guest_announce(party: PassiveParty) -> None:
+    party.endpoint.send_json(ACTIVE, MessageKind.CONTROL, int(len(party.data.train_ids)))
+
+
+def guest_forward(party: PassiveParty) -> None:
+    """Guest step (Algorithm 1, guest lines 1–3): take the host's request for ``b`` rows, draw them
+    from its own entities, send the IDs and a_i = m_i(x) — or, as a straggler, send nothing."""
+    st: GuestState = party.entity_aug
+    b = int(party.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
+    step, st.requests = st.requests, st.requests + 1
+    missed = st.miss_rate > 0 and step > 0 and st.miss_rng.random() < st.miss_rate
+    if missed or step in st.skip:
+        return
+    ids = st.sampler.draw(b)
+    party.bottom.train(True)
+    z = party.bottom(party.features(ids, "train"))
+    party._z = z  # what the returned gradient applies to (PassiveParty.backward)
+    party.endpoint.send_ids(ACTIVE, MessageKind.BATCH_IDS, ids)
+    party.cut_end.send_forward(z, HookContext(MessageKind.ACTIVATION, party.name, ACTIVE, party.step, True, ids))
+
+
+# ----------------------------------------------------------------------------------- host role
+def host_backward(active: ActiveParty, loss: torch.Tensor, live: dict[str, np.ndarray]) -> None:
+    """The host's backward step: like :meth:`ActiveParty.backward`, but each guest's gradient
+    carries that guest's own batch IDs, and guests whose activation came from the queue get none."""
+    active.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    active.optimizer.step()
+    for name, r in zip(active.passive_names, active._received, strict=True):
+        if name in live:
+            ctx = HookContext(MessageKind.GRADIENT, active.name, name, active.step, True, live[name],
+                              active.n_examples, active.sample_rate, active._planned_releases())
+            active.cut_ends[name].send_backward(r.grad, ctx)
+    active._received = []
+    active.step += 1
+
+
+class EntityAugTrainer(SplitTrainer):
+    """The shared loop (epochs, batching, divergence check, aligned evaluation) with Entity
+    Augmentation's training step. ``fit`` runs over step slots (``np.arange(n_max)``): a slot
+    batch only fixes how many rows each party draws."""
+
+    def __init__(self, fed: Federation, cfg, seed: int, queue: bool, host_sampler: EntitySampler | None,
+                 progress: bool | None = None) -> None:
+        super().__init__(fed, cfg, seed, progress=progress)
+        self.queue, self.host_sampler = queue, host_sampler
+        self.stale: dict[str, tuple[torch.Tensor, np.ndarray]] = {}  # Q_i, Q_label,i: last activation + IDs
+        self.reused: list[tuple[int, str]] = []  # (host step, guest) pairs served from the queue
+        self._soft: torch.Tensor | None = None
+
+    def _host_collect(self, name: str, b: int) -> tuple[torch.Tensor, np.ndarray, bool]:
+        """Guest ``name``'s activation and IDs this step: (tensor, ids, live). In process, a guest
+        that sent nothing shows up as an empty queue on receive (a timeout on a real network). A
+        reused batch is cut or cycled to this step's ``b`` rows (an epoch's last batch is smaller)."""
+        a = self.fed.active
+        try:
+            ids = a.endpoint.recv_ids(name, MessageKind.BATCH_IDS)
+        except ProtocolError:
+            if self.queue and name in self.stale:
+                self.reused.append((a.step, name))
+                tensor, ids = self.stale[name]
+                rows = np.arange(b) % len(ids)
+                return tensor[torch.from_numpy(rows)].clone(), ids[rows], False
+            hint = "" if self.queue else "; set method_params.queue: true to reuse its last activation"
+            raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}") from None
+        p = self.fed.party(name)
+        rep = self.fed.cut.complete_forward(p.cut_end, a.cut_ends[name])
+        self.stale[name] = (rep.detach().clone(), ids)
+        return rep, ids, True
+
+    def train_step(self, slots: np.ndarray) -> float:
+        fed, a, b = self.fed, self.fed.active, len(slots)
+        for p in fed.passives:
+            a.endpoint.send_json(p.name, MessageKind.CONTROL, b)
+            guest_forward(p)
+        reps, parts, weights, live = [], [], [], {}
+        for p in fed.passives:
+            rep, ids, is_live = self._host_collect(p.name, b)
+            reps.append(rep)
+            parts.append(ids)
+            weights.append(float(rep.shape[1]))  # w_i = dim(a_i)
+            if is_live:
+                live[p.name] = ids
+        if self.host_sampler is not None:  # a feature-holding host takes part with its own rows
+            own = self.host_sampler.draw(b)
+            parts.insert(0, own)
+            weights.insert(0, float(a.bottom.out_dim))
+        else:
+            own = parts[0]  # label-only host: its zero-width block only needs b known IDs
+        try:
+            labels = [a.data.labels(ids) for ids in parts]
+        except KeyError:
+            raise UserError("entity-aug: a guest sent entities the host has no label for; the host must know every "
+                            "entity's label (partition.active_labels_all and active_labels_unaligned: true)") from None
+        self._soft = soft_labels(labels, weights, fed.n_classes)
+        a.receive(reps, training=True)
+        loss = self.total_loss(a.logits(own, "train", True), own)
+        host_backward(a, loss, live)
+        for p in fed.passives:
+            if p.name in live:
+                p.backward(fed.cut.complete_backward(p.cut_end, a.cut_ends[p.name]))
+        self.losses.append(float(loss.detach()))
+        return self.losses[-1]
+
+    def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        return soft_cross_entropy(out, self._soft)
+
+
+@register_method
+class EntityAugmentation(Method):
+    name = "entity-aug"
+    summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
+    default_params = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
+    active_labels_unaligned = True
+    partition_defaults = {"active_labels_all": True}
+    label_only_host = True
+    aligned_batches = False
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        if not isinstance(self.params["queue"], bool):
+            raise UserError(f"method {self.name}: queue must be true or false, got {self.params['queue']!r}")
+        if not 0.0 <= float(self.params["miss_rate"]) < 1.0:
+            raise UserError(f"method {self.name}: miss_rate must be in [0, 1), got {self.params['miss_rate']}")
+        if self.params["draw"] not in ("independent", "aligned"):
+            raise UserError(f"method {self.name}: draw must be independent or aligned, got {self.params['draw']!r}")
+        if self.ctx.train.lr_grid:
+            raise UserError(f"method {self.name} has no labeled validation rows per entity to search a learning "
+                            "rate on; set optim.lr instead of train.lr_grid")
+
+    def build(self, partition: Partition) -> Federation:
+        with warnings.catch_warnings():  # the label-only host's zero-width bottom model is replaced below
+            warnings.filterwarnings("ignore", "Initializing zero-element tensors")
+            fed = super().build(partition)
+        if not partition.spec.active_features:  # label-only host: no bottom model, head on the guests only
+            a, cut_dim = fed.active, self.ctx.model.cut_dim
+            a.bottom = NoFeatures()
+            torch.manual_seed(seed_for(self.ctx.seed, len(partition.parties)))
+            a.head = build_head(len(fed.passives) * fed.cut.out_dim(cut_dim), fed.n_classes, self.ctx.model)
+            a.optimizer = make_optimizer(a.parameters(), self.ctx.optim)
+        return fed
+
+    def fit(self, fed: Federation) -> None:
+        a = fed.active
+        miss = float(self.params["miss_rate"])
+        shared = None
+        if self.params["draw"] == "aligned":  # the host hands every guest the seed of a common order
+            shared = seed_for(self.ctx.seed, 0) + 909
+            for p in fed.passives:
+                a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
+        for k, p in enumerate(fed.passives, start=1):
+            seed = None if shared is None else int(p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
+            p.entity_aug = GuestState(p, seed_for(self.ctx.seed, k) + 808, miss, seed)
+            guest_announce(p)
+        counts = [int(a.endpoint.recv_json(p.name, MessageKind.CONTROL)) for p in fed.passives]
+        host_sampler = None
+        if not isinstance(a.bottom, NoFeatures):
+            if shared is None:
+                host_sampler = EntitySampler(np.intersect1d(a.data.train_ids, a.data.label_ids),
+                                             np.random.default_rng(seed_for(self.ctx.seed, 0) + 808))
+            else:
+                host_sampler = EntitySampler(np.sort(a.aligned_ids), np.random.default_rng(shared))
+            counts.append(len(host_sampler.ids))
+        self.trainer = EntityAugTrainer(fed, self.ctx.train, self.ctx.seed, bool(self.params["queue"]), host_sampler,
+                                        progress=self.ctx.progress)
+        n_rows = len(a.aligned_ids) if shared is not None else max(counts)
+        self.trainer.fit(np.arange(n_rows))
+        fed.meta["entity_aug"] = {"rows_per_party": counts, "steps": a.step, "queue_reuses": len(self.trainer.reused)}
+

@@ -1,0 +1,388 @@
+"""RISA — Reliable Imputed-Sample Assisted VFL (papers/risa.txt; SPEC §3.6), its ablations and the
+paper's two imputation baselines ``local-vfl`` (Local+VFL) and ``random-match``.
+
+Which rows exist where (the paper's Fig. 1 setting, our partition with ``active_labels_unaligned``
+on by default): the active party holds the aligned rows and its own non-overlapping rows, labeled
+(``partition.unaligned_label_fraction`` < 1 leaves some of them unlabeled, Fig. 1's sample without a
+label); each passive party holds the aligned rows and its own non-overlapping rows, which have no
+label anywhere. How each kind of row is used:
+
+==========================  ===========================  ======================================
+row                         missing block(s)             label
+==========================  ===========================  ======================================
+aligned, labeled            none                         the active party's label
+aligned, unlabeled          none                         pseudo-label (self-training)
+active-only, labeled        every passive party's        the active party's label
+active-only, unlabeled      every passive party's        pseudo-label (self-training)
+passive-only                the active party's and the   pseudo-label (self-training)
+                            other passive parties'
+==========================  ===========================  ======================================
+
+1. **Imputation** (§II-C): a row missing at party j gets party j's mean attribute vector over the
+   aligned rows (categorical fields of tabular data: the most frequent value, since a mean of
+   vocabulary ids means nothing). The imputation happens *at party j*, because that is where
+   party j's bottom model runs: when asked for an ID it does not hold, party j feeds μ_j to its
+   bottom model. The forward pass is exactly the paper's on the imputed sample x̂ = [x_k, μ_j],
+   but no mean vector ever has to leave its owner, so nothing beyond what split learning already
+   sends crosses the channel for it. What the protocol does disclose: passive parties announce
+   their non-overlapping IDs to the active party (kind ``alignment``, counted; needed only when
+   those rows are used, i.e. with self-training or ``random-match``), and batch requests carry the
+   active party's non-overlapping IDs to passive parties, which learn that these entities exist
+   at the active party. ``imputation: false`` drops every row with a missing block.
+2. **Self-training** (§II-C, Eq. 1): a vertical model (the federation's bottom models + a softmax
+   head, fresh initialisation, its own learning-rate search when ``train.lr_grid`` is set) is
+   trained with cross-entropy on the labeled aligned rows; it labels every unlabeled row (imputed
+   where needed) whose max class probability ≥ ``confidence``; the others stay unused. All parties
+   then restore their initial weights, so the final model does not start from the self-training
+   model (the paper gives it separate parameters).
+3. **Evidential VFL** (§II-D): per-party evidential heads *at the active party* map each party's
+   cut-layer representation to evidence e^k = softplus(head_k(r^k)); opinions b^k = e^k/S^k,
+   u^k = C/S^k are fused with the reduced Yager rule (:mod:`securevfl.methods.evidential`); the
+   prediction is the fused Dirichlet's mean α/S. Loss (Eq. 6 was lost; SPEC §3.6): the EDL loss of
+   the fused opinion plus that of every party's opinion, KL term weighted min(1, t/T) with
+   T = ``anneal_epochs``. The heads replace the concatenation head, so the passive parties' side
+   of the protocol is unchanged. ``evidential: false`` trains the usual concatenation head with
+   cross-entropy on the same rows.
+4. **Uncertainty-based row dropping**: the fused uncertainty of every row is averaged over the
+   training passes of the last ``drop_every`` epochs; at each ``drop_every``-th epoch t the imputed
+   or pseudo-labeled rows whose mean exceeds τ_t = 1 − (1 − ``tau_final``)·t/(E − 1) leave the
+   training set for good (τ decreases linearly from 1 at t = 0 to τ_final at the last epoch).
+   Labeled aligned rows are never dropped: they carry no imputation or label noise, which is what
+   the selection is for.
+
+The paper gives no value for the confidence threshold, τ_final, N or T; our defaults (0.9, 0.5,
+2, 10 as Sensoy et al.) are documented in ``default_params``.
+
+Baselines: ``local-vfl`` = the active party's non-overlapping rows with the passive blocks imputed
+with zeros, then plain VFL (no self-training, no evidential heads); ``random-match`` = each of the
+active party's labeled non-overlapping rows paired with a random non-overlapping row of the
+passive party (two parties only), then plain VFL. The active party does the pairing on its side:
+it requests the partner's ID from the passive party and reads its own row under that ID, so the
+passive party sees only its own IDs.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from securevfl.channel import MessageKind
+from securevfl.data.partition import ACTIVE, IdIndex, PartyData
+from securevfl.errors import UserError
+from securevfl.federation import Federation, seed_for
+from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.evidential import (
+    alpha_from_opinion,
+    edl_loss,
+    fuse,
+    kl_annealing,
+    opinion_from_evidence,
+    uncertainty_threshold,
+)
+from securevfl.models import ModelConfig, build_head
+from securevfl.parties import Party
+from securevfl.training import SplitTrainer
+
+
+# ----------------------------------------------------------------------------- party-local pieces
+class ImputingView:
+    """A party's own training rows as RISA sees them: the real row for IDs it holds, ``fill`` (its
+    imputation vector) for IDs it does not; ``alias`` maps request keys to its own IDs (the active
+    party's side of ``random-match``). Everything else is the wrapped :class:`PartyData`."""
+
+    def __init__(self, data: PartyData, fill: np.ndarray | None,
+                 alias: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        self._data, self.fill = data, fill
+        self._alias = None if alias is None else (IdIndex(alias[0]), np.asarray(alias[1]))
+
+    def __getattr__(self, name: str):
+        return getattr(self._data, name)
+
+    @property
+    def base(self) -> PartyData:
+        return self._data
+
+    def rows(self, ids: np.ndarray, split: str = "train") -> np.ndarray:
+        if split != "train":  # test rows are aligned: no imputation
+            return self._data.rows(ids, split)
+        ids = np.asarray(ids)
+        if self._alias is not None:
+            index, targets = self._alias
+            pos = index.positions(ids)
+            ids = np.where(pos >= 0, targets[np.maximum(pos, 0)], ids)
+        pos = self._data._train_index.positions(ids)
+        X = self._data.X_train
+        out = np.empty((len(ids), *X.shape[1:]), dtype=X.dtype)
+        held = pos >= 0
+        out[held] = X[pos[held]]
+        if not held.all():
+            if self.fill is None:
+                raise KeyError(f"{self._data.name} holds no train rows for ids {list(ids[~held][:3])}")
+            out[~held] = self.fill
+        return out
+
+
+def imputation_vector(data: PartyData, ids: np.ndarray, mode: str) -> np.ndarray:
+    """Party-local: the mean attribute vector of the party's rows ``ids`` (its aligned rows);
+    categorical fields take their most frequent value. ``mode='zero'``: all zeros (Local+VFL)."""
+    X = data.rows(ids, "train")
+    if mode == "zero":
+        return np.zeros(X.shape[1:], dtype=X.dtype)
+    fill = X.mean(axis=0)
+    if data.cardinalities:  # tabular layout: numeric columns first, then one vocabulary id per field
+        for j in range(data.n_numeric, X.shape[1]):
+            values, counts = np.unique(X[:, j], return_counts=True)
+            fill[j] = values[counts.argmax()]
+    return fill.astype(X.dtype)
+
+
+def use_view(party: Party, view: ImputingView | None) -> None:
+    """Install (or, with ``None``, remove) a party's imputing view of its own rows."""
+    base = party.data.base if isinstance(party.data, ImputingView) else party.data
+    party.data = base if view is None else view
+
+
+class EvidentialHeads(nn.Module):
+    """The active party's per-party evidential heads: the concatenated cut-layer input [r^1..r^K]
+    is split back into the parties' blocks and each block gets its own head; output: evidence
+    ``(B, K, C)`` ≥ 0 (softplus)."""
+
+    def __init__(self, widths: list[int], n_classes: int, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.widths = widths
+        self.heads = nn.ModuleList(build_head(w, n_classes, cfg) for w in widths)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        blocks = torch.split(x, self.widths, dim=1)
+        return torch.stack([F.softplus(h(b)) for h, b in zip(self.heads, blocks, strict=True)], dim=1)
+
+
+# --------------------------------------------------------------------------------------- trainer
+class RisaTrainer(SplitTrainer):
+    """The shared split-learning loop with RISA's objective (active party only): labels from the
+    active party's table (its labels + pseudo-labels), the EDL loss on fused and per-party
+    opinions, and uncertainty-based dropping of imputed rows between epochs."""
+
+    def __init__(self, fed: Federation, cfg, seed: int, labels: tuple[np.ndarray, np.ndarray],
+                 droppable: np.ndarray, evidential: bool, params: dict, progress: bool | None = None) -> None:
+        super().__init__(fed, cfg, seed, progress=progress)
+        self._label_index, self._label_values = IdIndex(labels[0]), labels[1]
+        self.evidential = evidential
+        self.tau_final, self.drop_every = float(params["tau_final"]), int(params["drop_every"])
+        self.anneal = int(params["anneal_epochs"])
+        self._droppable = droppable
+        self._kept: np.ndarray | None = None
+        self._u_sum = self._u_cnt = None
+        self.drops: list[dict] = []
+
+    def labels(self, ids: np.ndarray) -> torch.Tensor:
+        pos = self._label_index.positions(ids)
+        if (pos < 0).any():
+            raise KeyError("RISA: a training row without a label or pseudo-label")
+        return torch.from_numpy(self._label_values[pos])
+
+    def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        y = self.labels(ids)
+        if not self.evidential:
+            return F.cross_entropy(out, y)
+        evidence = out.double()  # digamma / lgamma of large Dirichlet strengths: float64 for stability
+        opinions = [opinion_from_evidence(evidence[:, k]) for k in range(evidence.shape[1])]
+        b, u = fuse(opinions)
+        lam = kl_annealing(self.epoch, self.anneal)
+        loss = edl_loss(alpha_from_opinion(b, u.clamp_min(1e-12)), y, lam)
+        for k in range(evidence.shape[1]):
+            loss = loss + edl_loss(evidence[:, k] + 1.0, y, lam)
+        self._record_uncertainty(ids, u.detach())
+        return loss.mean().float()
+
+    def proba(self, out: torch.Tensor) -> torch.Tensor:
+        if not self.evidential:
+            return torch.softmax(out, dim=1)
+        evidence = out.double()
+        b, u = fuse([opinion_from_evidence(evidence[:, k]) for k in range(evidence.shape[1])])
+        alpha = alpha_from_opinion(b, u.clamp_min(1e-12))
+        return (alpha / alpha.sum(-1, keepdim=True)).float()
+
+    def _record_uncertainty(self, ids: np.ndarray, u: torch.Tensor) -> None:
+        if self._u_sum is None:
+            return
+        pos = self._row_index.positions(ids)
+        np.add.at(self._u_sum, pos, u.numpy())
+        np.add.at(self._u_cnt, pos, 1)
+
+    def epoch_ids(self, epoch: int, ids: np.ndarray) -> np.ndarray:
+        if not self.evidential:
+            return ids
+        if self._kept is None:  # first epoch of this fit
+            self._row_index = IdIndex(ids)
+            self._kept = np.ones(len(ids), dtype=bool)
+            self._drop_mask = np.isin(ids, self._droppable)
+            self._u_sum, self._u_cnt = np.zeros(len(ids)), np.zeros(len(ids))
+        elif self.drop_every > 0 and epoch % self.drop_every == 0:
+            tau = uncertainty_threshold(epoch, self.cfg.epochs, self.tau_final)
+            seen = self._u_cnt > 0
+            mean_u = np.divide(self._u_sum, self._u_cnt, out=np.zeros_like(self._u_sum), where=seen)
+            drop = self._kept & self._drop_mask & seen & (mean_u > tau)
+            self._kept &= ~drop
+            self.drops.append({"epoch": epoch, "tau": round(tau, 4), "dropped": int(drop.sum()),
+                               "kept": int(self._kept.sum()), "mean_u": float(mean_u[seen].mean())})
+            self._u_sum[:], self._u_cnt[:] = 0.0, 0
+        return ids[self._kept]
+
+
+# ---------------------------------------------------------------------------------------- method
+@register_method
+class RISA(Method):
+    name = "risa"
+    summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
+    active_labels_unaligned = True
+    default_params = {
+        "imputation": True,  # impute missing blocks with the owner's aligned-row mean (false: aligned rows only)
+        "self_training": True,  # pseudo-label unlabeled rows with a vertical model trained on aligned rows
+        "evidential": True,  # per-party evidential heads + reduced Yager fusion + EDL loss + row dropping
+        "confidence": 0.9,  # pseudo-label only rows whose max class probability ≥ this
+        "tau_final": 0.5,  # final uncertainty threshold τ_final
+        "drop_every": 2,  # N: check uncertainties and drop rows every N epochs
+        "anneal_epochs": 10,  # T of the KL weight min(1, t/T)
+        "self_training_epochs": 0,  # epochs of the self-training model (0 = train.epochs)
+    }
+    fill: ClassVar[str] = "mean"
+    random_match: ClassVar[bool] = False
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        p = self.params
+        for flag in ("imputation", "self_training", "evidential"):
+            if not isinstance(p[flag], bool):
+                raise UserError(f"method {self.name}: {flag} must be true or false, got {p[flag]!r}")
+        if not 0.0 <= float(p["confidence"]) <= 1.0:
+            raise UserError(f"method {self.name}: confidence must be in [0, 1], got {p['confidence']}")
+        if not 0.0 < float(p["tau_final"]) <= 1.0:
+            raise UserError(f"method {self.name}: tau_final must be in (0, 1], got {p['tau_final']}")
+        for key in ("drop_every", "anneal_epochs", "self_training_epochs"):
+            if int(p[key]) < 0:
+                raise UserError(f"method {self.name}: {key} must be ≥ 0, got {p[key]}")
+
+    # -- protocol steps ------------------------------------------------------------------------
+    def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
+        """Each passive party sends the IDs of its non-overlapping rows to the active party."""
+        for p in fed.passives:
+            p.endpoint.send_ids(ACTIVE, MessageKind.PSI, np.setdiff1d(p.data.train_ids, p.aligned_ids))
+        return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.PSI) for p in fed.passives}
+
+    def _pair_randomly(self, fed: Federation, own: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Active party: pair its labeled non-overlapping rows with random passive-only IDs."""
+        rng = np.random.default_rng(seed_for(self.ctx.seed, 0) + 606)
+        n = min(len(own), len(theirs))
+        return rng.permutation(theirs)[:n], rng.permutation(own)[:n]
+
+    def fit(self, fed: Federation) -> None:
+        a, p = fed.active, self.params
+        if self.random_match and len(fed.passives) != 1:
+            raise UserError(f"method {self.name} pairs rows of two parties; use --parties 2")
+        if self.random_match and p["self_training"]:
+            raise UserError(f"method {self.name}: self_training does not apply (the passive rows are matched, not "
+                            "pseudo-labeled)")
+        aligned, labeled_aligned = a.aligned_ids, labeled_aligned_ids(fed)
+        own_unaligned = np.setdiff1d(a.data.train_ids, aligned)
+        own_labeled = np.intersect1d(own_unaligned, a.data.label_ids)
+        impute = p["imputation"] and not self.random_match
+        self_train = p["self_training"]
+        info: dict = {"labeled_aligned": int(len(labeled_aligned))}
+
+        # 1. imputation: every party imputes its own block from its own aligned rows
+        alias = None
+        if self.random_match:
+            others = self._announce_unaligned(fed)[fed.passives[0].name]
+            keys, own_ids = self._pair_randomly(fed, own_labeled, others)
+            alias = (keys, own_ids)
+            use_view(a, ImputingView(a.data, None, alias))
+            extra_ids, extra_y = keys, a.data.labels(own_ids)
+            info["random_pairs"] = int(len(keys))
+        else:
+            if impute:
+                for party in fed.parties:
+                    fill = imputation_vector(party.data, party.aligned_ids, self.fill)
+                    use_view(party, ImputingView(party.data, fill))
+            extra_ids = own_labeled if impute else own_labeled[:0]
+            extra_y = a.data.labels(extra_ids)
+
+        # 2. self-training on the labeled aligned rows → pseudo-labels for the unlabeled rows
+        label_ids = [labeled_aligned, extra_ids]
+        label_y = [a.data.labels(labeled_aligned), extra_y]
+        if self_train:
+            candidates = np.setdiff1d(aligned, labeled_aligned)
+            if impute:
+                passive_only = self._announce_unaligned(fed)
+                candidates = np.concatenate([candidates, np.setdiff1d(own_unaligned, own_labeled),
+                                             *passive_only.values()])
+            if len(candidates):
+                ids_pl, y_pl, st = self._self_train(fed, labeled_aligned, candidates)
+                label_ids.append(ids_pl)
+                label_y.append(y_pl)
+                info["self_training"] = st
+        label_ids, label_y = np.concatenate(label_ids), np.concatenate(label_y).astype(np.int64)
+        info["training_rows"] = int(len(label_ids))
+
+        # 3. evidential heads at the active party (or the usual concatenation head)
+        lr = fed.meta.get("lr_search", {}).get("chosen")
+        if p["evidential"]:
+            widths = [self.ctx.model.cut_dim] + [fed.cut.out_dim(self.ctx.model.cut_dim)] * len(fed.passives)
+            torch.manual_seed(seed_for(self.ctx.seed, len(fed.parties)) + 707)
+            a.head = EvidentialHeads(widths, fed.n_classes, self.ctx.model)
+            evidential = True
+        else:
+            evidential = False
+        self.reset_optimizers(fed)
+        if lr is not None:  # the self-training stage's learning-rate search also sets the final stage's
+            for party in fed.parties:
+                party.set_lr(lr)
+        self.trainer = RisaTrainer(fed, self.ctx.train, self.ctx.seed, (label_ids, label_y),
+                                   droppable=np.setdiff1d(label_ids, labeled_aligned), evidential=evidential,
+                                   params=p, progress=self.ctx.progress)
+        self.trainer.fit(label_ids)
+        info["drops"] = self.trainer.drops
+        info["evidential"] = evidential
+        fed.meta["risa"] = info
+        for party in fed.parties:  # training is over: every party goes back to its plain rows
+            use_view(party, None)
+
+    def _self_train(self, fed: Federation, labeled: np.ndarray, candidates: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Train the vertical self-training model, pseudo-label confident candidates, restore the
+        initial weights. Returns (ids, pseudo-labels, summary)."""
+        start = {party.name: party.snapshot() for party in fed.parties}
+        epochs = int(self.params["self_training_epochs"]) or None
+        if epochs:
+            saved, self.ctx.train.epochs = self.ctx.train.epochs, epochs
+        try:
+            trainer = self.finetune(fed, labeled)
+        finally:
+            if epochs:
+                self.ctx.train.epochs = saved
+        probs = trainer.predict_proba(candidates, "train")
+        keep = probs.max(1) >= float(self.params["confidence"])
+        for party in fed.parties:
+            party.restore(start[party.name])
+        summary = {"candidates": int(len(candidates)), "pseudo_labeled": int(keep.sum())}
+        return candidates[keep], probs.argmax(1)[keep].astype(np.int64), summary
+
+
+@register_method
+class LocalVFL(RISA):
+    name = "local-vfl"
+    summary = "RISA baseline Local+VFL: the active party's non-overlapping rows with zero-imputed passive blocks"
+    fill = "zero"
+    default_params = {**RISA.default_params, "self_training": False, "evidential": False}
+
+
+@register_method
+class RandomMatch(RISA):
+    name = "random-match"
+    summary = "RISA baseline Random Match: the active party's non-overlapping rows paired with random passive rows"
+    random_match = True
+    default_params = {**RISA.default_params, "self_training": False, "evidential": False}
