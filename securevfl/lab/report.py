@@ -122,6 +122,11 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str) -> list[str]:
     cost = best.utility - least.utility
     out.append(f"Least leakage: {name(least)} — {attack} attack {least[f'{attack}_value']:.4f} "
                f"(prior {prior:.4f}) at utility {least.utility:.4f}, i.e. a cost of {cost:.4f} vs the best.")
+    spread = d[f"{attack}_value"].max() - d[f"{attack}_value"].min()
+    noise = d[f"{attack}_value_std"].mean()
+    if not math.isnan(noise) and spread < 2 * noise:
+        out.append(f"Caution: the attack values of all cells lie within {spread:.3f} of each other, less than twice "
+                   f"the typical std over seeds ({noise:.3f}): no setting leaks clearly less than another here.")
     cheap = d[d.utility >= best.utility - UTILITY_BUDGET]
     pick = cheap.loc[cheap[f"{attack}_value"].idxmin()]
     out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — attack "
@@ -138,25 +143,22 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str) -> list[str]:
 
 
 # -------------------------------------------------------------------------------------- figures
-def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path) -> Path:
-    d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
-    fig, ax = plt.subplots(figsize=(8.5, 5.2), dpi=110)
+def _draw_tradeoff(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, attack: str, detail: bool) -> None:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (method, g) in enumerate(d.groupby("method", sort=True)):
+        color = colors[i % len(colors)]
         for (family, he), gf in g.groupby(["family", "he"], dropna=False):
-            pts = pd.concat([g[g.defense == "none"], gf]) if family != "none" else gf
+            pts = pd.concat([g[(g.defense == "none") & (g.he == he)], gf]) if family != "none" else gf
             pts = pts.drop_duplicates("defense").sort_values("strength", na_position="last")
-            style = "-" if he == "off" else "--"
             ax.errorbar(pts.utility, pts[f"{attack}_value"], xerr=pts.utility_std.fillna(0),
-                        yerr=pts[f"{attack}_value_std"].fillna(0), color=colors[i % len(colors)], ls=style,
-                        marker="o", ms=5, capsize=2, lw=1.3,
-                        label=method if family in ("none",) or len(g.family.unique()) == 1 else None)
-            for _, r in pts.iterrows():
-                if r.defense != "none":
-                    ax.annotate(setting_label(r.defense), (r.utility, r[f"{attack}_value"]), fontsize=7,
-                                xytext=(4, 3), textcoords="offset points", color=colors[i % len(colors)])
-        if not (g.family == "none").any():
-            ax.plot([], [], color=colors[i % len(colors)], marker="o", label=method)
+                        yerr=pts[f"{attack}_value_std"].fillna(0), color=color, ls="-" if he == "off" else "--",
+                        marker="o", ms=5, capsize=2, lw=1.3, alpha=0.9)
+            if detail:
+                for _, r in pts.iterrows():
+                    if r.defense != "none" or family == "none":
+                        ax.annotate(setting_label(r.defense), (r.utility, r[f"{attack}_value"]), fontsize=7,
+                                    xytext=(4, 3), textcoords="offset points", color=color)
+        ax.plot([], [], color=color, marker="o", label=method)
     prior = d[f"{attack}_prior"].mean()
     ax.axhline(prior, color="black", ls="--", lw=1, label=f"prior ({prior:.3f})")
     ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
@@ -172,13 +174,27 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
         f = pts[front][np.argsort(pts[front][:, 0])]
         ax.scatter(f[:, 0], f[:, 1], s=160, facecolors="none", edgecolors="black", lw=1.5, zorder=5,
                    label="Pareto front")
-        ax.plot(f[:, 0], f[:, 1], color="black", lw=0.8, alpha=0.5, zorder=4)
-    metric = d.metric.iloc[0] if len(d) else "utility"
-    ax.set_xlabel(f"utility: test {metric} (higher is better) →")
-    ax.set_ylabel(f"{attack} attack performance (lower leaks less) →")
-    ax.set_title(f"{dataset}: privacy–utility trade-off ({attack}); mean ± std over seeds")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+
+
+def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path) -> Path:
+    """Left: the whole range down to the prior; right: zoomed on the cells, labelled by defense."""
+    d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 5.0), dpi=100, gridspec_kw={"width_ratios": [1, 1.5]})
+    _draw_tradeoff(full, summary, d, dataset, attack, detail=False)
+    _draw_tradeoff(zoom, summary, d, dataset, attack, detail=True)
+    lo = (d[f"{attack}_value"] - d[f"{attack}_value_std"].fillna(0)).min()
+    hi = (d[f"{attack}_value"] + d[f"{attack}_value_std"].fillna(0)).max()
+    pad = max(0.01, 0.1 * (hi - lo))
+    zoom.set_ylim(lo - pad, hi + pad)
+    metric = d.metric.iloc[0] if len(d) else "utility"
+    for ax in (full, zoom):
+        ax.set_xlabel(f"utility: test {metric} (higher is better) →")
+    full.set_ylabel(f"{attack} attack performance (lower leaks less)")
+    full.set_title("full range, with the prior", fontsize=10)
+    zoom.set_title("zoomed on the runs; ringed = Pareto front", fontsize=10)
+    zoom.legend(fontsize=8, loc="best")
+    fig.suptitle(f"{dataset}: privacy–utility trade-off under the {attack} attack (mean ± std over seeds)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -232,9 +248,9 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
                 if not pd.isna(r.get(f"{a}_baseline", np.nan)):
                     row[f"{a} − baseline"] = f"{r[f'{a}_value'] - r[f'{a}_baseline']:+.4f}"
         row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
-        row["s/run"] = f"{r.seconds:.1f}"
+        row["train s"] = f"{r.seconds:.1f}"
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).fillna("–")
 
 
 def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
