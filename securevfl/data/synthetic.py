@@ -11,8 +11,12 @@ import numpy as np
 from securevfl.data.ctr import AVAZU_FIELDS
 
 
-def _latent(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    a, b = rng.normal(size=n), rng.normal(size=n)  # a drives categorical fields, b numeric ones
+def _latent(n: int, rng: np.random.Generator, rho: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # a drives categorical fields, b numeric ones; rho = corr(a, b), i.e. how much one party's
+    # features tell about the other's (what FedUD's representation transfer relies on)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    if rho:
+        b = rho * a + np.sqrt(1 - rho**2) * b
     y = (rng.random(n) < 1 / (1 + np.exp(-(1.5 * a + 1.5 * b - 1.2)))).astype(int)
     return a, b, y
 
@@ -21,10 +25,10 @@ def _hex(values: np.ndarray, salt: int) -> np.ndarray:
     return np.array([f"{(int(v) * 2654435761 + salt * 97) % (1 << 32):08x}" for v in values])
 
 
-def write_criteo(path: str | Path, n: int, seed: int = 0, missing: float = 0.1) -> Path:
+def write_criteo(path: str | Path, n: int, seed: int = 0, missing: float = 0.1, rho: float = 0.0) -> Path:
     """Kaggle ``train.txt`` layout: label, I1..I13, C1..C26, tab-separated, empty = missing."""
     rng = np.random.default_rng(seed)
-    a, b, y = _latent(n, rng)
+    a, b, y = _latent(n, rng, rho)
     cols = [y.astype(str)]
     for k in range(13):
         v = np.floor(np.exp(1.0 + 0.8 * b + 0.3 * rng.normal(size=n)) * (k + 1)).astype(int).astype(str)
