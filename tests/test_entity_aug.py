@@ -177,3 +177,12 @@ def test_queue_reuse_adapts_to_a_smaller_batch(ea_cfg):
     trainer.train_step(np.arange(5))  # smaller: the first 5 stale rows
     trainer.train_step(np.arange(12))  # larger: stale rows cycled
     assert trainer.reused == [(1, "passive2"), (2, "passive2")] and fed.channel.pending() == 0
+
+
+def test_gradient_scoring_pairs_gradients_with_the_ids_the_guest_sent(ea_cfg):
+    # entity-aug guests choose their own batches: the attack pairs each gradient with the IDs sent
+    from securevfl.lab.compose import execute
+    ea_cfg.dataset = "breast-cancer"
+    ea_cfg.attacks = ["norm"]
+    r = execute(ea_cfg).result["attacks"]["norm"]
+    assert r["batches"] > 0 and 0.0 <= r["value"] <= 1.0

@@ -23,10 +23,16 @@ from securevfl.channel.codec import decode_array, decode_ids, decode_json
 def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np.ndarray]]:
     """(batch ids, gradient rows) pairs from the adversary's view, in arrival order. A training
     request is a control message with the training flag followed by batch IDs; the next gradient
-    from the active party belongs to it."""
-    view = target.federation.channel.received_by(target.adversary)
+    from the active party belongs to it. Where the adversary picks its own batches and sends their
+    IDs (entity-aug's guests), the IDs it sent are the batch of the next gradient."""
+    adv = target.adversary
+    view = [m for m in target.federation.channel.transcript if m.dst == adv or m.src == adv]
     pairs, pending_control, batch = [], None, None
     for m in view:
+        if m.src == adv:
+            if m.kind == MessageKind.BATCH_IDS:
+                batch = decode_ids(m.payload)
+            continue
         if m.kind == MessageKind.CONTROL:
             pending_control = int(decode_json(m.payload))
         elif m.kind == MessageKind.BATCH_IDS and pending_control is not None:
