@@ -180,7 +180,12 @@ def make_parser() -> _Parser:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from securevfl.lab.engine import run_sweep
 
-    c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet)
+    try:
+        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet)
+    except KeyboardInterrupt:
+        print("error: sweep interrupted; finished cells are stored, rerun the same command to resume",
+              file=sys.stderr)
+        return 130
     print(f"sweep: {c['cells']} cells: {c['ok']} ran ok, {c['failed']} failed, {c['skipped']} already done "
           f"→ {c['store']}")
     return 0
