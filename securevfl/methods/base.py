@@ -74,6 +74,8 @@ class Method(ABC):
         re-initialised them), so fine-tuning starts without stale optimizer state."""
         for party in fed.parties:
             party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
+            for end in party.cut_end_list():
+                end.reset_optimizer_state()
 
     def finetune(self, fed: Federation, ids: np.ndarray, **kw) -> SplitTrainer:
         """The supervised VFL stage every method ends with. With ``train.lr_grid`` the active party
