@@ -5,7 +5,8 @@ Parameters (defaults): ``poly_modulus_degree`` N = 8192, ``coeff_mod_bit_sizes``
 standard allows at N = 8192 for 128-bit classical security (ternary secret), and one 40-bit rescaling
 prime is the single level the protocol needs: every HE product in SPEC §5 is one plaintext ×
 ciphertext multiplication followed by additions. After the rescale the 60-bit prime leaves 19 bits
-of integer headroom (|value| < 2^19), far above products plus masks. Only the encryption key leaves
+of integer headroom (|value| < 2^19), above any single product
+of two operands |x|, |w| < 2^9 (checked) plus its mask. Only the encryption key leaves
 the owner: no Galois or relinearisation keys are generated because the protocol never rotates or
 multiplies two ciphertexts, which keeps the public context small.
 
@@ -29,10 +30,11 @@ import numpy as np
 import tenseal as ts
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, Noise, pack_blobs, unpack_blobs
-from securevfl.errors import UserError
+from securevfl.errors import TrainingDiverged, UserError
 
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
+MAX_ABS = 2.0 ** 9  # per-operand bound, see CKKSBackend._check
 DEFAULTS = {"poly_modulus_degree": 8192, "coeff_mod_bit_sizes": [60, 40, 60], "global_scale_bits": 40}
 
 
@@ -119,7 +121,18 @@ class CKKSBackend(HEBackend):
         r = min(m, self.slots // n)
         return r, self.slots // (r * n)
 
+    def _check(self, x: np.ndarray, what: str) -> None:
+        # each slot holds one product (reduction happens after decryption): |x|,|w| < 2^9 keeps
+        # |x·w + mask| inside the 2^19 headroom left after the rescale
+        if not np.isfinite(x).all():
+            raise TrainingDiverged(f"training diverged: non-finite {what}; lower the learning rate or the defense "
+                                   "strength")
+        if x.size and np.abs(x).max() >= MAX_ABS:
+            raise TrainingDiverged(f"--he ckks: {what} reaches |{np.abs(x).max():.3g}| ≥ {MAX_ABS:g}, beyond the CKKS "
+                                   "headroom; lower the learning rate or normalise the bottom output")
+
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> CKKSMatrix:
+        self._check(x, "value to encrypt")
         m, n = x.shape
         r, t = self._layout(m, n)
         cts = []
@@ -162,9 +175,11 @@ class CKKSBackend(HEBackend):
         return CKKSProducts(out, out_shape, side, (m, n), r, t), mask
 
     def right(self, ex, w, noise):
+        self._check(w, "plaintext weight")
         return self._product(ex, np.asarray(w, dtype=np.float64), "right", noise)
 
     def left(self, w, ex, noise):
+        self._check(w, "plaintext weight")
         return self._product(ex, np.asarray(w, dtype=np.float64), "left", noise)
 
     def decrypt(self, e: CKKSProducts) -> np.ndarray:

@@ -36,7 +36,7 @@ import numpy as np
 from phe import paillier
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, Noise, pack_blobs, unpack_blobs
-from securevfl.errors import UserError
+from securevfl.errors import TrainingDiverged, UserError
 
 DEFAULTS = {"key_bits": 3072, "frac_bits": 20, "int_bits": 16, "max_terms_bits": 12, "packing": True}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
@@ -149,6 +149,9 @@ class PaillierBackend(HEBackend):
 
     # ------------------------------------------------------------------ encoding
     def _quantise(self, x: np.ndarray, what: str) -> np.ndarray:
+        if not np.isfinite(x).all():
+            raise TrainingDiverged(f"training diverged: non-finite {what}; lower the learning rate or the defense "
+                                   "strength")
         if x.size and np.abs(x).max() >= 2.0 ** self.ib:
             raise UserError(f"--he paillier: {what} reaches |{np.abs(x).max():.3g}| ≥ 2^{self.ib}; raise int_bits")
         return np.rint(x * 2.0 ** self.f).astype(np.int64)

@@ -30,9 +30,12 @@ exactly the HE-off initialisation. The active party knows W_P(0) — it is data-
 seeded random init, or zero for VFLHLP) — and after the first update W_P is hidden from A because
 G never appears in plaintext; R and V drift apart as A's masks M accumulate.
 
-Masks E, M, N are fresh uniform reals in [−s, s] (``mask_scale`` s, default 4) from A's generator:
-statistical blinding of real values, as in FATE's Hetero-NN (not information-theoretic; a larger s
-hides better and costs headroom/precision). Shares are float64.
+Masks E, M, N are fresh uniform reals in [−s, s] (``mask_scale`` s, default 1) from A's generator
+(OS entropy): statistical blinding of real values, as in FATE's Hetero-NN — not information-
+theoretic. Typical blinded quantities (G = zᵀg with g = ∂(mean loss)/∂a_P, entries ~1e-2) are
+one to two orders below s. A larger s hides better but V and R random-walk faster (momentum
+amplifies each step's ηM about 1/(1−μ) = 10×) and must stay inside the scheme's range (CKKS
+operands < 2^9, Paillier < 2^int_bits, both checked). Shares are float64.
 
 Defenses (SPEC §4 "act on the gradient P receives"): the active party's gradient hooks run on
 g = ∂L/∂a_P before the backward protocol, so everything P receives (G + M, both halves of ∂L/∂z)
@@ -205,7 +208,7 @@ class HECutLayer(CutLayer):
     def __init__(self, **params: object) -> None:
         params = dict(params)
         try:
-            self.mask_scale = float(params.pop("mask_scale", 4.0))
+            self.mask_scale = float(params.pop("mask_scale", 1.0))
         except (TypeError, ValueError):
             raise UserError(f"--he {self.name}: mask_scale must be a number") from None
         if not self.mask_scale > 0:
