@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pytest
 import tenseal as ts
-import torch
 
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_tensor

@@ -101,9 +101,10 @@ class HEPassiveEnd(PassiveEnd):
             self.R = np.zeros((zt.shape[1], self.layer.h))
             self.b = np.zeros_like(self.R)
         self._z, self._training = zt, ctx.training
-        ep.send(a, MessageKind.HE_CIPHERTEXT, self.backend.dumps(self.backend.encrypt(zt, frozenset({"right", "left"}))))
+        be = self.backend
+        ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(zt, frozenset({"right", "left"}))))
         if ctx.training:
-            ep.send(a, MessageKind.HE_CIPHERTEXT, self.backend.dumps(self.backend.encrypt(self.R.T, frozenset({"left"}))))
+            ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(self.R.T, frozenset({"left"}))))
 
     def return_masked_forward(self) -> None:
         """Decrypt [[zV + E]], add zR, send the still-masked sum."""
