@@ -65,8 +65,6 @@ from securevfl.hooks import HookContext, TensorHook, apply_hooks
 OptimParams = Callable[[], tuple[float, float, float]]
 """(lr, momentum, weight decay) of the owning party's optimizer, read at update time."""
 
-BackendFactory = Callable[..., HEBackend]
-
 
 def optim_params(party) -> OptimParams:
     """The party's current optimizer settings; Adam has no momentum, so 0.9 (the codebase's SGD μ)."""
@@ -219,7 +217,6 @@ class HECutLayer(CutLayer):
         self.timer = HETimer()
         self.h: int = 0
         self.ends: list[tuple[HEPassiveEnd, HEActiveEnd]] = []
-        self._described: dict = {}
 
     def make_backend(self, public: bytes | None) -> HEBackend:
         if public is None:
@@ -264,7 +261,7 @@ class HECutLayer(CutLayer):
                             "split momentum SGD (matches sgd; under adam W_P still uses momentum SGD at the lr)",
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
-                "seconds": self.timer.as_dict(), **self._described}
+                "seconds": self.timer.as_dict()}
 
 
 def first_linear(head: nn.Module) -> nn.Linear:
