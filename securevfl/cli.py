@@ -129,6 +129,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"  privacy: mechanism {pr['mechanism']}, ε = {eps}")
     print(f"  cost: {c['seconds']:.1f} s, {c['bytes_sent'] / 1e6:.2f} MB in {c['messages']} messages, "
           f"he={c['he']['scheme']}")
+    if c["he"]["scheme"] != "off":
+        he = c["he"]
+        print(f"  he: {he['scheme']} {he['params'].get('security_bits')}-bit security, {he['seconds']['total']:.1f} s "
+              f"in HE, {he['bytes'] / 1e6:.2f} MB of HE messages; protects passive activations from the active "
+              "party, not labels from passive parties")
     for name, a in r["attacks"].items():
         extra = f", local-SSL baseline {a['baseline']:.4f}" if a.get("baseline") is not None else ""
         print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra})")
