@@ -131,7 +131,7 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"he={c['he']['scheme']}")
     if c["he"]["scheme"] != "off":
         he = c["he"]
-        print(f"  he: {he['scheme']} {he['params'].get('security_bits')}-bit security, {he['seconds']['total']:.1f} s "
+        print(f"  he: {he['scheme']} {he['params'].get('security_bits')}-bit security, {he['seconds']:.1f} s "
               f"in HE, {he['bytes'] / 1e6:.2f} MB of HE messages; protects passive activations from the active "
               "party, not labels from passive parties")
     for name, a in r["attacks"].items():

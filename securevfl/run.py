@@ -86,7 +86,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         he_kinds = {k: v for k, v in stats["bytes_by_kind"].items() if k.startswith("he_")}
         steps = max(fed.active.step, 1)
         he.update({"bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
-                   "seconds_per_step": round(he["seconds"]["total"] / steps, 4)})
+                   "seconds_per_step": round(he["seconds"] / steps, 4)})
     result = {
         "dataset": cfg.dataset,
         "method": cfg.method,

@@ -261,7 +261,8 @@ class HECutLayer(CutLayer):
                             "split momentum SGD (matches sgd; under adam W_P still uses momentum SGD at the lr)",
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
-                "seconds": self.timer.as_dict()}
+                "seconds": round(self.timer.total, 4), "seconds_by_op": self.timer.as_dict()["by_op"],
+                "calls": self.timer.as_dict()["calls"]}
 
 
 def first_linear(head: nn.Module) -> nn.Linear:
