@@ -66,6 +66,9 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     if cfg.he != "off" and not method_cls.uses_passives:
         raise UserError(f"--he {cfg.he}: method {cfg.method} sends no passive activations, so there is nothing "
                         "to encrypt")
+    if cfg.he != "off" and not method_cls.supports_he:
+        raise UserError(f"--he {cfg.he}: method {cfg.method} reads the passive parties' representations in plaintext, "
+                        "which the HE cut layer hides")
     for hook in hooks or []:
         if not hook.acts_on & method_cls.sends:
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"

@@ -62,6 +62,7 @@ def test_backend_products_match_numpy(make):
         got = owner.decrypt(owner.loads(other.dumps(res)))
         assert got.shape == want.shape
         assert np.abs(got - mask - want).max() < 1e-4
+        assert np.abs(mask).max() <= 1.0  # one mask draw per output, not a sum over terms
         assert np.abs(got - want).mean() > 0.2  # what the key owner decrypts is blinded
 
 

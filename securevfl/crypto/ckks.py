@@ -15,8 +15,9 @@ chunks of r = min(m, slots // n) rows; each chunk is flattened row-major and til
 times to fill one ciphertext. A product with a plaintext matrix multiplies the ciphertext slot-wise
 by a plaintext laid out so that tile τ holds the terms of output column (``X @ W``) or output row
 (``W @ X``) number g·t + τ; no rotation is needed. The ciphertext of products is blinded slot by slot
-with fresh random reals, so the key owner, who sums each tile's terms after decryption, sees every
-individual term only masked; the mask of an output entry is the sum of its terms' masks. For the
+with fresh random reals that sum to the output's mask over the terms the key owner adds up after
+decryption, so it sees every individual term only masked (at the mask scale) and each output masked
+by one draw of the mask distribution. For the
 benchmark shape (B = 256, d = 16, h = 32; 4096 slots) z is one ciphertext and each of the three
 products is 32 ciphertexts. Limitation: no noise flooding, so (as in FATE) circuit privacy against
 the key owner rests on the masks of the plaintext values, not on the CKKS noise distribution.
@@ -129,7 +130,7 @@ class CKKSBackend(HEBackend):
                                    "strength")
         if x.size and np.abs(x).max() >= MAX_ABS:
             raise TrainingDiverged(f"--he ckks: {what} reaches |{np.abs(x).max():.3g}| ≥ {MAX_ABS:g}, beyond the CKKS "
-                                   "headroom; lower the learning rate or normalise the bottom output")
+                                   "headroom; lower the learning rate or mask_scale, or normalise the bottom output")
 
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> CKKSMatrix:
         self._check(x, "value to encrypt")
@@ -164,12 +165,19 @@ class CKKSBackend(HEBackend):
                             mult[tau, :valid] = w[:, k][None, :]
                         else:  # term (i, j) = W[k, i] X[i, j]; reduce over i (and chunks)
                             mult[tau, :valid] = w[k, lo:lo + valid][:, None]
+                    # term masks sum to zero over what the key owner adds up, plus the output mask e
+                    # spread evenly: each term is blinded at the mask scale and so is each output
+                    # (iid term masks would give outputs a √terms larger mask that V, R then accumulate)
                     u = noise((len(ks), valid, n))
-                    terms[: len(ks), :valid] = u
                     if side == "right":
-                        mask[lo:lo + valid, g:g + len(ks)] = u.sum(2).T
-                    else:
-                        mask[g:g + len(ks)] += u.sum(1)
+                        e = noise((len(ks), valid))
+                        u += (e[:, :, None] - u.sum(2, keepdims=True)) / n
+                        mask[lo:lo + valid, g:g + len(ks)] = e.T
+                    else:  # reduced over rows of every chunk: chunk 0 carries the output mask
+                        e = noise((len(ks), n)) if ci == 0 else np.zeros((len(ks), n))
+                        u += (e[:, None, :] - u.sum(1, keepdims=True)) / valid
+                        mask[g:g + len(ks)] += e
+                    terms[: len(ks), :valid] = u
                     row_out.append(ct * mult.ravel().tolist() + terms.ravel().tolist())
                 out.append(row_out)
         return CKKSProducts(out, out_shape, side, (m, n), r, t), mask
@@ -227,6 +235,6 @@ class CKKSBackend(HEBackend):
                                 head["tiles"])
 
     def describe(self) -> dict:
-        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1,
+        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "max_abs_operand": MAX_ABS,
                 "packing": "row-major tiles, one ciphertext per row chunk; reduction after decryption"}
 

@@ -46,6 +46,9 @@ class Method(ABC):
     default_params: ClassVar[dict] = {}
     active_labels_unaligned: ClassVar[bool] = False
     """The partition default for ``active_labels_unaligned`` when the spec leaves it unset."""
+    supports_he: ClassVar[bool] = True
+    """False for methods whose active party reads passive representations in plaintext (e.g. to
+    distil or impute them), which the HE cut layer hides; ``--he`` is then refused."""
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
