@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+import yaml
+
 from securevfl.errors import UserError
 
 
@@ -47,7 +49,9 @@ def _add_train(sub) -> None:
     p.add_argument("--model-preset", help="a paper's architecture: vflhlp-avazu, vflhlp-criteo, fedud")
     p.add_argument("--seed", type=int)
     p.add_argument("--defense", help="none | iso:LAMBDA | dp:clip=C,noise=Z | ... ('+' composes)")
-    p.add_argument("--he", help="off | ckks | paillier")
+    p.add_argument("--he", help="off | ckks | paillier (HE-protected cut layer, SPEC §5)")
+    p.add_argument("--he-param", action="append", metavar="KEY=VALUE",
+                   help="HE parameter, e.g. poly_modulus_degree=16384, key_bits=2048, packing=false (repeatable)")
     p.add_argument("--attack", action="append", help="attack to run after training (repeatable)")
     p.add_argument("--data-dir", help="folder with file-based datasets")
     p.add_argument("--data-path", help="the data file of a single-file dataset (criteo, avazu, uci-credit)")
@@ -78,6 +82,11 @@ def _build_config(args: argparse.Namespace):
             setattr(cfg, k, v)
     if args.attack:
         cfg.attacks = list(args.attack)
+    for kv in args.he_param or []:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            raise UserError(f"--he-param {kv!r}: expected KEY=VALUE")
+        cfg.he_params[key.strip()] = yaml.safe_load(value)
     if args.record:
         cfg.record = True
     part = {"n_parties": args.parties, "aligned_fraction": args.aligned_fraction,
@@ -134,6 +143,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     print(f"  privacy: mechanism {pr['mechanism']}, ε = {eps}")
     print(f"  cost: {c['seconds']:.1f} s, {c['bytes_sent'] / 1e6:.2f} MB in {c['messages']} messages, "
           f"he={c['he']['scheme']}")
+    if c["he"]["scheme"] != "off":
+        he = c["he"]
+        print(f"  he: {he['scheme']} {he['params'].get('security_bits')}-bit security, {he['seconds']:.1f} s "
+              f"in HE, {he['bytes'] / 1e6:.2f} MB of HE messages; protects passive activations from the active "
+              "party, not labels from passive parties")
     for name, a in r["attacks"].items():
         extra = f", local-SSL baseline {a['baseline']:.4f}" if a.get("baseline") is not None else ""
         print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra})")

@@ -31,7 +31,9 @@ class RunConfig:
     seed: int = 0
     """Fixes partition, initialisation and batching."""
     he: str = "off"
-    """Cut-layer protection: ``off`` (plaintext) or an HE scheme when available."""
+    """Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier`` (SPEC §5)."""
+    he_params: dict = field(default_factory=dict)
+    """HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``."""
     defense: str = "none"
     """Defense spec, e.g. ``iso:5`` or ``dp:clip=1,noise=1``; ``+`` composes."""
     attacks: list[str] = field(default_factory=list)

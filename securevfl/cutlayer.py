@@ -34,6 +34,16 @@ class PassiveEnd(ABC):
     def finish_backward(self) -> torch.Tensor:
         """Last backward step: ∂L/∂z as the passive party receives it."""
 
+    # protocol state the owning party snapshots with its models (e.g. HE weight shares)
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027 - stateless ends keep nothing
+        pass
+
+    def reset_optimizer_state(self) -> None:  # noqa: B027
+        """Forget optimizer state kept by the end (called when the party gets a fresh optimizer)."""
+
 
 class ActiveEnd(ABC):
     def __init__(self, endpoint: Endpoint, passive: str, hooks: list[TensorHook]) -> None:
@@ -47,6 +57,15 @@ class ActiveEnd(ABC):
     @abstractmethod
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
         """First backward message, given ∂L/∂(finish_forward output)."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:  # noqa: B027
+        pass
+
+    def reset_optimizer_state(self) -> None:  # noqa: B027
+        pass
 
 
 class CutLayer(ABC):
@@ -62,6 +81,13 @@ class CutLayer(ABC):
     def out_dim(self, cut_dim: int) -> int:
         """Width of what the active party receives per passive party."""
         return cut_dim
+
+    def bind(self, active, passives: list, cut_dim: int) -> None:  # noqa: B027 - plaintext needs nothing
+        """Called once the parties, head and ends exist (the HE layer reads the head's shape here)."""
+
+    def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
+        """The active party's head on its own output and what each cut-layer end delivered."""
+        return head(torch.cat([own, *received], dim=1))
 
     def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
         return a_end.finish_forward()
@@ -108,10 +134,16 @@ def register_cut_layer(name: str, factory: Callable[..., CutLayer]) -> None:
 
 
 def cut_layer_names() -> list[str]:
+    import securevfl.crypto  # noqa: F401 - registers the HE schemes
+
     return sorted(_CUT_LAYERS)
 
 
 def make_cut_layer(name: str, **params: object) -> CutLayer:
+    import securevfl.crypto  # noqa: F401 - registers the HE schemes
+
+    if name == "off" and params:
+        raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
     if name not in _CUT_LAYERS:
         raise UserError(f"--he {name} is not available; available: {', '.join(cut_layer_names())}")
     return _CUT_LAYERS[name](**params)

@@ -81,6 +81,8 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     for p in passives:
         p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.endpoint, active.endpoint, p.hooks, active.hooks,
                                                             model.cut_dim)
+    active.combine = cut.combine
+    cut.bind(active, passives, model.cut_dim)
     return Federation(channel, active, passives, cut, partition.n_classes)
 
 

@@ -45,16 +45,23 @@ class Party:
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {"bottom": self.bottom, **self.extra_modules}
 
+    def cut_end_list(self) -> list:
+        """This party's cut-layer ends (their protocol state, e.g. HE weight shares, is party state)."""
+        return []
+
     def snapshot(self) -> dict:
         """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""
         state = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
         state["_optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+        state["_cut"] = [copy.deepcopy(e.state_dict()) for e in self.cut_end_list()]
         return state
 
     def restore(self, state: dict) -> None:
         for k, m in self.modules_to_snapshot().items():
             m.load_state_dict(state[k])
         self.optimizer.load_state_dict(state["_optimizer"])
+        for end, s in zip(self.cut_end_list(), state.get("_cut", []), strict=False):
+            end.load_state_dict(s)
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -68,6 +75,9 @@ class PassiveParty(Party):
         super().__init__(data, endpoint, hooks)
         self.cut_end: PassiveEnd | None = None
         self._z: torch.Tensor | None = None
+
+    def cut_end_list(self) -> list:
+        return [] if self.cut_end is None else [self.cut_end]
 
     def forward(self) -> None:
         """Receive the batch request from the active party, compute r = h(x), send it."""
@@ -101,6 +111,9 @@ class ActiveParty(Party):
         self.passive_names = passive_names
         self.head: nn.Module | None = None
         self.cut_ends: dict[str, ActiveEnd] = {}
+        # how the head consumes its own output and the cut-layer deliveries (the HE layer splits the
+        # head's first linear layer; plaintext concatenates)
+        self.combine = lambda head, own, received: head(torch.cat([own, *received], dim=1))
         self._received: list[torch.Tensor] = []
         self.own_output: torch.Tensor | None = None
         self.passive_widths: list[int] = []  # width of each passive party's input to the head
@@ -111,6 +124,9 @@ class ActiveParty(Party):
 
     def parameters(self) -> list[nn.Parameter]:
         return super().parameters() + [q for q in self.head.parameters() if q.requires_grad]
+
+    def cut_end_list(self) -> list:
+        return list(self.cut_ends.values())
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {**super().modules_to_snapshot(), "head": self.head}
@@ -138,7 +154,7 @@ class ActiveParty(Party):
         with torch.set_grad_enabled(training):
             own = self.bottom(self.features(ids, split))
             self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
-            return self.head(torch.cat([own, *self._received], dim=1))
+            return self.combine(self.head, own, self._received)
 
     def logits_alone(self, ids: np.ndarray, split: str, training: bool, fill=None) -> torch.Tensor:
         """Logits for rows only this party holds: each passive party's input is ``fill(r^1)`` (a
@@ -152,6 +168,8 @@ class ActiveParty(Party):
                 reps = fill(own)
             else:
                 reps = [own.new_zeros(len(ids), w) for w in self.passive_widths]
+            # the plain head on a zero passive input equals the HE layer's split first layer with no
+            # passive term (the passive columns multiply zeros), so this holds under --he too
             return self.head(torch.cat([own, *reps], dim=1))
 
     def backward(self, loss: torch.Tensor, ids: np.ndarray) -> None:

@@ -69,7 +69,13 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         raise UserError(f"--lr must be > 0, got {cfg.optim.lr}")
     method_cls = get_method(cfg.method)
     apply_model_preset(cfg.model)
-    cut = make_cut_layer(cfg.he)
+    cut = make_cut_layer(cfg.he, **cfg.he_params)
+    if cfg.he != "off" and not method_cls.uses_passives:
+        raise UserError(f"--he {cfg.he}: method {cfg.method} sends no passive activations, so there is nothing "
+                        "to encrypt")
+    if cfg.he != "off" and not method_cls.supports_he:
+        raise UserError(f"--he {cfg.he}: method {cfg.method} reads the passive parties' representations in plaintext, "
+                        "which the HE cut layer hides")
     for hook in hooks or []:
         if not hook.acts_on & method_cls.sends:
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
@@ -88,6 +94,12 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     fed, util = method.run(partition, before_fit)
     seconds = time.perf_counter() - t0
     stats = fed.channel.stats.as_dict()
+    he = cut.describe()
+    if cfg.he != "off":
+        he_kinds = {k: v for k, v in stats["bytes_by_kind"].items() if k.startswith("he_")}
+        steps = max(fed.active.step, 1)
+        he.update({"bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
+                   "seconds_per_step": round(he["seconds"] / steps, 4)})
     result = {
         "dataset": cfg.dataset,
         "method": cfg.method,
@@ -97,7 +109,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         "attacks": {},
         "privacy": privacy_report(fed),
         "cost": {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
-                 "bytes_by_kind": stats["bytes_by_kind"], "he": cut.describe(),
+                 "bytes_by_kind": stats["bytes_by_kind"], "he": he,
                  "train_steps": fed.active.step},
         "partition": partition.summary(),
         "method_info": fed.meta,

@@ -23,6 +23,11 @@ def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:
         if name not in attack_lib.ATTACKS:
             raise UserError(f"unknown attack {name!r}; available: {', '.join(attack_lib.attack_names())}")
         classes.append(attack_lib.ATTACKS[name])
+    if cfg.he != "off" and any("transcript" in c.requires for c in classes):
+        # under HE the passive party's gradient is assembled from a decrypted and a masked part, not
+        # sent as one plaintext message; the transcript attacks read plaintext gradient messages
+        raise UserError(f"attacks {', '.join(c.name for c in classes if 'transcript' in c.requires)} read plaintext "
+                        f"gradient messages and do not support --he {cfg.he} yet")
     if any("transcript" in c.requires for c in classes):
         cfg.record = True
     built: list = []

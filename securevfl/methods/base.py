@@ -57,6 +57,9 @@ class Method(ABC):
     aligned_batches: ClassVar[bool] = True
     """Whether every training batch is one set of entities shared by all parties (False for
     entity-aug); defenses with ``needs_aligned_batches`` (the label-DP accountant) refuse otherwise."""
+    supports_he: ClassVar[bool] = True
+    """False for methods whose active party reads passive representations in plaintext (e.g. to
+    distil or impute them), which the HE cut layer hides; ``--he`` is then refused."""
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
@@ -88,6 +91,8 @@ class Method(ABC):
         re-initialised them), so fine-tuning starts without stale optimizer state."""
         for party in fed.parties:
             party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
+            for end in party.cut_end_list():
+                end.reset_optimizer_state()
 
     def finetune(self, fed: Federation, ids: np.ndarray, **kw) -> SplitTrainer:
         """The supervised VFL stage every method ends with. With ``train.lr_grid`` the active party

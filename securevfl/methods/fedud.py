@@ -78,6 +78,7 @@ class FedUD(Method):
     summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
     active_labels_unaligned = True
     test_aligned_default = "train"
+    supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
     default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
 
     def fit(self, fed: Federation) -> None:

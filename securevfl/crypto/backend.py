@@ -1,0 +1,125 @@
+"""The interface every HE scheme implements for the interactive layer of SPEC §5.
+
+The protocol (:mod:`securevfl.crypto.protocol`) only ever needs three things from a scheme:
+encrypt a real matrix under the key owner's key, multiply an encrypted matrix by a *plaintext*
+matrix on either side (``X @ W`` or ``W @ X``) and blind the result with a random mask, and decrypt.
+Every HE product is one plaintext × ciphertext multiplication followed by additions, so a scheme
+needs multiplicative depth 1. How values are packed into ciphertexts is the scheme's business; the
+protocol sees opaque :class:`Encrypted` objects and their bytes.
+
+One backend object per party end: the key owner's has the secret key (``has_secret``); the other
+party's is built from the public bytes (:meth:`HEBackend.public_bytes`) and can only encrypt-free
+operations (products, masks) and serialisation.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Noise = Callable[[tuple[int, ...]], np.ndarray]
+"""Mask generator of the non-key party: ``noise(shape)`` returns fresh random reals of that shape."""
+
+
+class Encrypted(ABC):
+    """An encrypted matrix (or product), with the layout the scheme needs to decode it."""
+
+    shape: tuple[int, ...]
+
+
+@dataclass
+class HETimer:
+    """Seconds spent in HE operations, by operation (for ``cost.he`` and the benchmark profile)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    @contextmanager
+    def time(self, op: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[op] = self.seconds.get(op, 0.0) + time.perf_counter() - t0
+            self.calls[op] = self.calls.get(op, 0) + 1
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+    def as_dict(self) -> dict:
+        return {"total": round(self.total, 4), "by_op": {k: round(v, 4) for k, v in sorted(self.seconds.items())},
+                "calls": dict(sorted(self.calls.items()))}
+
+
+class HEBackend(ABC):
+    """One party's handle on a scheme instance (keys + codec)."""
+
+    scheme: str
+
+    def __init__(self, timer: HETimer | None = None) -> None:
+        self.timer = timer or HETimer()
+
+    # ---- keys
+    @abstractmethod
+    def has_secret(self) -> bool: ...
+
+    @abstractmethod
+    def public_bytes(self) -> bytes:
+        """What leaves the key owner: the public context / key, never the secret key."""
+
+    # ---- key owner
+    @abstractmethod
+    def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
+        """Encrypt a real matrix for the products named in ``ops`` (``right``: X @ W, ``left``: W @ X)."""
+
+    @abstractmethod
+    def decrypt(self, e: Encrypted) -> np.ndarray:
+        """The masked product as reals."""
+
+    # ---- other party (plaintext-side products)
+    @abstractmethod
+    def right(self, ex: Encrypted, w: np.ndarray, noise: Noise) -> tuple[Encrypted, np.ndarray]:
+        """[[X @ W + E]] and the mask E (drawn with ``noise``; only the caller learns it)."""
+
+    @abstractmethod
+    def left(self, w: np.ndarray, ex: Encrypted, noise: Noise) -> tuple[Encrypted, np.ndarray]:
+        """[[W @ X + E]] and the mask E."""
+
+    # ---- wire format
+    @abstractmethod
+    def dumps(self, e: Encrypted) -> bytes: ...
+
+    @abstractmethod
+    def loads(self, buf: bytes) -> Encrypted: ...
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """Scheme parameters and security level, for reports."""
+
+
+def pack_blobs(head: dict, blobs: list[bytes]) -> bytes:
+    """A JSON header and length-prefixed binary blobs (ciphertexts) in one message."""
+    h = json.dumps(head).encode()
+    parts = [struct.pack("<I", len(h)), h]
+    for b in blobs:
+        parts += [struct.pack("<Q", len(b)), b]
+    return b"".join(parts)
+
+
+def unpack_blobs(buf: bytes) -> tuple[dict, list[bytes]]:
+    (hl,) = struct.unpack_from("<I", buf, 0)
+    head = json.loads(buf[4:4 + hl])
+    off, blobs = 4 + hl, []
+    while off < len(buf):
+        (bl,) = struct.unpack_from("<Q", buf, off)
+        blobs.append(buf[off + 8:off + 8 + bl])
+        off += 8 + bl
+    return head, blobs
