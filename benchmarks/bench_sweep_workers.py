@@ -1,8 +1,8 @@
 """Sweep wall time with --workers 1 vs --workers 2 on the same grid (issue 10 acceptance).
 
-    python benchmarks/bench_sweep_workers.py [--cells-epochs 10] [--repeats 1]
+    python benchmarks/bench_sweep_workers.py [--dataset fashion-mnist --max-rows 5000] [--epochs 10] [--repeats 1]
 
-Runs the same 12-cell digits grid (splitnn × no defense / ISO 1, 5 × 4 seeds, `mc-plain`) through
+Runs the same 12-cell grid (splitnn × no defense / ISO 1, 5 × 4 seeds, `mc-plain`; MLP bottoms) through
 the CLI into fresh stores, in alternating order, and prints the wall times and their ratio. Each
 run is a separate process, so the workers-2 time includes spawning the worker processes.
 """
@@ -24,8 +24,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--dataset", default="digits")
+    ap.add_argument("--max-rows", type=int)
     args = ap.parse_args()
-    grid = {"name": "bench-workers", "dataset": {"name": "digits", "aligned_fraction": 0.5},
+    ds = {"name": args.dataset, "aligned_fraction": 0.5, **({"max_rows": args.max_rows} if args.max_rows else {})}
+    grid = {"name": "bench-workers", "dataset": ds, "model": {"bottom": "mlp"},
             "methods": ["splitnn"], "defenses": ["none", {"iso": [1, 5]}], "attacks": ["mc-plain"],
             "seeds": [0, 1, 2, 3], "train": {"epochs": args.epochs}}
     times: dict[int, list[float]] = {1: [], 2: []}

@@ -153,3 +153,15 @@ def test_ray_engine(tmp_path):
     f = write(tmp_path, seeds=[0, 1])
     c = run_sweep(str(f), str(tmp_path / "s.sqlite"), workers=2, engine="ray", progress=False)
     assert c["ok"] == 2
+
+
+def test_he_sweep_gets_a_cost_table(tmp_path):
+    f = write(tmp_path, he=["off", "ckks"], optim={"optimizer": "sgd", "lr": 0.05},
+              dataset={"name": "digits", "aligned_fraction": 0.3})
+    store = tmp_path / "s.sqlite"
+    assert run_sweep(str(f), str(store), progress=False)["ok"] == 2
+    runs, _ = load_frames(store)
+    assert set(runs.he) == {"off", "ckks"} and runs[runs.he == "ckks"].he_seconds.iloc[0] > 0
+    write_report(store, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "Encrypted activations: cost" in md and "ckks" in md and "does not" in md
