@@ -29,16 +29,18 @@ def test_iso_noise_has_the_stated_sigma():
 
 
 def test_dp_clips_every_example_before_noise():
-    g = torch.randn(50, 16) * 10
-    g[:5] *= 0.001  # rows already inside the ball stay untouched
+    # rows are gradients of the batch-mean loss: B × row is the per-example-loss gradient that is clipped
+    B = 50
+    g = torch.randn(B, 16) * 10 / B
+    g[:5] *= 0.0001  # rows already inside the ball stay untouched
     clipped = one("dp:clip=1.5,noise=0")(g, CTX)
-    assert (per_example_norms(clipped) <= 1.5 + 1e-5).all()
-    assert torch.equal(clipped[:5], g[:5])
+    assert (per_example_norms(clipped * B) <= 1.5 + 1e-5).all()
+    assert torch.allclose(clipped[:5], g[:5], rtol=1e-6, atol=0)
     assert torch.allclose(clipped[5:] / per_example_norms(clipped[5:]).unsqueeze(1),
                           g[5:] / per_example_norms(g[5:]).unsqueeze(1), atol=1e-6)  # direction kept
     dp = one("dp:clip=1.5,noise=2")
-    noise = torch.cat([(dp(g, CTX) - clip_per_example(g, 1.5)).flatten() for _ in range(200)])
-    assert noise.std().item() == pytest.approx(2 * 2 * 1.5, rel=0.05)  # z · Δ, Δ = 2C
+    noise = torch.cat([(dp(g, CTX) * B - clip_per_example(g * B, 1.5)).flatten() for _ in range(200)])
+    assert noise.std().item() == pytest.approx(2 * 2 * 1.5, rel=0.05)  # z · Δ, Δ = 2C, before the 1/B
     assert dp.privacy()["steps"] == 200
 
 

@@ -1,8 +1,11 @@
 """``dp``: label-DP Gaussian mechanism on the gradients the active party returns.
 
-Neighbouring relation: two datasets differ in **one example's label** (replace-one). Each
-example's returned gradient row is clipped to L2 norm C; replacing one label moves that row by at
-most 2C, so Δ = 2C and the noise is N(0, (z·Δ)² I) on the whole (B × d) release. One accountant
+Neighbouring relation: two datasets differ in **one example's label** (replace-one). The returned
+rows are gradients of the batch-*mean* loss, so row i is (1/B)·∇ℓ_i; like DP-SGD, clipping and
+noise act on the per-example-loss gradient: each row is scaled by B, clipped to L2 norm C, noised,
+and scaled back by 1/B (post-processing by the public batch size, so ε is unchanged, and C does
+not depend on B). Replacing one label moves one per-example row by at most 2C, so Δ = 2C and the
+noise is N(0, (z·Δ)² I) on the whole (B × d) release before the 1/B scaling. One accountant
 step per release with ``noise_multiplier = z`` and ``sample_rate = B/N`` (N = the labeled aligned
 rows training draws from); with K−1 passive parties each batch is K−1 releases.
 
@@ -73,12 +76,13 @@ class LabelDP(Defense):
         if self.noise_multiplier is None:
             self._calibrate(ctx)
         z, clip = self.noise_multiplier, self.config["clip"]
-        out = clip_per_example(tensor, clip)
+        batch = tensor.shape[0]
+        out = clip_per_example(tensor * batch, clip)  # per-example-loss gradients, clipped to C
         if z > 0:
             out = out + gaussian(out, z * 2.0 * clip, self.generator)
             self.sample_rate = ctx.sample_rate
             self.accountant.step(noise_multiplier=z, sample_rate=ctx.sample_rate)
-        return out
+        return out / batch
 
     def steps(self) -> int:
         return sum(n for _, _, n in self.accountant.history)
