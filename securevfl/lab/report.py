@@ -156,7 +156,9 @@ def _draw_tradeoff(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, att
             if detail:
                 for _, r in pts.iterrows():
                     if r.defense != "none" or family == "none":
-                        ax.annotate(setting_label(r.defense), (r.utility, r[f"{attack}_value"]), fontsize=7,
+                        short = setting_label(r.defense) if pd.isna(r.strength) or r.defense == "none" \
+                            else f"{r.family} {r.strength:g}"
+                        ax.annotate(short, (r.utility, r[f"{attack}_value"]), fontsize=7,
                                     xytext=(4, 3), textcoords="offset points", color=color)
         ax.plot([], [], color=color, marker="o", label=method)
     prior = d[f"{attack}_prior"].mean()
@@ -177,7 +179,7 @@ def _draw_tradeoff(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, att
     ax.grid(alpha=0.3)
 
 
-def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path) -> Path:
+def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path, setting: str = "") -> Path:
     """Left: the whole range down to the prior; right: zoomed on the cells, labelled by defense."""
     d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
     fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 5.0), dpi=100, gridspec_kw={"width_ratios": [1, 1.5]})
@@ -194,7 +196,8 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     full.set_title("full range, with the prior", fontsize=10)
     zoom.set_title("zoomed on the runs; ringed = Pareto front", fontsize=10)
     zoom.legend(fontsize=8, loc="best")
-    fig.suptitle(f"{dataset}: privacy–utility trade-off under the {attack} attack (mean ± std over seeds)")
+    where = f" ({setting})" if setting else ""
+    fig.suptitle(f"{dataset}{where}: privacy–utility trade-off under the {attack} attack (mean ± std over seeds)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -294,10 +297,20 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     atk = attack_names(summary) if not summary.empty else []
     for ds in datasets:
         blocks: list = []
+        # one trade-off per attack and per swept setting (e.g. each aligned fraction): comparing
+        # cells across different data sizes would mix two effects in one line
+        settings = sorted(summary[summary.dataset == ds].swept.unique()) if not summary.empty else []
         for a in atk:
-            if summary[(summary.dataset == ds)][f"{a}_value"].notna().any():
-                blocks += [("ul", headline(summary, ds, a))]
-                fig = tradeoff_figure(summary, ds, a, out / f"tradeoff_{ds}_{a}.png")
+            for i, sw in enumerate(settings):
+                sub = summary[summary.swept == sw]
+                if not sub[(sub.dataset == ds)][f"{a}_value"].notna().any():
+                    continue
+                label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
+                if label:
+                    blocks.append(("h3", f"{a} attack, {label}"))
+                blocks += [("ul", headline(sub, ds, a))]
+                suffix = f"_{i}" if len(settings) > 1 else ""
+                fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label)
                 figures.append(fig)
                 blocks.append(("img", fig))
         if not atk and not summary.empty:
