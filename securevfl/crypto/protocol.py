@@ -268,5 +268,6 @@ class HECutLayer(CutLayer):
 def first_linear(head: nn.Module) -> nn.Linear:
     first = head[0] if isinstance(head, nn.Sequential) else head
     if not isinstance(first, nn.Linear):
-        raise UserError("--he needs a head whose first layer is a linear layer")
+        raise UserError("--he needs a head whose first layer is a linear layer (RISA's evidential heads are not: "
+                        "run risa with evidential: false, or without --he)")
     return first
