@@ -245,7 +245,11 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
 
 def load_sweep(path: str | Path) -> Sweep:
     p = Path(path)
-    return parse_sweep(load_config_file(p), str(p))
+    try:
+        data = load_config_file(p)
+    except UserError as e:
+        raise UserError(str(e).replace("config file", "sweep file", 1)) from None
+    return parse_sweep(data, str(p))
 
 
 def config_from_dict(d: dict) -> RunConfig:
