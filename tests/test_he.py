@@ -262,8 +262,8 @@ def test_paillier_matches_plaintext_two_epochs_full_digits():
 @pytest.mark.skipif(not HAVE_FMNIST, reason="fashion-mnist not installed (apt-get install dataset-fashion-mnist)")
 def test_ckks_matches_plaintext_on_fashion_mnist():
     def cfg(he):
-        return small_cfg(he, dataset="fashion-mnist", train__epochs=3, train__batch_size=128, model__cut_dim=16,
-                         model__head_hidden=(32,), model__bottom="mlp", partition__n_labeled=3000)
+        return small_cfg(he, dataset="fashion-mnist", train__epochs=2, train__batch_size=128, model__cut_dim=16,
+                         model__head_hidden=(32,), model__bottom="mlp", partition__n_labeled=2000)
     off, u_off, _ = losses_and_utility(cfg("off"))
     on, u_on, _ = losses_and_utility(cfg("ckks"))
     assert np.max(np.abs(on - off) / np.abs(off)) < 1e-3 and abs(u_on - u_off) <= 0.005
