@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -116,24 +115,16 @@ def _build_config(args: argparse.Namespace):
     return cfg
 
 
-def _json_safe(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_safe(v) for v in obj]
-    return obj
-
 
 def cmd_train(args: argparse.Namespace) -> int:
     from securevfl.lab.compose import execute
+    from securevfl.run import json_safe
 
     cfg = _build_config(args)
     out = execute(cfg, progress=args.progress)
     r = out.result
     if args.json:
-        print(json.dumps(_json_safe(r)))
+        print(json.dumps(json_safe(r)))
         return 0
     u, c, pr = r["utility"], r["cost"], r["privacy"]
     print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {u['test']:.4f}")

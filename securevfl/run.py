@@ -3,6 +3,7 @@ composition layer (:mod:`securevfl.lab.compose`) as ready objects."""
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -27,6 +28,17 @@ class RunOutput:
     federation: Federation
     partition: Partition
     method: Method
+
+
+def json_safe(obj):
+    """The result object with NaN/inf as ``null`` (strict JSON for ``--json`` and the sweep store)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def privacy_report(fed: Federation) -> dict:

@@ -38,10 +38,9 @@ def run_cell(cell: Cell, sweep: str) -> dict:
     except Exception as e:  # noqa: BLE001  (a cell's bug must not stop the sweep; keep the trace)
         tb = traceback.format_exc(limit=-3)
         return {**row, "status": "failed", "error": _one_line(f"{type(e).__name__}: {e} | {tb}")}
-    r = out.result
-    from securevfl.cli import _json_safe
+    from securevfl.run import json_safe
 
-    r = _json_safe(r)
+    r = json_safe(out.result)
     return {**row, "status": "ok", "error": None, "result_json": r, "utility": r["utility"]["test"],
             "utility_metric": r["utility"]["metric"], "epsilon": r["privacy"].get("epsilon"),
             "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"]}

@@ -53,9 +53,8 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         runs.append({**base, "status": r["status"], "error": r["error"], "utility": r["utility"],
                      "metric": r["utility_metric"], "epsilon": r["epsilon"], "seconds": r["seconds"],
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
-                     "he_bytes": he.get("bytes"), "he_params": json.dumps({k: v for k, v in he.items()
-                                                                            if k not in ("seconds", "bytes")})
-                     if he else None,
+                     "he_bytes": he.get("bytes"),
+                     "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier")})
         for name, a in (res.get("attacks") or {}).items():
