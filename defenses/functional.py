@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 
@@ -37,3 +38,35 @@ def topk_per_example(t: torch.Tensor, keep_fraction: float) -> torch.Tensor:
     idx = flat.abs().topk(k, dim=1).indices
     mask = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, idx, True)
     return (flat * mask).view_as(t)
+
+
+def dp_sgd_release(summed: list[torch.Tensor], rows: list[torch.Tensor], clip: float, std: float,
+                   batch_size: int, generator: torch.Generator) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """One DP-SGD release over per-example gradients (all tensors ``(n, ...)``, example i in row i).
+
+    Every example's gradients — of the parameters (``summed``) and of its own cut-layer rows
+    (``rows``) — are clipped *jointly* to L2 norm ``clip``; the parameter gradients are summed over
+    examples; Gaussian noise of ``std`` is added to every released coordinate (each summed entry and
+    each row entry); everything is divided by the nominal ``batch_size`` (public)."""
+    parts = [*summed, *rows]
+    if not parts:
+        return [], []
+    sq = sum(t.flatten(1).pow(2).sum(1) for t in parts)
+    factor = torch.clamp(clip / (sq.sqrt() + 1e-12), max=1.0)
+
+    def scaled(t: torch.Tensor) -> torch.Tensor:
+        return t * factor.view(-1, *([1] * (t.dim() - 1))).to(t.dtype)
+
+    out_sum = [(scaled(t).sum(0) + gaussian(t[0], std, generator)) / batch_size for t in summed]
+    out_rows = [(scaled(t) + gaussian(t, std, generator)) / batch_size for t in rows]
+    return out_sum, out_rows
+
+
+def randomized_response(labels: np.ndarray, n_classes: int, eps: float, rng: np.random.Generator) -> np.ndarray:
+    """K-ary randomized response: keep the label with probability e^ε/(e^ε + K − 1), otherwise move
+    it to each other class with probability 1/(e^ε + K − 1) (Warner 1965; Ghazi et al. 2021, RR)."""
+    labels = np.asarray(labels)
+    keep = math.exp(eps) / (math.exp(eps) + n_classes - 1)
+    flip = rng.random(len(labels)) >= keep
+    shift = rng.integers(1, n_classes, size=len(labels))  # uniform over the K − 1 other classes
+    return np.where(flip, (labels + shift) % n_classes, labels).astype(labels.dtype)

@@ -69,6 +69,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     names = [p.name for p in passive_data]
     active = ActiveParty(partition.active, channel.endpoint(partition.active.name),
                          [h.for_party(partition.active.name) for h in hooks], names)
+    active.randomize_labels(partition.n_classes)
     passives = [PassiveParty(d, channel.endpoint(d.name), [h.for_party(d.name) for h in hooks]) for d in passive_data]
     for k, party in enumerate([active, *passives]):
         torch.manual_seed(seed_for(seed, k))

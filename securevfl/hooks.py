@@ -17,6 +17,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from securevfl.errors import UserError
+
 
 @dataclass(frozen=True)
 class HookContext:
@@ -75,3 +77,50 @@ def apply_hooks(hooks: list[TensorHook], tensor: torch.Tensor, ctx: HookContext)
                                f"to {tuple(out.shape)}/{out.dtype}")
         tensor = out
     return tensor
+
+
+class StepPrivatizer(ABC):
+    """A defense that replaces how the active party turns its labeled loss into gradients (DP-SGD
+    over everything that touches labels). The active party hands it per-example gradients and uses
+    only what it returns, both for its own update and for what it sends back through the cut layer."""
+
+    @abstractmethod
+    def plan(self, participations: int) -> None:
+        """The whole training plan before the first step: how many times at most one labeled example
+        takes part in a step over every training run of the method (target-ε calibration)."""
+
+    @abstractmethod
+    def begin_run(self, run: str, n_examples: int, batch_size: int, steps: int, participations: int) -> None:
+        """A training run starts (one ledger entry: an lr-grid candidate, a stage, the final fit)."""
+
+    @abstractmethod
+    def release(self, summed: list[torch.Tensor], rows: list[torch.Tensor], batch_size: int
+                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-example gradients in, the step's private release out.
+
+        Args:
+            summed: per-parameter tensors ``(n, *param.shape)`` (example i's gradient of its own loss).
+            rows: per-cut-layer tensors ``(n, *row.shape)`` (example i's gradient of its received row).
+            batch_size: the nominal batch size the release is averaged over.
+        Returns:
+            the parameter gradients (summed over examples) and the released rows, both noised.
+        """
+
+    @abstractmethod
+    def select(self, scores: list[float], n_val: int) -> int:
+        """Private choice of the best of several candidates scored by accuracy on ``n_val`` labeled rows."""
+
+
+class LabelRandomizer(ABC):
+    """A defense that randomises the active party's training labels once, at the source."""
+
+    @abstractmethod
+    def randomize(self, labels: np.ndarray, n_classes: int) -> np.ndarray: ...
+
+
+def find_hook(hooks: list[TensorHook], kind: type) -> object | None:
+    """The one hook of a given contract among a party's hooks (None if there is none)."""
+    found = [h for h in hooks if isinstance(h, kind)]
+    if len(found) > 1:
+        raise UserError(f"compose at most one {found[0].name} defense")
+    return found[0] if found else None

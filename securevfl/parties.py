@@ -4,6 +4,7 @@ cut layer; it talks to other parties only through its channel endpoint."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.cutlayer import ActiveEnd, PassiveEnd
 from securevfl.data.partition import ACTIVE, PartyData
-from securevfl.hooks import HookContext, TensorHook
+from securevfl.hooks import HookContext, LabelRandomizer, StepPrivatizer, TensorHook, find_hook
 
 SPLITS = ("train", "test")
 
@@ -121,6 +122,15 @@ class ActiveParty(Party):
         self.n_examples: int | None = None
         self.sample_rate: float | None = None
         self.planned_steps: int | None = None
+        # label defenses: a step privatizer (DP-SGD) replaces how gradients are computed; a label
+        # randomizer replaces the training labels once, here, so nothing downstream sees the originals
+        self.privatizer: StepPrivatizer | None = find_hook(hooks, StepPrivatizer)
+
+    def randomize_labels(self, n_classes: int) -> None:
+        """Apply a label randomizer among this party's hooks to its training labels (once, at build)."""
+        randomizer: LabelRandomizer | None = find_hook(self.hooks, LabelRandomizer)
+        if randomizer is not None and self.data.y_labels is not None:
+            self.data = dataclasses.replace(self.data, y_labels=randomizer.randomize(self.data.y_labels, n_classes))
 
     def parameters(self) -> list[nn.Parameter]:
         return super().parameters() + [q for q in self.head.parameters() if q.requires_grad]
@@ -177,9 +187,40 @@ class ActiveParty(Party):
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        for name, r in zip(self.passive_names, self._received, strict=True):
+        self._send_gradients([r.grad for r in self._received], ids)
+
+    def backward_private(self, example_losses: torch.Tensor, example_ids: np.ndarray, free: torch.Tensor | None,
+                         ids: np.ndarray, batch_size: int) -> None:
+        """The step under a :class:`StepPrivatizer` (DP-SGD): per-example gradients of every labeled
+        loss (rows of ``example_losses``: the batch ``ids`` first, then any other labeled rows of the
+        step) with respect to this party's parameters and to the rows it received go to the
+        privatizer; the parameters are updated, and the passive parties answered, with its release
+        only. ``free`` is the label-free part of the objective (added unnoised)."""
+        params = self.parameters()
+        n, b = len(example_losses), len(ids)
+        per = torch.autograd.grad(example_losses, params, grad_outputs=torch.eye(n, dtype=example_losses.dtype),
+                                  is_grads_batched=True,
+                                  retain_graph=True, allow_unused=True)
+        per = [torch.zeros((n, *q.shape)) if g is None else g for g, q in zip(per, params, strict=True)]
+        rows = []
+        if self._received:  # row i of ∂(Σ ℓ)/∂r is example i's own: rows do not interact (no batch norm)
+            grads = torch.autograd.grad(example_losses.sum(), self._received, retain_graph=True, allow_unused=True)
+            for g, r in zip(grads, self._received, strict=True):
+                g = torch.zeros_like(r) if g is None else g.detach()
+                rows.append(torch.cat([g, g.new_zeros((n - b, *g.shape[1:]))]) if n > b else g)
+        summed, released = self.privatizer.release(per, rows, batch_size, example_ids)
+        free_grads = (torch.autograd.grad(free, params, allow_unused=True) if free is not None and free.requires_grad
+                      else [None] * len(params))
+        self.optimizer.zero_grad(set_to_none=True)
+        for q, s, f in zip(params, summed, free_grads, strict=True):
+            q.grad = s if f is None else s + f
+        self.optimizer.step()
+        self._send_gradients([r[:b] for r in released], ids)
+
+    def _send_gradients(self, grads: list[torch.Tensor], ids: np.ndarray) -> None:
+        for name, g in zip(self.passive_names, grads, strict=True):
             ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, ids, self.n_examples,
                               self.sample_rate, self._planned_releases())
-            self.cut_ends[name].send_backward(r.grad, ctx)
+            self.cut_ends[name].send_backward(g, ctx)
         self._received = []
         self.step += 1

@@ -42,18 +42,26 @@ def json_safe(obj):
 
 
 def privacy_report(fed: Federation) -> dict:
-    """Privacy object from the active party's accounting hooks (the gradient defenses; every party
-    holds its own copy of each defense, and the active party's copy saw every released gradient)."""
+    """Privacy object from the active party's label defenses (every party holds its own copy of each
+    defense; the active party's copy did the accounting).
+
+    Accounted label mechanisms (``dp``, ``rr``: their reports carry a ``ledger``) compose by adding
+    ε and δ (sequential composition; a true, possibly loose, bound). Heuristic defenses composed
+    with them (e.g. ISO on the gradients) act on what the accounted mechanism already released, so
+    they are post-processing and leave ε unchanged; without an accounted mechanism ε is ``None``."""
     reports = [r for h in fed.active.hooks if (r := h.privacy()) is not None]
     if not reports:
         return {"epsilon": None, "delta": None, "mechanism": "none"}
+    accounted = [r for r in reports if "ledger" in r]
     if len(reports) == 1:
         return reports[0]
-    # composed defenses: ε is defined only when every component is DP; then the ε, δ add up
-    finite = all(r.get("epsilon") is not None for r in reports)
-    return {"epsilon": sum(r["epsilon"] for r in reports) if finite else None,
-            "delta": sum(r["delta"] for r in reports) if finite else None,
-            "mechanism": "+".join(r["mechanism"] for r in reports), "components": reports}
+    finite = bool(accounted) and all(r.get("epsilon") is not None for r in accounted)
+    return {"epsilon": sum(r["epsilon"] for r in accounted) if finite else None,
+            "delta": sum(r["delta"] for r in accounted) if finite else None,
+            "formal_guarantee": finite, "mechanism": "+".join(r["mechanism"] for r in reports),
+            "composition": "ε and δ of the accounted label mechanisms add up; the other components act on their "
+                           "output (post-processing)" if accounted else "no component accounts for ε",
+            "components": reports}
 
 
 def build_partition(cfg: RunConfig) -> Partition:

@@ -8,6 +8,7 @@ not by copying the loop."""
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +37,24 @@ class TrainConfig:
 
 
 LossTerm = Callable[[], torch.Tensor]
+"""An extra, label-free term of the active party's objective (e.g. a distillation loss)."""
+
+
+class LabelTerm(ABC):
+    """An extra term of the objective that uses labels of rows outside the batch (e.g. FedUD's
+    unaligned rows). Under a step privatizer each of its rows is one more example to clip."""
+
+    @abstractmethod
+    def __call__(self) -> torch.Tensor:
+        """The term as it adds to the loss (a scalar)."""
+
+    @abstractmethod
+    def per_example(self) -> tuple[torch.Tensor, np.ndarray]:
+        """Per-example contributions at the scale of one example's loss (their sum / batch size is the
+        term) and the rows' IDs."""
+
+    def begin_epoch(self, steps: int) -> None:  # noqa: B027 - optional
+        """An epoch of ``steps`` steps starts (terms that visit their rows once per epoch re-shuffle)."""
 
 
 class SplitTrainer:
@@ -50,12 +69,14 @@ class SplitTrainer:
 
     def __init__(self, fed: Federation, cfg: TrainConfig, seed: int,
                  loss_terms: list[LossTerm] | None = None, progress: bool | None = None,
-                 fill: Callable[[torch.Tensor], list[torch.Tensor]] | None = None) -> None:
+                 fill: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
+                 label_terms: list[LabelTerm] | None = None) -> None:
         self.fed = fed
         self.fill = fill  # the passive inputs for rows only the active party holds (None = zeros)
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)  # the active party's batch order
         self.loss_terms = loss_terms or []
+        self.label_terms = label_terms or []
         self.losses: list[float] = []
         self.epoch = 0  # current epoch of ``fit`` (schedules such as RISA's KL annealing read it)
         self.progress = sys.stderr.isatty() if progress is None else progress
@@ -71,22 +92,41 @@ class SplitTrainer:
     def train_step(self, ids: np.ndarray) -> float:
         fed = self.fed
         self._exchange(ids, "train", True)
-        loss = self.total_loss(fed.active.logits(ids, "train", True), ids)
-        fed.active.backward(loss, ids)
+        out = fed.active.logits(ids, "train", True)
+        if fed.active.privatizer is None:
+            loss = self.total_loss(out, ids)
+            fed.active.backward(loss, ids)
+        else:  # DP-SGD: every labeled row of the step is one example; label-free terms stay outside
+            per, per_ids = [self.example_losses(out, ids)], [np.asarray(ids)]
+            for term in self.label_terms:
+                v, t_ids = term.per_example()
+                per.append(v)
+                per_ids.append(np.asarray(t_ids))
+            examples = torch.cat(per)
+            free = sum((term() for term in self.loss_terms), torch.zeros(()))
+            loss = self._check_finite(examples.sum() / self.cfg.batch_size + free)
+            fed.active.backward_private(examples, np.concatenate(per_ids), free, ids, self.cfg.batch_size)
         for p in fed.passives:
             p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))
         self.losses.append(float(loss.detach()))
         return self.losses[-1]
 
+    def example_losses(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """Each row's loss on the head's output for ``ids``: cross-entropy against the active party's labels."""
+        return F.cross_entropy(out, torch.from_numpy(self.fed.active.data.labels(ids)), reduction="none")
+
     def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
-        """The objective on the head's output for ``ids``: cross-entropy against the active party's labels."""
-        return F.cross_entropy(out, torch.from_numpy(self.fed.active.data.labels(ids)))
+        """The objective on the head's output for ``ids``: the mean of :meth:`example_losses`."""
+        return self.example_losses(out, ids).mean().float()
 
     def total_loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         """:meth:`loss` + the extra loss terms, checked for divergence."""
         loss = self.loss(out, ids)
-        for term in self.loss_terms:
+        for term in [*self.loss_terms, *self.label_terms]:
             loss = loss + term()
+        return self._check_finite(loss)
+
+    def _check_finite(self, loss: torch.Tensor) -> torch.Tensor:
         if not torch.isfinite(loss):
             raise TrainingDiverged(f"training diverged: non-finite loss at step {len(self.losses)}; lower the "
                                    "learning rate or the defense strength")
@@ -105,12 +145,17 @@ class SplitTrainer:
         ids = np.asarray(ids)
         epochs = self.cfg.epochs if epochs is None else epochs
         bs = self.cfg.batch_size
-        n_steps = epochs * -(-len(ids) // bs)
+        per_epoch = -(-len(ids) // bs)
+        n_steps = epochs * per_epoch
         self.fed.active.plan(len(ids), bs, n_steps)
+        if self.fed.active.privatizer is not None:  # one ledger entry per training run
+            self.fed.active.privatizer.begin_run(desc, len(ids), bs, n_steps, participations=epochs)
         with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:
             for epoch in range(epochs):
                 self.epoch = epoch
                 rows = self.epoch_ids(epoch, ids)
+                for term in self.label_terms:
+                    term.begin_epoch(-(-len(rows) // bs))
                 order = rows[self.rng.permutation(len(rows))]
                 for start in range(0, len(order), bs):
                     loss = self.train_step(order[start:start + bs])

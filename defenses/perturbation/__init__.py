@@ -1,1 +1,1 @@
-"""Noise-adding defenses: ISO (heuristic) and label-DP Gaussian (accounted)."""
+"""Noise-adding defenses: ISO (heuristic), label-DP by DP-SGD and by randomized response (accounted)."""

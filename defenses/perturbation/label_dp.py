@@ -1,48 +1,57 @@
-"""``dp``: label-DP Gaussian mechanism on the gradients the active party returns.
+"""``dp``: label-DP by DP-SGD over everything that touches labels (SPEC §4.1).
 
-Neighbouring relation: two datasets differ in **one example's label** (replace-one). The returned
-rows are gradients of the batch-*mean* loss, so row i is (1/B)·∇ℓ_i; like DP-SGD, clipping and
-noise act on the per-example-loss gradient: each row is scaled by B, clipped to L2 norm C, noised,
-and scaled back by 1/B (post-processing by the public batch size, so ε is unchanged, and C does
-not depend on B). Replacing one label moves one per-example row by at most 2C, so Δ = 2C and the
-noise is N(0, (z·Δ)² I) on the whole (B × d) release before the 1/B scaling. One accountant
-step per release with ``noise_multiplier = z`` and ``sample_rate = B/N`` (N = the labeled aligned
-rows training draws from); with K−1 passive parties each batch is K−1 releases.
+Mechanism, per training step of the active party: for every example of the batch, its gradient of
+its own loss with respect to the active party's parameters (bottom, head, method modules) and with
+respect to each cut-layer row it received (what goes back to every passive party) are clipped
+*jointly* to L2 norm C; the parameter gradients are summed; Gaussian noise N(0, (z·Δ)²) is added
+to every coordinate of that sum and of every returned row; the result is averaged over the nominal
+batch size. The active party's own update and every message to the passive parties use only this
+noised release, so the messages, every later step and the trained model are post-processing of
+accounted releases. Label-free loss terms (e.g. a distillation onto received representations) are
+added unnoised: given the released past they do not depend on labels.
 
-ε comes from Opacus's accountants (``rdp`` default, ``prv`` option); δ defaults to 1e-5.
-Caveats, also in the privacy report: the accountant assumes Poisson sampling while training uses
-shuffled fixed-size batches (the usual approximation); and the active party's own head and bottom
-model train on the raw labels — only what leaves the active party is protected.
+Neighbouring relation: replace one example's label (features fixed). Replacing a label moves that
+example's clipped contribution by at most Δ = 2C and nothing else in the step.
+
+Accounting (:mod:`defenses.accounting`): passive parties see every batch's IDs, so no amplification
+by subsampling is claimed; an example is charged every step it is in (one per epoch with shuffled
+batches). ε is computed over a ledger with one entry per training run of the plan (each lr-grid
+candidate, each stage of a multi-stage method) plus the private learning-rate selection, and
+``epsilon=E`` calibrates z for the whole plan before the first step. Protected: the active party's
+labels, against the passive parties (their whole view: batch IDs, returned gradients, under HE the
+decrypted shares) and against anyone who sees the trained model. Not protected: features (see HE)
+and the test labels (never used for training).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
+from collections import Counter
 
+import numpy as np
 import torch
-from opacus.accountants import PRVAccountant, RDPAccountant
-from opacus.accountants.utils import get_noise_multiplier
 
+from defenses.accounting import epsilon, exponential_mechanism, noise_for_target
 from defenses.base import Defense, _finite, register_defense
-from defenses.functional import clip_per_example, gaussian
+from defenses.functional import dp_sgd_release
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
-from securevfl.hooks import HookContext
+from securevfl.hooks import HookContext, StepPrivatizer
 
-ACCOUNTANTS = {"rdp": RDPAccountant, "prv": PRVAccountant}
-CAVEAT = ("label-DP for gradients sent to passive parties only: the active party's own models train on raw labels; "
-          "the accountant assumes Poisson sampling, training uses shuffled batches")
+PROTECTS = ("the active party's training labels (replace-one-label neighbours), against the passive parties' whole "
+            "view and anyone who sees the trained model; features are not protected by this mechanism")
+SAMPLING = ("no amplification by subsampling (passive parties see batch IDs): each example is charged every step "
+            "that contains it, one per epoch of every training run")
 
 
 @register_defense
-class LabelDP(Defense):
+class LabelDP(Defense, StepPrivatizer):
     name = "dp"
     primary = "noise"
-    params = {"clip": float, "noise": float, "epsilon": float, "delta": float, "accountant": str}
-    defaults = {"clip": 1.0, "delta": 1e-5, "accountant": "rdp"}
+    params = {"clip": float, "noise": float, "epsilon": float, "delta": float, "select_epsilon": float}
+    defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1}
     acts_on = frozenset({MessageKind.GRADIENT})
-    needs_aligned_batches = True  # Δ = 2C per row and sample rate B/N assume one labeled example per row
+    needs_aligned_batches = True  # one labeled example per released row
 
     def validate(self) -> None:
         c = self.config
@@ -55,58 +64,72 @@ class LabelDP(Defense):
             _finite("dp epsilon", c["epsilon"], 0.0, lo_inclusive=False)
         if not 0 < c["delta"] < 1:
             raise UserError(f"dp delta must be in (0, 1), got {c['delta']}")
-        if c["accountant"] not in ACCOUNTANTS:
-            raise UserError(f"dp accountant must be one of {', '.join(ACCOUNTANTS)}, got {c['accountant']!r}")
+        _finite("dp select_epsilon", c["select_epsilon"], 0.0, lo_inclusive=False)
         self.noise_multiplier: float | None = c.get("noise")
-        self.accountant = ACCOUNTANTS[c["accountant"]]()
-        self.sample_rate: float | None = None
+        self.ledger: list[dict] = []
+        self._counts: Counter = Counter()
+        self.select_rng = np.random.default_rng(self.seed + 17)
 
-    def _calibrate(self, ctx: HookContext) -> None:
-        if ctx.sample_rate is None or ctx.planned_releases is None:
-            raise RuntimeError("dp with a target epsilon needs the training plan (sample rate, steps)")
-        with warnings.catch_warnings():  # opacus warns when the best RDP order is the largest one tried
-            warnings.simplefilter("ignore", UserWarning)
-            self.noise_multiplier = get_noise_multiplier(
-                target_epsilon=self.config["epsilon"], target_delta=self.config["delta"],
-                sample_rate=ctx.sample_rate, steps=ctx.planned_releases, accountant=self.config["accountant"])
+    # ---- the plan and the ledger
+    def plan(self, participations: int, selections: int = 0) -> None:
+        if "epsilon" not in self.config:
+            return
+        extra = [{"kind": "pure", "epsilon": self.config["select_epsilon"]}] * selections
+        try:
+            self.noise_multiplier = noise_for_target(self.config["epsilon"], self.config["delta"], participations,
+                                                     extra)
+        except ValueError as e:
+            raise UserError(f"dp epsilon={self.config['epsilon']:g}: {e}; raise epsilon or lower "
+                            "select_epsilon / the lr grid") from None
+        self.planned = {"participations": participations, "selections": selections}
 
-    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
-        if not ctx.training:
-            return tensor
+    def begin_run(self, run: str, n_examples: int, batch_size: int, steps: int, participations: int) -> None:
         if self.noise_multiplier is None:
-            self._calibrate(ctx)
+            raise RuntimeError("dp with a target epsilon needs the plan before training")
+        self._counts = Counter()
+        self.ledger.append({"run": run, "kind": "gaussian", "noise_multiplier": self.noise_multiplier,
+                            "participations": 0, "planned_participations": participations, "steps": 0,
+                            "n_examples": n_examples, "batch_size": batch_size})
+
+    def release(self, summed, rows, batch_size, ids=None):
+        entry = self.ledger[-1]
+        entry["steps"] += 1
+        if ids is not None:  # the charge is what actually happened, whatever was planned
+            self._counts.update(np.asarray(ids).tolist())
+            entry["participations"] = max(self._counts.values())
+        else:
+            entry["participations"] += 1
         z, clip = self.noise_multiplier, self.config["clip"]
-        batch = tensor.shape[0]
-        out = clip_per_example(tensor * batch, clip)  # per-example-loss gradients, clipped to C
-        if z > 0:
-            out = out + gaussian(out, z * 2.0 * clip, self.generator)
-            self.sample_rate = ctx.sample_rate
-            self.accountant.step(noise_multiplier=z, sample_rate=ctx.sample_rate)
-        return out / batch
+        return dp_sgd_release(summed, rows, clip, z * 2.0 * clip, batch_size, self.generator)
+
+    def select(self, scores: list[float], n_val: int) -> int:
+        eps = self.config["select_epsilon"]
+        self.ledger.append({"run": "lr selection", "kind": "pure", "epsilon": eps, "candidates": len(scores),
+                            "n_val": n_val, "mechanism": "exponential, accuracy sensitivity 1/n_val"})
+        return exponential_mechanism(scores, 1.0 / n_val, eps, self.select_rng)
+
+    # ---- message hook: the gradient rows were privatized when they were computed
+    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
+        return tensor
 
     def steps(self) -> int:
-        return sum(n for _, _, n in self.accountant.history)
+        return sum(e.get("steps", 0) for e in self.ledger)
 
     def privacy(self) -> dict:
         z, delta = self.noise_multiplier, self.config["delta"]
-        if z == 0:
-            eps = math.inf
-        elif self.steps() == 0:
-            eps = 0.0
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                eps = float(self.accountant.get_epsilon(delta=delta))
-        return {"epsilon": eps if math.isfinite(eps) else None, "delta": delta, "mechanism": "label-dp-gaussian",
-                "formal_guarantee": math.isfinite(eps), "noise_multiplier": z, "sample_rate": self.sample_rate,
-                "steps": self.steps(), "accountant": self.config["accountant"], "clip": self.config["clip"],
-                "sensitivity": 2.0 * self.config["clip"], "neighbouring": "replace-one-label", "caveat": CAVEAT}
+        eps = math.inf if z == 0 and self.steps() else epsilon(self.ledger, delta)
+        finite = math.isfinite(eps)
+        return {"epsilon": eps if finite else None, "delta": delta, "mechanism": "label-dp-sgd",
+                "formal_guarantee": finite, "noise_multiplier": z, "clip": self.config["clip"],
+                "sensitivity": 2.0 * self.config["clip"], "neighbouring": "replace-one-label",
+                "protects": PROTECTS, "sampling": SAMPLING, "steps": self.steps(),
+                "accountant": "RDP over the ledger (defenses/accounting.py)", "ledger": [dict(e) for e in self.ledger]}
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "accountant": self.accountant.state_dict(),
-                "noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate}
+        return {**super().state_dict(), "ledger": [dict(e) for e in self.ledger],
+                "noise_multiplier": self.noise_multiplier, "counts": dict(self._counts)}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.accountant.load_state_dict(state["accountant"])
-        self.noise_multiplier, self.sample_rate = state["noise_multiplier"], state["sample_rate"]
+        self.ledger = [dict(e) for e in state["ledger"]]
+        self.noise_multiplier, self._counts = state["noise_multiplier"], Counter(state["counts"])

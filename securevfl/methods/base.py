@@ -118,11 +118,18 @@ class Method(ABC):
                     scores[lr] = float("nan")  # this learning rate cannot train here; try the others
                     continue
                 y_val = fed.active.data.labels(val)
-                scores[lr] = utility(trainer.predict_proba(val, "train"), y_val, fed.n_classes)["test"]
+                probs = trainer.predict_proba(val, "train")
+                # under a step privatizer the choice is private: accuracy (sensitivity 1/n_val) via the
+                # privatizer's selection, charged to its ledger
+                scores[lr] = (float((probs.argmax(1) == y_val).mean()) if fed.active.privatizer is not None
+                              else utility(probs, y_val, fed.n_classes)["test"])
             if all(np.isnan(v) for v in scores.values()):
                 raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
                                        "defense strength")
-            best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
+            if fed.active.privatizer is not None:
+                best = grid[fed.active.privatizer.select([scores[lr] for lr in grid], len(val))]
+            else:
+                best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
             for p in fed.parties:
                 p.restore(start[p.name])
             fed.meta["lr_search"] = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best}
@@ -133,6 +140,20 @@ class Method(ABC):
         trainer = self.make_trainer(fed, **kw)
         trainer.fit(ids)
         return trainer
+
+    def finetune_plan(self, epochs: int | None = None) -> tuple[int, int]:
+        """(participations, private selections) one :meth:`finetune` charges a labeled row: ``epochs``
+        per training run, one run per lr-grid candidate plus the final one, and one selection."""
+        epochs = self.ctx.train.epochs if epochs is None else epochs
+        grid = len(self.ctx.train.lr_grid)
+        return (epochs * (grid + 1), 1) if grid > 1 else (epochs, 0)
+
+    def privacy_plan(self, fed: Federation) -> tuple[int, int]:
+        """Upper bound on the steps one labeled row takes part in over the whole method, and the number
+        of private model selections: what a step privatizer calibrates a target ε for. Methods with
+        several supervised stages override it; one that trains on labels outside the shared loop
+        raises a UserError (its ε would not be a bound)."""
+        return self.finetune_plan()
 
     @abstractmethod
     def fit(self, fed: Federation) -> None:
@@ -150,6 +171,8 @@ class Method(ABC):
         fed = self.build(partition)
         if before_fit is not None:
             before_fit(fed)
+        if fed.active.privatizer is not None:
+            fed.active.privatizer.plan(*self.privacy_plan(fed))
         self.fit(fed)
         return fed, self.evaluate(fed)
 

@@ -13,8 +13,9 @@ Inference: aligned test rows use the guest, unaligned test rows use Rep (the tra
 Readings where the paper is silent (documented choices):
 - α and β are "tunable" with no values given; defaults α = 1, β = 1.
 - Step 2 mixes both kinds of rows as if batches were drawn from their union: each step takes one
-  aligned batch of ``batch_size`` and ``batch_size · n_u / n_a`` unaligned rows, so one epoch
-  passes over both sets once (the unaligned part is host-local and cheap).
+  aligned batch of ``batch_size`` and an equal share (≈ ``batch_size · n_u / n_a``) of the unaligned
+  rows, so one epoch passes over both sets exactly once (the unaligned part is host-local and cheap;
+  exactly once also lets label-DP charge every labeled row one step per epoch).
 - Rep is an MLP h_H → one h̃ per guest (hidden width 2·cut_dim); with K > 2 parties each passive
   party is a guest and Rep predicts all of them.
 - Step 1 and step 2 each run ``train.epochs`` epochs; the paper's layer sizes are the ``fedud``
@@ -35,6 +36,7 @@ from securevfl.federation import Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.models import MLPEncoder
 from securevfl.parties import ActiveParty
+from securevfl.training import LabelTerm
 
 
 class RepNet(nn.Module):
@@ -56,20 +58,34 @@ def distillation_loss(rep: RepNet, host: ActiveParty) -> torch.Tensor:
     return ((pred - target) ** 2).sum(dim=1).mean()
 
 
-class UnalignedBatches:
-    """Cycles through the host's unaligned labeled rows in shuffled batches (its own rng)."""
+class UnalignedTerm(LabelTerm):
+    """β·CE on the host's unaligned labeled rows (h̃_G = Rep(h_H)). Each epoch visits every row once,
+    split evenly over the epoch's steps (its own rng), as if batches were drawn from the union."""
 
-    def __init__(self, ids: np.ndarray, batch_size: int, seed: int) -> None:
-        self.ids, self.batch_size = ids, batch_size
+    def __init__(self, host: ActiveParty, rep: RepNet, ids: np.ndarray, beta: float, batch_size: int,
+                 seed: int) -> None:
+        self.host, self.rep, self.ids, self.beta, self.batch_size = host, rep, ids, beta, batch_size
         self.rng = np.random.default_rng(seed)
-        self.order, self.pos = self.rng.permutation(ids), 0
+        self.chunks: list[np.ndarray] = []
+        self.k = 0
 
-    def next(self) -> np.ndarray:
-        if self.pos >= len(self.order):
-            self.order, self.pos = self.rng.permutation(self.ids), 0
-        batch = self.order[self.pos:self.pos + self.batch_size]
-        self.pos += self.batch_size
-        return batch
+    def begin_epoch(self, steps: int) -> None:
+        self.chunks, self.k = np.array_split(self.rng.permutation(self.ids), steps), 0
+        self.rows_per_step = len(self.ids) / steps
+
+    def _losses(self) -> tuple[torch.Tensor, np.ndarray]:
+        ids = self.chunks[self.k % len(self.chunks)]
+        self.k += 1
+        logits = self.host.logits_alone(ids, "train", True, fill=self.rep)
+        return F.cross_entropy(logits, torch.from_numpy(self.host.data.labels(ids)), reduction="none"), ids
+
+    def __call__(self) -> torch.Tensor:
+        losses, _ = self._losses()
+        return self.beta * losses.mean()
+
+    def per_example(self) -> tuple[torch.Tensor, np.ndarray]:
+        losses, ids = self._losses()  # scaled so that Σ / batch_size is β · the mean over a step's rows
+        return self.beta * losses * (self.batch_size / self.rows_per_step), ids
 
 
 @register_method
@@ -80,6 +96,10 @@ class FedUD(Method):
     test_aligned_default = "train"
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
     default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
+
+    def privacy_plan(self, fed: Federation) -> tuple[int, int]:
+        k, s = self.finetune_plan()  # two supervised stages; step 2's unaligned rows once per epoch too
+        return 2 * k, 2 * s
 
     def fit(self, fed: Federation) -> None:
         a, p = fed.active, self.params
@@ -110,15 +130,8 @@ class FedUD(Method):
                         if hasattr(layer, "reset_parameters"):
                             layer.reset_parameters()
         self.reset_optimizers(fed)
-        n_u = max(1, int(round(self.ctx.train.batch_size * len(unaligned) / len(aligned))))
-        batches = UnalignedBatches(unaligned, n_u, seed_for(self.ctx.seed, 0) + 607)
-
-        def unaligned_loss() -> torch.Tensor:
-            ids = batches.next()
-            logits = a.logits_alone(ids, "train", True, fill=rep)
-            return beta * F.cross_entropy(logits, torch.from_numpy(a.data.labels(ids)))
-
-        self.trainer = self.finetune(fed, aligned, loss_terms=[unaligned_loss], fill=rep)
+        term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size, seed_for(self.ctx.seed, 0) + 607)
+        self.trainer = self.finetune(fed, aligned, label_terms=[term], fill=rep)
         fed.meta["fedud"] = {"aligned_rows": int(len(aligned)), "unaligned_rows": int(len(unaligned)),
-                             "unaligned_batch": n_u, "alpha": alpha, "beta": beta,
+                             "unaligned_rows_per_step": round(term.rows_per_step, 2), "alpha": alpha, "beta": beta,
                              "step1_final_loss": step1.losses[-1] if step1.losses else None}

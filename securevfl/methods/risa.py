@@ -185,10 +185,10 @@ class RisaTrainer(SplitTrainer):
             raise KeyError("RISA: a training row without a label or pseudo-label")
         return torch.from_numpy(self._label_values[pos])
 
-    def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+    def example_losses(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         y = self.labels(ids)
         if not self.evidential:
-            return F.cross_entropy(out, y)
+            return F.cross_entropy(out, y, reduction="none")
         evidence = out.double()  # digamma / lgamma of large Dirichlet strengths: float64 for stability
         opinions = [opinion_from_evidence(evidence[:, k]) for k in range(evidence.shape[1])]
         b, u = fuse(opinions)
@@ -197,7 +197,7 @@ class RisaTrainer(SplitTrainer):
         for k in range(evidence.shape[1]):
             loss = loss + edl_loss(evidence[:, k] + 1.0, y, lam)
         self._record_uncertainty(ids, u.detach())
-        return loss.mean().float()
+        return loss
 
     def proba(self, out: torch.Tensor) -> torch.Tensor:
         if not self.evidential:
@@ -279,6 +279,14 @@ class RISA(Method):
         rng = np.random.default_rng(seed_for(self.ctx.seed, 0) + 606)
         n = min(len(own), len(theirs))
         return rng.permutation(theirs)[:n], rng.permutation(own)[:n]
+
+    def privacy_plan(self, fed: Federation) -> tuple[int, int]:
+        # self-training (a finetune at self_training_epochs) and the final fit (no lr grid). The final
+        # pool shrinks as rows are dropped, but a row is still in at most one step per epoch.
+        k, s = (0, 0)
+        if self.params["self_training"]:
+            k, s = self.finetune_plan(int(self.params["self_training_epochs"]) or None)
+        return k + self.ctx.train.epochs, s
 
     def fit(self, fed: Federation) -> None:
         a, p = fed.active, self.params

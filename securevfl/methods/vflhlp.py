@@ -109,6 +109,12 @@ class VFLHLP(Method):
     default_params = {**SSL_PARAMS, "corruption": 0.6, "temperature": 1.0, "beta": 10.0, "init_active": True,
                       "pretrain_epochs": 10, "pretrain_batch_size": 256, "pretrain_lr": 1e-3}
 
+    def privacy_plan(self, fed: Federation) -> tuple[int, int]:
+        if self.use_active:
+            raise UserError(f"dp: {self.name}'s active pre-training trains on raw labels outside DP-SGD, so no ε "
+                            "would bound it; use vflhlp-p, or rr for label privacy")
+        return super().privacy_plan(fed)
+
     def fit(self, fed: Federation) -> None:
         a, p = fed.active, self.params
         terms = []

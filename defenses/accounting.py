@@ -1,0 +1,86 @@
+"""Privacy accounting for label-DP, as pure functions over a ledger (the math; the defenses keep
+only history).
+
+Why no amplification by subsampling: the active party announces every batch's IDs to every passive
+party, so a passive adversary knows which steps used a given example. Against that view the
+Poisson/shuffling amplification of DP-SGD accountants does not apply; what holds is the composition
+of one Gaussian mechanism per step that *contains* the example. With shuffled epochs an example is
+in exactly one step per epoch, so a training run of E epochs charges every labeled example E
+participations. A ledger entry records, per training run, that count (``participations``) with the
+noise multiplier z; ε over the whole ledger is the RDP composition Σ_runs participations · α/(2z²)
+converted to (ε, δ). Pure ε-DP events (randomized response, a private model selection) enter the
+same RDP sum with the bound ε-DP ⇒ (α, min(ε, αε²/2))-RDP (Bun & Steinke 2016).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
+ORDERS = [1.0 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [80, 128, 256, 512, 1024]
+
+
+def ledger_rdp(ledger: list[dict], orders: list[float] = ORDERS) -> np.ndarray:
+    """RDP of the whole ledger at each order. Entries: ``{"kind": "gaussian", "noise_multiplier": z,
+    "participations": k}`` or ``{"kind": "pure", "epsilon": e}``."""
+    rdp = np.zeros(len(orders))
+    for e in ledger:
+        if e["kind"] == "gaussian":
+            if e["participations"] == 0:
+                continue
+            if e["noise_multiplier"] <= 0:
+                return np.full(len(orders), math.inf)
+            rdp += np.asarray(compute_rdp(q=1.0, noise_multiplier=e["noise_multiplier"], steps=e["participations"],
+                                          orders=orders))
+        elif e["kind"] == "pure":
+            eps = e["epsilon"]
+            rdp += np.minimum(eps, np.asarray(orders) * eps * eps / 2.0)
+        else:
+            raise ValueError(f"unknown ledger entry kind {e['kind']!r}")
+    return rdp
+
+
+def epsilon(ledger: list[dict], delta: float) -> float:
+    """(ε, δ) of everything in the ledger; 0 for an empty ledger, inf without noise."""
+    rdp = ledger_rdp(ledger)
+    if not rdp.any():
+        return 0.0
+    if not np.isfinite(rdp).all():
+        return math.inf
+    with warnings.catch_warnings():  # opacus warns when the best order is the largest; ORDERS go to 1024
+        warnings.simplefilter("ignore", UserWarning)
+        eps, _ = get_privacy_spent(orders=ORDERS, rdp=rdp, delta=delta)
+    return float(eps)
+
+
+def noise_for_target(target: float, delta: float, participations: int, extra: list[dict] | None = None) -> float:
+    """The smallest noise multiplier z (to 0.1 %) whose plan of ``participations`` Gaussian steps,
+    composed with the ``extra`` ledger entries, has ε ≤ ``target``."""
+    extra = extra or []
+
+    def eps_at(z: float) -> float:
+        return epsilon([*extra, {"kind": "gaussian", "noise_multiplier": z, "participations": participations}], delta)
+
+    if epsilon(extra, delta) >= target:
+        raise ValueError("the fixed part of the plan alone exceeds the target ε")
+    lo, hi = 1e-3, 1.0
+    while eps_at(hi) > target:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            raise ValueError("no noise multiplier reaches the target ε")
+    while (hi - lo) / hi > 1e-3:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if eps_at(mid) > target else (lo, mid)
+    return hi
+
+
+def exponential_mechanism(scores: list[float], sensitivity: float, eps: float, rng: np.random.Generator) -> int:
+    """ε-DP choice of an index with probability ∝ exp(ε·score / (2·sensitivity)) (McSherry & Talwar 2007)."""
+    s = np.asarray(scores, dtype=float)
+    s = np.where(np.isfinite(s), s, s[np.isfinite(s)].min() - 1.0 if np.isfinite(s).any() else 0.0)
+    logits = eps * s / (2.0 * sensitivity)
+    p = np.exp(logits - logits.max())
+    return int(rng.choice(len(s), p=p / p.sum()))

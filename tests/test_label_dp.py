@@ -1,0 +1,217 @@
+"""Label-DP (SPEC §4.1): the mechanism of this code, not Opacus's accountant.
+
+- ``dp`` is DP-SGD over everything that touches labels: the active party's own update and every
+  gradient it returns come only from the noised release of jointly clipped per-example gradients.
+- ε is computed over a ledger of every training run of the plan, can be recomputed from the JSON
+  alone, agrees with an independent accountant, and ``epsilon=E`` lands just under E.
+- ``rr`` is K-ary randomized response with the stated probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from defenses import parse_defense
+from defenses.accounting import epsilon
+from defenses.functional import dp_sgd_release, randomized_response
+from securevfl.channel import MessageKind
+from securevfl.channel.codec import decode_array
+from securevfl.config import RunConfig
+from securevfl.lab.compose import execute
+from securevfl.methods import MethodContext, get_method
+from securevfl.run import build_partition
+
+
+def small_cfg(method: str = "splitnn", defense: str = "dp:noise=1", **train) -> RunConfig:
+    cfg = RunConfig(dataset="digits", method=method, seed=0, defense=defense)
+    cfg.train.epochs = train.get("epochs", 2)
+    cfg.train.lr_grid = train.get("lr_grid", [])
+    return cfg
+
+
+def run_with_labels(cfg: RunConfig, flip: int | None = None, spy=None):
+    """Train ``cfg`` with the channel recorded, optionally with one training label replaced."""
+    partition = build_partition(cfg)
+    if flip is not None:
+        a = partition.active
+        a.y_labels = a.y_labels.copy()
+        pos = int(np.flatnonzero(a.label_ids == flip)[0])
+        a.y_labels[pos] = (a.y_labels[pos] + 1) % partition.n_classes
+    hooks = parse_defense(cfg.defense, seed=cfg.seed)
+    method = get_method(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
+                                                  hooks=hooks, record=True, params=cfg.method_params))
+    torch.manual_seed(cfg.seed)
+    fed = method.build(partition)
+    if spy is not None:
+        spy(fed)
+    fed.active.privatizer.plan(*method.privacy_plan(fed))
+    method.fit(fed)
+    return fed
+
+
+def steps_of(fed, party: str, kind: str) -> list[bytes]:
+    return [m.payload for m in fed.channel.received_by(party) if m.kind == kind]
+
+
+def record_pre_noise(log: list):
+    """Spy: keep each step's clipped, un-noised joint release (batch size 1) next to the real one."""
+    def install(fed) -> None:
+        priv = fed.active.privatizer
+        real = priv.release
+
+        def release(summed, rows, batch_size, ids=None):
+            s, r = dp_sgd_release(summed, rows, priv.config["clip"], 0.0, 1, torch.Generator())
+            log.append(torch.cat([t.flatten() for t in [*s, *r]]))
+            return real(summed, rows, batch_size, ids)
+        priv.release = release
+    return install
+
+
+def test_a_flipped_label_moves_nothing_before_its_first_step_and_at_most_delta_there():
+    cfg = small_cfg(epochs=1)
+    pre_a, pre_b = [], []
+    fed_a = run_with_labels(cfg, spy=record_pre_noise(pre_a))
+    batches = [decode_array(b) for b in steps_of(fed_a, "passive1", MessageKind.BATCH_IDS)]
+    t0 = 3  # an example first sampled at step 3
+    target = int(np.setdiff1d(batches[t0], np.concatenate(batches[:t0]))[0])
+    fed_b = run_with_labels(cfg, flip=target, spy=record_pre_noise(pre_b))
+    grads_a, grads_b = steps_of(fed_a, "passive1", MessageKind.GRADIENT), steps_of(fed_b, "passive1",
+                                                                                       MessageKind.GRADIENT)
+    assert grads_a[:t0] == grads_b[:t0]  # fixed noise draws: nothing before the step that samples it
+    assert grads_a[t0] != grads_b[t0]
+    moved = (pre_a[t0] - pre_b[t0]).norm().item()
+    assert 0 < moved <= 2 * 1.0 + 1e-5  # Δ = 2C with C = 1, over the parameters and every returned row
+    # control: without clipping the same flip moves the per-example gradient far more than 2C
+    cfg_loose = small_cfg(defense="dp:noise=1,clip=1000", epochs=1)
+    pre_c, pre_d = [], []
+    run_with_labels(cfg_loose, spy=record_pre_noise(pre_c))
+    run_with_labels(cfg_loose, flip=target, spy=record_pre_noise(pre_d))
+    assert (pre_c[t0] - pre_d[t0]).norm().item() > 2.0
+
+
+def test_the_active_party_steps_only_on_the_release():
+    """Every gradient the active party's optimizer applies is the privatizer's noised sum (no raw-label
+    gradient reaches its head or bottom), and every returned row is the release."""
+    cfg = small_cfg(epochs=1)
+    checked = []
+
+    def spy(fed) -> None:
+        a, priv = fed.active, fed.active.privatizer
+        real_release, real_step = priv.release, a.optimizer.step
+        last = {}
+
+        def release(summed, rows, batch_size, ids=None):
+            last["out"] = real_release(summed, rows, batch_size, ids)
+            return last["out"]
+
+        def step(*args, **kw):
+            summed, _ = last.pop("out")
+            for q, s in zip(a.parameters(), summed, strict=True):
+                assert torch.equal(q.grad, s)
+            checked.append(True)
+            return real_step(*args, **kw)
+        priv.release, a.optimizer.step = release, step
+
+        real_send = a._send_gradients
+
+        def send(grads, ids):
+            for g in grads:  # a released row is noised: no row equals a clipped per-example gradient
+                assert g.abs().min() > 0
+            return real_send(grads, ids)
+        a._send_gradients = send
+
+    fed = run_with_labels(cfg, spy=spy)
+    assert len(checked) == fed.active.step > 0
+
+
+@pytest.fixture(scope="module")
+def grid_run():
+    cfg = small_cfg(defense="dp:noise=1.5", lr_grid=[0.001, 0.003], epochs=1)
+    return execute(cfg).result
+
+
+def test_ledger_has_every_run_of_the_plan_and_epsilon_recomputes_from_it(grid_run):
+    p = grid_run["privacy"]
+    runs = [e["run"] for e in p["ledger"]]
+    assert runs == ["lr 0.001", "lr 0.003", "lr selection", "train"]
+    assert all(e["participations"] == 1 for e in p["ledger"] if e["kind"] == "gaussian")  # one epoch each
+    assert sum(e.get("steps", 0) for e in p["ledger"]) == grid_run["cost"]["train_steps"]
+    assert epsilon(p["ledger"], p["delta"]) == pytest.approx(p["epsilon"], rel=1e-12)  # from the JSON alone
+
+
+def test_epsilon_agrees_with_googles_dp_accounting(grid_run):
+    import dp_accounting as dpa
+
+    p = grid_run["privacy"]
+    gauss = [e for e in p["ledger"] if e["kind"] == "gaussian"]
+    acc = dpa.rdp.RdpAccountant()
+    for e in gauss:
+        acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(e["noise_multiplier"]), e["participations"]))
+    ours = epsilon(gauss, p["delta"])
+    assert ours == pytest.approx(acc.get_epsilon(p["delta"]), rel=0.10)
+
+
+@pytest.mark.parametrize("method,grid", [("splitnn", [0.001, 0.003]), ("fedud", []), ("risa", [])])
+def test_target_epsilon_lands_just_under_target_over_the_whole_plan(method, grid):
+    cfg = small_cfg(method=method, defense="dp:epsilon=4", lr_grid=grid, epochs=1)
+    if method in ("fedud", "risa"):
+        cfg.partition.aligned_fraction = 0.3
+    if method == "fedud":
+        cfg.partition.unaligned = "active"
+    if method == "risa":
+        cfg.method_params = {"self_training_epochs": 1}
+    p = execute(cfg).result["privacy"]
+    assert 0.95 * 4 <= p["epsilon"] <= 4 + 1e-9
+    planned = sum(e["planned_participations"] for e in p["ledger"] if e["kind"] == "gaussian")
+    actual = sum(e["participations"] for e in p["ledger"] if e["kind"] == "gaussian")
+    assert actual == planned  # every labeled row took part in exactly the planned steps
+
+
+def test_dp_refuses_a_method_that_trains_on_raw_labels_outside_the_mechanism(capsys):
+    from securevfl.cli import main
+
+    assert main(["train", "--dataset", "digits", "--method", "vflhlp", "--defense", "dp:noise=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "raw labels" in err and len(err.splitlines()) == 1
+
+
+def test_zero_noise_reports_no_epsilon():
+    p = execute(small_cfg(defense="dp:noise=0", epochs=1)).result["privacy"]
+    assert p["epsilon"] is None and p["formal_guarantee"] is False
+
+
+# ------------------------------------------------------------------------------- randomized response
+@pytest.mark.parametrize("k,eps", [(2, 1.0), (10, 2.0)])
+def test_rr_keeps_and_moves_labels_with_the_stated_probabilities(k, eps):
+    n, y = 10_000, 3 % k
+    out = randomized_response(np.full(n, y), k, eps, np.random.default_rng(0))
+    keep = math.exp(eps) / (math.exp(eps) + k - 1)
+    expected = np.full(k, n * (1 - keep) / (k - 1))
+    expected[y] = n * keep
+    assert chisquare(np.bincount(out, minlength=k), expected).pvalue > 1e-3
+    # control: the same test rejects a mechanism that keeps labels a little more often
+    biased = np.where(np.random.default_rng(1).random(n) < keep + 0.05, y, out)
+    assert chisquare(np.bincount(biased, minlength=k), expected).pvalue < 1e-3
+
+
+def test_rr_randomizes_the_training_labels_once_and_nothing_else():
+    out = execute(small_cfg(defense="rr:1", epochs=1))
+    a, truth = out.federation.active, out.partition.active
+    changed = (a.data.y_labels != truth.y_labels).mean()
+    k = out.partition.n_classes
+    assert changed == pytest.approx(1 - math.e / (math.e + k - 1), abs=0.05)
+    assert np.array_equal(a.data.y_test, truth.y_test)  # test labels are never trained on
+    p = out.result["privacy"]
+    assert p["epsilon"] == 1.0 and p["delta"] == 0.0 and p["labels_changed"] == int((a.data.y_labels !=
+                                                                                     truth.y_labels).sum())
+
+
+def test_rr_and_dp_compose_by_adding_epsilon():
+    p = execute(small_cfg(defense="rr:2+dp:noise=2", epochs=1)).result["privacy"]
+    parts = {c["mechanism"]: c["epsilon"] for c in p["components"]}
+    assert p["epsilon"] == pytest.approx(parts["randomized-response"] + parts["label-dp-sgd"])
