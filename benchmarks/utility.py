@@ -1,8 +1,8 @@
 """Test utility (and ε where defined) per method × defense over seeds, as a markdown table.
 
     python benchmarks/utility.py --dataset fashion-mnist --methods splitnn local --seeds 0 1 2 --epochs 5
-    python benchmarks/utility.py --dataset fashion-mnist --methods splitnn --seeds 0 --epochs 5 \
-        --defenses none iso:1 iso:5 iso:25 dp:clip=1,noise=0.5 dp:clip=1,noise=1 dp:clip=1,noise=2
+    python benchmarks/utility.py --dataset fashion-mnist --methods splitnn --seeds 0 1 --epochs 5 --max-rows 10000 \
+        --defenses none iso:5 dp:noise=0.5 dp:noise=1 dp:noise=2 rr:1 rr:2 rr:4
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--parties", type=int, default=2)
     ap.add_argument("--data-path")
     ap.add_argument("--fields", help="field-to-party preset")
+    ap.add_argument("--max-rows", type=int, help="a seeded subset of the dataset")
     args = ap.parse_args()
     print(f"| method | defense | test metric (mean ± std, seeds {args.seeds}) | ε (δ) | s/run | MB sent |")
     print("|---|---|---|---|---|---|")
@@ -41,6 +42,7 @@ def main() -> None:
                 cfg.partition.n_parties = args.parties
                 cfg.partition.columns = args.fields
                 cfg.data.path = args.data_path
+                cfg.data.max_rows = args.max_rows
                 r = execute(cfg, progress=False).result
                 vals.append(r["utility"]["test"])
                 secs.append(r["cost"]["seconds"])

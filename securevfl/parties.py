@@ -14,6 +14,7 @@ from securevfl.channel import Endpoint, MessageKind
 from securevfl.cutlayer import ActiveEnd, PassiveEnd
 from securevfl.data.partition import ACTIVE, PartyData
 from securevfl.hooks import HookContext, LabelRandomizer, StepPrivatizer, TensorHook, find_hook
+from securevfl.per_example import PerExampleTracer
 
 SPLITS = ("train", "test")
 
@@ -125,6 +126,7 @@ class ActiveParty(Party):
         # label defenses: a step privatizer (DP-SGD) replaces how gradients are computed; a label
         # randomizer replaces the training labels once, here, so nothing downstream sees the originals
         self.privatizer: StepPrivatizer | None = find_hook(hooks, StepPrivatizer)
+        self._tracer = PerExampleTracer()
 
     def randomize_labels(self, n_classes: int) -> None:
         """Apply a label randomizer among this party's hooks to its training labels (once, at build)."""
@@ -158,7 +160,12 @@ class ActiveParty(Party):
         """Take the per-passive inputs the cut layer delivered (leaves that collect ∂L/∂r)."""
         self._received = [r.requires_grad_(training) for r in reps]
 
+    def _arm(self, training: bool) -> None:
+        if training and self.privatizer is not None:  # per-example gradients need this step's layer calls
+            self._tracer.arm([*self.modules_to_snapshot().values()])
+
     def logits(self, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
+        self._arm(training)
         self.bottom.train(training)
         self.head.train(training)
         with torch.set_grad_enabled(training):
@@ -170,6 +177,7 @@ class ActiveParty(Party):
         """Logits for rows only this party holds: each passive party's input is ``fill(r^1)`` (a
         list, one tensor per passive party; FedUD's Rep) or zeros — the absent party contributes
         nothing, which is how a plain VFL model must predict such rows."""
+        self._arm(training)
         self.bottom.train(training)
         self.head.train(training)
         with torch.set_grad_enabled(training):
@@ -198,16 +206,10 @@ class ActiveParty(Party):
         only. ``free`` is the label-free part of the objective (added unnoised)."""
         params = self.parameters()
         n, b = len(example_losses), len(ids)
-        per = torch.autograd.grad(example_losses, params, grad_outputs=torch.eye(n, dtype=example_losses.dtype),
-                                  is_grads_batched=True,
-                                  retain_graph=True, allow_unused=True)
-        per = [torch.zeros((n, *q.shape)) if g is None else g for g, q in zip(per, params, strict=True)]
-        rows = []
-        if self._received:  # row i of ∂(Σ ℓ)/∂r is example i's own: rows do not interact (no batch norm)
-            grads = torch.autograd.grad(example_losses.sum(), self._received, retain_graph=True, allow_unused=True)
-            for g, r in zip(grads, self._received, strict=True):
-                g = torch.zeros_like(r) if g is None else g.detach()
-                rows.append(torch.cat([g, g.new_zeros((n - b, *g.shape[1:]))]) if n > b else g)
+        per, leaf_grads = self._tracer.per_example(example_losses, params, self._received)
+        self._tracer.disarm()
+        # pad each received row block to n: examples beyond the batch (e.g. FedUD's unaligned rows) have none
+        rows = [torch.cat([g, g.new_zeros((n - b, *g.shape[1:]))]) if n > b else g for g in leaf_grads]
         summed, released = self.privatizer.release(per, rows, batch_size, example_ids)
         free_grads = (torch.autograd.grad(free, params, allow_unused=True) if free is not None and free.requires_grad
                       else [None] * len(params))

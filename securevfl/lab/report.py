@@ -328,7 +328,8 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
         sections.append((f"{ds}", blocks))
     eps = epsilon_table(runs)
     if not eps.empty:
-        sections.append(("Differential privacy (ε at the reported δ; label DP of the returned gradients)",
+        sections.append(("Differential privacy (ε at the reported δ; label-DP of the active party's training labels: "
+                         "dp = DP-SGD, rr = randomized response)",
                          [("table", eps)]))
     he = he_table(runs)
     if not he.empty:
