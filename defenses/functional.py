@@ -70,3 +70,27 @@ def randomized_response(labels: np.ndarray, n_classes: int, eps: float, rng: np.
     flip = rng.random(len(labels)) >= keep
     shift = rng.integers(1, n_classes, size=len(labels))  # uniform over the K − 1 other classes
     return np.where(flip, (labels + shift) % n_classes, labels).astype(labels.dtype)
+
+
+def rr_with_prior_probs(prior: np.ndarray, label: int, eps: float) -> np.ndarray:
+    """Output distribution of RRWithPrior (Ghazi et al. 2021, Alg. 2) for one example: with the k
+    classes of highest prior that maximise e^ε/(e^ε + k − 1) · Σ_top-k prior, randomized response
+    restricted to them (a label outside them becomes uniform over them)."""
+    order = np.argsort(-prior, kind="stable")
+    e = math.exp(eps)
+    ks = np.arange(1, len(prior) + 1)
+    k = int(ks[np.argmax(e / (e + ks - 1) * np.cumsum(prior[order]))])
+    top = order[:k]
+    out = np.zeros(len(prior))
+    if label in top:
+        out[top] = 1.0 / (e + k - 1)
+        out[label] = e / (e + k - 1)
+    else:
+        out[top] = 1.0 / k
+    return out
+
+
+def rr_with_prior(labels: np.ndarray, priors: np.ndarray, eps: float, rng: np.random.Generator) -> np.ndarray:
+    """RRWithPrior for every row (``priors``: n × K, computed without these labels)."""
+    return np.array([rng.choice(priors.shape[1], p=rr_with_prior_probs(p, int(y), eps))
+                     for y, p in zip(labels, priors, strict=True)], dtype=np.asarray(labels).dtype)

@@ -115,7 +115,9 @@ class LabelRandomizer(ABC):
     """A defense that randomises the active party's training labels once, at the source."""
 
     @abstractmethod
-    def randomize(self, labels: np.ndarray, n_classes: int) -> np.ndarray: ...
+    def randomize(self, labels: np.ndarray, n_classes: int, features: np.ndarray | None = None) -> np.ndarray:
+        """Randomised training labels (same order). ``features``: the party's own rows for those
+        labels, for mechanisms that build a prior from them (None where the party holds none)."""
 
 
 def find_hook(hooks: list[TensorHook], kind: type) -> object | None:

@@ -132,7 +132,12 @@ class ActiveParty(Party):
         """Apply a label randomizer among this party's hooks to its training labels (once, at build)."""
         randomizer: LabelRandomizer | None = find_hook(self.hooks, LabelRandomizer)
         if randomizer is not None and self.data.y_labels is not None:
-            self.data = dataclasses.replace(self.data, y_labels=randomizer.randomize(self.data.y_labels, n_classes))
+            try:
+                own = self.data.rows(self.data.label_ids, "train")
+            except KeyError:  # labels on rows this party holds no features for (active_labels_all)
+                own = None
+            y = randomizer.randomize(self.data.y_labels, n_classes, own)
+            self.data = dataclasses.replace(self.data, y_labels=y)
 
     def parameters(self) -> list[nn.Parameter]:
         return super().parameters() + [q for q in self.head.parameters() if q.requires_grad]

@@ -18,7 +18,7 @@ from scipy.stats import chisquare
 
 from defenses import parse_defense
 from defenses.accounting import epsilon
-from defenses.functional import dp_sgd_release, randomized_response
+from defenses.functional import dp_sgd_release, randomized_response, rr_with_prior, rr_with_prior_probs
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.config import RunConfig
@@ -215,3 +215,35 @@ def test_rr_and_dp_compose_by_adding_epsilon():
     p = execute(small_cfg(defense="rr:2+dp:noise=2", epochs=1)).result["privacy"]
     parts = {c["mechanism"]: c["epsilon"] for c in p["components"]}
     assert p["epsilon"] == pytest.approx(parts["randomized-response"] + parts["label-dp-sgd"])
+
+
+def test_rr_with_prior_is_epsilon_dp_for_any_prior_and_reduces_to_rr_on_a_uniform_prior():
+    rng = np.random.default_rng(0)
+    eps, k = 1.5, 6
+    uniform = rr_with_prior_probs(np.full(k, 1 / k), 2, eps)
+    keep = math.exp(eps) / (math.exp(eps) + k - 1)
+    assert uniform[2] == pytest.approx(keep) and np.allclose(np.delete(uniform, 2), (1 - keep) / (k - 1))
+    worst = 0.0
+    for _ in range(200):
+        prior = rng.dirichlet(np.full(k, 0.3))
+        table = np.array([rr_with_prior_probs(prior, y, eps) for y in range(k)])  # rows: true label
+        assert np.allclose(table.sum(1), 1)
+        live = table.max(0) > 0  # outputs no label can produce carry no ratio; others must never be 0
+        with np.errstate(divide="ignore"):
+            worst = max(worst, float(np.max(table.max(0)[live] / table.min(0)[live])))
+    assert worst <= math.exp(eps) + 1e-9  # every output's probability moves by ≤ e^ε across labels
+    # the sampler follows the stated distribution
+    prior = np.array([0.5, 0.3, 0.1, 0.05, 0.03, 0.02])
+    out = rr_with_prior(np.full(10_000, 1), np.tile(prior, (10_000, 1)), eps, np.random.default_rng(1))
+    expected = rr_with_prior_probs(prior, 1, eps) * 10_000
+    seen = np.bincount(out, minlength=k)
+    assert chisquare(seen[expected > 0], expected[expected > 0]).pvalue > 1e-3 and seen[expected == 0].sum() == 0
+
+
+def test_rr_with_prior_keeps_more_true_labels_than_rr_at_the_same_epsilon():
+    plain = execute(small_cfg(defense="rr:1", epochs=1))
+    prior = execute(small_cfg(defense="rr:epsilon=1,prior=1", epochs=1))
+    truth = plain.partition.active.y_labels
+    kept = [float((o.federation.active.data.y_labels == truth).mean()) for o in (plain, prior)]
+    assert kept[1] > kept[0] + 0.03
+    assert prior.result["privacy"]["epsilon"] == 1.0 and prior.result["privacy"]["variant"] == "rr-with-prior"
