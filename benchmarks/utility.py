@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--data-path")
     ap.add_argument("--fields", help="field-to-party preset")
     ap.add_argument("--max-rows", type=int, help="a seeded subset of the dataset")
+    ap.add_argument("--optimizer", default="adam")
+    ap.add_argument("--lr", type=float)
     args = ap.parse_args()
     print(f"| method | defense | test metric (mean ± std, seeds {args.seeds}) | ε (δ) | s/run | MB sent |")
     print("|---|---|---|---|---|---|")
@@ -43,6 +45,9 @@ def main() -> None:
                 cfg.partition.columns = args.fields
                 cfg.data.path = args.data_path
                 cfg.data.max_rows = args.max_rows
+                cfg.optim.optimizer = args.optimizer
+                if args.lr is not None:
+                    cfg.optim.lr = args.lr
                 r = execute(cfg, progress=False).result
                 vals.append(r["utility"]["test"])
                 secs.append(r["cost"]["seconds"])

@@ -58,8 +58,14 @@ def _add_train(sub) -> None:
     p.add_argument("--sample", type=float, help="keep each row with probability F while reading")
     p.add_argument("--fields", help="field-to-party preset of the dataset (e.g. vflhlp, fedud, fate)")
     p.add_argument("--party-file", action="append", help="csv source: one CSV/Parquet file per party, active first")
-    p.add_argument("--id-column", help="csv source: entity-ID column (default id)")
+    p.add_argument("--id-column", action="append",
+                   help="csv source: entity-ID column (default id); once for all files, or once per file in order")
+    p.add_argument("--numeric-ids", action="store_true", default=None,
+                   help="csv source: match IDs as numbers ('00133' = '133'); default: exact strings")
     p.add_argument("--label-column", help="csv source: label column in the active party's file (default label)")
+    p.add_argument("--drop-columns", help="csv source: comma-separated columns to ignore (e.g. a row counter)")
+    p.add_argument("--categorical", help="csv source: comma-separated columns to treat as categorical")
+    p.add_argument("--numeric", help="csv source: comma-separated columns to treat as numeric (text cells = missing)")
     p.add_argument("--config", help="YAML file with run settings (flags override it)")
     p.add_argument("--record", action="store_true", help="keep the channel transcript")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -101,9 +107,17 @@ def _build_config(args: argparse.Namespace):
                       (cfg.data, "dir", args.data_dir),
                       (cfg.data, "path", args.data_path), (cfg.data, "max_rows", args.max_rows),
                       (cfg.data, "sample", args.sample), (cfg.data, "party_files", args.party_file),
-                      (cfg.data, "id_column", args.id_column), (cfg.data, "label_column", args.label_column)]:
+                      (cfg.data, "label_column", args.label_column), (cfg.data, "numeric_ids", args.numeric_ids)]:
         if v is not None:
             setattr(obj, k, v)
+    if args.id_column:
+        if len(args.id_column) == 1:
+            cfg.data.id_column = args.id_column[0]
+        else:
+            cfg.data.id_columns = list(args.id_column)
+    for k in ("drop_columns", "categorical", "numeric"):
+        if getattr(args, k) is not None:
+            setattr(cfg.data, k, [c.strip() for c in getattr(args, k).split(",") if c.strip()])
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UserError(f"--data-dir {args.data_dir}: no such directory")
     if cfg.data.max_rows is not None and cfg.data.max_rows < 1:

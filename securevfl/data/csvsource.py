@@ -6,12 +6,25 @@ Each party's ID set comes from its own file. The aligned set is computed by ECDH
 bytes are reported (``partition.psi_bytes``); ``--alignment plain`` intersects in the clear. Test
 rows are a seeded ``test_fraction`` draw from the aligned, labeled entities; the rest of the
 aligned set is for training. The spec's ``aligned_fraction``/``unaligned`` do not apply: the files
-define who holds what. Feature columns are every column but the ID (and the label): numeric
-columns are standardised, text columns are categorical, both fitted per party on training rows.
+define who holds what.
+
+What the reader decides, and tells (``partition.ingest`` in the run JSON, and a summary on stderr):
+- IDs are exact strings (whitespace stripped) unless ``numeric_ids`` asks for numeric matching, so
+  "00133" and "133" are different entities. Each party's rows read, matched (in the aligned set)
+  and unmatched are reported.
+- Feature columns are every column but the ID, the label and ``drop_columns``. Cells "", "NA",
+  "N/A", "NaN", "null", "None" and "?" are missing values (counted per column; numeric ones are
+  imputed with the training mean). A column whose cells are numbers is numeric; a column of text is
+  categorical; a column that is mostly numbers with some text is an error naming the file, column,
+  line and value (``categorical`` / ``numeric`` override that). Numeric columns are standardised,
+  categorical ones encoded, both fitted per party on training rows.
+- The label is classes: integer codes or text class names. A fractional or many-valued (more than
+  ``MAX_CLASSES`` distinct values) label is refused: securevfl trains classifiers.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,18 +50,30 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise UserError(f"party file {path}: cannot read ({str(e).splitlines()[0]})") from None
 
 
-def _ids(df: pd.DataFrame, path: Path, column: str) -> np.ndarray:
+MISSING = {"", "na", "n/a", "nan", "null", "none", "?"}
+MAX_CLASSES = 100
+
+
+def _missing(values: pd.Series) -> np.ndarray:
+    return values.astype(str).str.strip().str.lower().isin(MISSING).to_numpy()
+
+
+def _ids(df: pd.DataFrame, path: Path, column: str, numeric: bool) -> np.ndarray:
     if column not in df.columns:
-        raise UserError(f"party file {path}: no ID column {column!r} (use --id-column)")
+        raise UserError(f"party file {path}: no ID column {column!r} (columns: {', '.join(map(str, df.columns))}; "
+                        "use --id-column, once per party file if they differ)")
     raw = df[column]
     empty = raw.isna() | (raw.astype(str).str.strip() == "")
     if empty.any():
         i = int(np.flatnonzero(empty.to_numpy())[0])
         raise UserError(f"party file {path}: line {i + 2}: missing ID")
     ids = raw.astype(str).str.strip().to_numpy(dtype=object)
-    as_int = pd.to_numeric(pd.Series(ids), errors="coerce")
-    if as_int.notna().all() and (as_int == as_int.round()).all():
-        ids = as_int.to_numpy().astype(np.int64)
+    if numeric:
+        as_num = pd.to_numeric(pd.Series(ids), errors="coerce")
+        if as_num.isna().any() or (as_num != as_num.round()).any():
+            bad = int(np.flatnonzero((as_num.isna() | (as_num != as_num.round())).to_numpy())[0])
+            raise UserError(f"party file {path}: line {bad + 2}: ID {ids[bad]!r} is not an integer (numeric_ids)")
+        ids = as_num.to_numpy().astype(np.int64)
     dup = pd.Series(ids).duplicated(keep=False).to_numpy()
     if dup.any():
         first = ids[dup][0]
@@ -58,21 +83,63 @@ def _ids(df: pd.DataFrame, path: Path, column: str) -> np.ndarray:
     return ids
 
 
-def _features(df: pd.DataFrame, drop: list[str]) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:
-    num_cols, cat_cols = [], []
+def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
+              ) -> tuple[np.ndarray, np.ndarray, list[str], list[str], dict[str, int]]:
+    """Numeric block, categorical codes, their column names, and missing cells per column."""
+    num_cols, cat_cols, missing = [], [], {}
+    num_values = []
     for c in df.columns:
         if c in drop:
             continue
-        numeric = pd.to_numeric(df[c].replace("", np.nan), errors="coerce")
-        if numeric.notna().sum() == (df[c].astype(str) != "").sum():
+        miss = _missing(df[c])
+        if miss.any():
+            missing[str(c)] = int(miss.sum())
+        parsed = pd.to_numeric(df[c].where(~miss), errors="coerce")
+        not_num = ~miss & parsed.isna().to_numpy()
+        present = int((~miss).sum())
+        if c in cfg.categorical:
+            cat_cols.append(c)
+        elif c in cfg.numeric or not not_num.any():
             num_cols.append(c)
+            num_values.append(parsed.to_numpy(np.float64))
+        elif not_num.sum() <= present / 2:
+            i = int(np.flatnonzero(not_num)[0])
+            raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {df[c].iloc[i]!r} is not a number "
+                            f"({present - int(not_num.sum())} of {present} cells are); fix the file, or pass "
+                            f"--categorical {c} or --numeric {c} (non-numbers become missing)")
         else:
             cat_cols.append(c)
-    num = np.column_stack([pd.to_numeric(df[c].replace("", np.nan), errors="coerce").to_numpy(np.float64)
-                           for c in num_cols]) if num_cols else np.zeros((len(df), 0))
-    cat = np.column_stack([hash_values(df[c].astype(str).to_numpy()) for c in cat_cols]) if cat_cols \
-        else np.zeros((len(df), 0), dtype=np.int64)
-    return num, cat, num_cols, cat_cols
+    num = np.column_stack(num_values) if num_cols else np.zeros((len(df), 0))
+    cat = np.column_stack([hash_values(np.where(_missing(df[c]), "", df[c].astype(str).to_numpy()))
+                           for c in cat_cols]) if cat_cols else np.zeros((len(df), 0), dtype=np.int64)
+    return num, cat, num_cols, cat_cols, missing
+
+
+def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.ndarray, list]:
+    """Class index per row (−1 where unlabeled), the labeled mask and the class values."""
+    miss = _missing(raw)
+    values = raw.astype(str).str.strip()
+    parsed = pd.to_numeric(values.where(~miss), errors="coerce").to_numpy()
+    if np.isfinite(parsed[~miss]).all():  # numeric codes
+        present = parsed[~miss]
+        if (present != np.round(present)).any():
+            x = present[present != np.round(present)][0]
+            raise UserError(f"party file {path}: label column {column!r} has fractional values (e.g. {x:g}): it looks "
+                            "continuous; securevfl trains classifiers — bin it into classes first")
+        keys = np.where(miss, np.nan, parsed)
+        classes = np.unique(present).astype(np.int64).tolist()
+    else:
+        keys = np.where(miss, None, values.to_numpy(dtype=object))
+        classes = sorted(set(values[~miss]))
+    if len(classes) > MAX_CLASSES:
+        raise UserError(f"party file {path}: label column {column!r} has {len(classes)} distinct values (more than "
+                        f"{MAX_CLASSES}): it looks continuous or like an ID; securevfl trains classifiers")
+    if len(classes) < 2:
+        raise UserError(f"party file {path}: label column {column!r} needs at least two classes")
+    index = {c: i for i, c in enumerate(classes)}
+    y = np.array([-1 if m else index[int(k) if isinstance(k, float) else k] for k, m in zip(keys, miss, strict=True)],
+                 dtype=np.int64)
+    return y, ~miss, classes
 
 
 def _locate(cfg: DataConfig) -> str:
@@ -103,25 +170,28 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         raise UserError("the csv source takes each party's columns from its file; drop --fields/columns")
     paths = [Path(p) for p in cfg.party_files]
     frames = [_read_table(p) for p in paths]
+    if cfg.id_columns and len(cfg.id_columns) != len(paths):
+        raise UserError(f"--id-column given {len(cfg.id_columns)} times for {len(paths)} party files: give it once "
+                        "(the same name in every file) or once per file, in file order")
+    id_cols = list(cfg.id_columns) or [cfg.id_column] * len(paths)
     if cfg.label_column not in frames[0].columns:
-        raise UserError(f"party file {paths[0]} (active party): no label column {cfg.label_column!r}")
+        raise UserError(f"party file {paths[0]} (active party): no label column {cfg.label_column!r} (columns: "
+                        f"{', '.join(map(str, frames[0].columns))}; use --label-column)")
     for p, df in zip(paths[1:], frames[1:], strict=True):
         if cfg.label_column in df.columns:
             raise UserError(f"party file {p} (passive party) has the label column {cfg.label_column!r}; "
                             "labels belong to the active party only")
-    ids = [_ids(df, p, cfg.id_column) for df, p in zip(frames, paths, strict=True)]
-    if len({a.dtype.kind for a in ids}) > 1:
-        ids = [a.astype(str).astype(object) for a in ids]
+    named = set(cfg.drop_columns) | set(cfg.categorical) | set(cfg.numeric)
+    unknown = named - {str(c) for df in frames for c in df.columns}
+    if unknown:
+        raise UserError(f"column {sorted(unknown)[0]!r} (--drop-columns/--categorical/--numeric) is in no party file")
+    ids = [_ids(df, p, col, cfg.numeric_ids) for df, p, col in zip(frames, paths, id_cols, strict=True)]
     aligned, psi_bytes = _align(ids, "plain" if spec.alignment == "plain" else "psi")
     if len(aligned) == 0:
-        raise UserError(f"the party files share no IDs (column {cfg.id_column!r})")
+        raise UserError(f"the party files share no IDs (columns {', '.join(dict.fromkeys(id_cols))}); IDs are "
+                        "compared as exact strings unless numeric_ids is set")
 
-    y_raw = pd.to_numeric(frames[0][cfg.label_column].replace("", np.nan), errors="coerce").to_numpy()
-    has_label = ~np.isnan(y_raw)
-    classes = np.unique(y_raw[has_label])
-    if len(classes) < 2:
-        raise UserError(f"party file {paths[0]}: label column {cfg.label_column!r} needs at least two classes")
-    y_all = np.searchsorted(classes, np.where(has_label, y_raw, classes[0])).astype(np.int64)
+    y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column)
     active_pos = pd.Index(ids[0])
     aligned_labeled = aligned[has_label[active_pos.get_indexer(aligned)]]
     rng = np.random.default_rng(seed)
@@ -137,16 +207,24 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         raise UserError(f"--labeled {n_labeled} exceeds the {len(candidates)} aligned labeled training rows")
     labeled_ids = candidates[:n_labeled]
 
-    parties = []
+    parties, ingest = [], []
     names = party_names(len(paths))
     for k, (df, own) in enumerate(zip(frames, ids, strict=True)):
         index = pd.Index(own)
         train_ids = own[~np.isin(own, test_ids)]
         tr, te = index.get_indexer(train_ids), index.get_indexer(test_ids)
-        drop = [cfg.id_column, cfg.label_column]
-        num, cat, num_cols, cat_cols = _features(df, drop)
+        drop = [id_cols[k], cfg.label_column, *cfg.drop_columns]
+        num, cat, num_cols, cat_cols, missing = _features(df, paths[k], drop, cfg)
         if num.shape[1] + cat.shape[1] == 0:
             raise UserError(f"party file {paths[k]}: no feature columns besides the ID")
+        matched = int(np.isin(own, aligned).sum())
+        ingest.append({"file": str(paths[k]), "id_column": id_cols[k], "rows_read": int(len(df)),
+                       "rows_matched": matched, "rows_unmatched": int(len(df)) - matched,
+                       "numeric_columns": [str(c) for c in num_cols], "categorical_columns": [str(c) for c in cat_cols],
+                       "dropped_columns": [c for c in cfg.drop_columns if c in df.columns],
+                       "missing_cells": missing})
+        if k == 0:
+            ingest[0]["unlabeled_rows"] = int((~has_label).sum())
         X_tr, X_te, card = encode_party(num[tr], num[te], cat[tr], cat[te], log=False, min_freq=cfg.min_freq,
                                         hash_buckets=cfg.hash_buckets)
         labels = {}
@@ -161,8 +239,14 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
                                  column_names=tuple(num_cols + cat_cols)))
     part = Partition("csv", spec, seed, len(classes), "tabular", parties, train_aligned, labeled_ids,
                      truth_ids=ids[0][has_label], truth_y=y_all[has_label])
+    for k, info in enumerate(ingest):  # tell the user what was read, before training starts
+        miss = sum(info["missing_cells"].values())
+        extra = f", {info['unlabeled_rows']} unlabeled" if k == 0 else ""
+        print(f"{names[k]}: {info['file']}: {info['rows_read']} rows read, {info['rows_matched']} matched, "
+              f"{info['rows_unmatched']} unmatched{extra}; {len(info['numeric_columns'])} numeric + "
+              f"{len(info['categorical_columns'])} categorical columns; {miss} missing cells", file=sys.stderr)
     part.meta = {"aligned_by": "plain" if spec.alignment == "plain" else "psi", "psi_bytes": psi_bytes,
-                 "files": [str(p) for p in paths], "classes": classes.tolist()}
+                 "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}
     return part
 
 

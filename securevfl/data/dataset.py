@@ -27,8 +27,19 @@ class DataConfig:
     """``csv`` source: one CSV/Parquet file per party, active party first."""
     id_column: str = "id"
     """``csv`` source: the entity-ID column present in every party file."""
+    id_columns: list[str] = field(default_factory=list)
+    """``csv`` source: one ID column per party file (in file order), when the files name it differently;
+    overrides ``id_column``."""
+    numeric_ids: bool = False
+    """``csv`` source: match IDs as numbers ("00133" = "133"); by default IDs are compared as exact strings."""
     label_column: str = "label"
     """``csv`` source: the label column, present only in the active party's file."""
+    drop_columns: list[str] = field(default_factory=list)
+    """``csv`` source: columns to ignore in every party file that has them (e.g. a row counter)."""
+    categorical: list[str] = field(default_factory=list)
+    """``csv`` source: columns to treat as categorical even if their cells are numbers."""
+    numeric: list[str] = field(default_factory=list)
+    """``csv`` source: columns to treat as numeric; cells that are not numbers become missing values."""
 
 
 @dataclass(frozen=True)

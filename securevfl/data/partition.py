@@ -280,7 +280,9 @@ class Partition:
         h = hashlib.sha256()
         for p in self.parties:
             for a in (p.columns, p.train_ids, p.test_ids, p.X_train, p.X_test, p.label_ids, p.y_labels):
-                if a is not None:
+                if a is not None and a.dtype == object:  # string IDs: hash their text, not object pointers
+                    h.update("\x00".join(map(str, a)).encode())
+                elif a is not None:
                     h.update(np.ascontiguousarray(a).tobytes())
         return h.hexdigest()[:16]
 
