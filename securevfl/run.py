@@ -114,6 +114,12 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     fed, util = method.run(partition, before_fit)
     seconds = time.perf_counter() - t0
     stats = fed.channel.stats.as_dict()
+    # a file source aligns before the federation exists (its own setup channel): that traffic is part
+    # of the run's cost too, under the alignment kind
+    setup = int(partition.meta.get("psi_bytes", 0) or 0)
+    if setup:
+        stats["bytes_sent"] += setup
+        stats["bytes_by_kind"]["alignment"] = stats["bytes_by_kind"].get("alignment", 0) + setup
     he = cut.describe()
     if cfg.he != "off":
         he_kinds = {k: v for k, v in stats["bytes_by_kind"].items() if k.startswith("he_")}

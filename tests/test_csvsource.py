@@ -184,3 +184,15 @@ def test_ids_are_exact_strings_unless_numeric_matching_is_asked(tmp_path):
     assert build_partition(cfg).meta["ingest"][0]["rows_matched"] == 5  # "00133" ≠ "133"
     cfg.data.numeric_ids = True
     assert build_partition(cfg).meta["ingest"][0]["rows_matched"] == 6
+
+
+@pytest.mark.parametrize("mode", ["psi", "plain"])
+def test_the_record_says_which_alignment_ran_and_counts_its_bytes(tmp_path, capsys, mode):
+    fa, fp, *_ = party_files(tmp_path)
+    args = ["train", "--dataset", "csv", "--party-file", str(fa), "--party-file", str(fp), "--epochs", "1", "--json"]
+    assert main(args + (["--alignment", mode] if mode == "plain" else [])) == 0
+    r = json.loads(capsys.readouterr().out)
+    p, cost = r["partition"], r["cost"]
+    assert p["spec"]["alignment"] == p["aligned_by"] == mode  # no "given" beside "psi"
+    assert p["psi_bytes"] > 0 and cost["bytes_by_kind"]["alignment"] >= p["psi_bytes"]
+    assert cost["bytes_sent"] == sum(cost["bytes_by_kind"].values())

@@ -24,13 +24,14 @@ What the reader decides, and tells (``partition.ingest`` in the run JSON, and a 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from securevfl.channel import InMemoryChannel
+from securevfl.channel import InMemoryChannel, MessageKind
 from securevfl.data import psi
 from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import Partition, PartitionSpec, PartyData, party_names
@@ -152,8 +153,11 @@ def _align(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
     ch = InMemoryChannel()
     names = party_names(len(id_sets))
     active = ch.endpoint(names[0])
-    if mode == "plain":
-        return psi.plain_intersection(id_sets), 0
+    if mode == "plain":  # ID lists in the clear, through the same counted setup channel
+        for name, ids in zip(names[1:], id_sets[1:], strict=True):
+            ch.endpoint(name).send_ids(names[0], MessageKind.PSI, ids)
+        received = [active.recv_ids(name, MessageKind.PSI) for name in names[1:]]
+        return psi.plain_intersection([id_sets[0], *received]), ch.stats.total_bytes
     per_party = []
     for name, ids in zip(names[1:], id_sets[1:], strict=True):
         client = psi.psi_client_start(active, name, id_sets[0])
@@ -237,6 +241,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         parties.append(PartyData(names[k], np.arange(X_tr.shape[1]), train_ids, X_tr, test_ids, X_te, **labels,
                                  n_numeric=len(num_cols), cardinalities=card,
                                  column_names=tuple(num_cols + cat_cols)))
+    # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
+    spec = dataclasses.replace(spec, alignment="plain" if spec.alignment == "plain" else "psi")
     part = Partition("csv", spec, seed, len(classes), "tabular", parties, train_aligned, labeled_ids,
                      truth_ids=ids[0][has_label], truth_y=y_all[has_label])
     for k, info in enumerate(ingest):  # tell the user what was read, before training starts
@@ -245,7 +251,7 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         print(f"{names[k]}: {info['file']}: {info['rows_read']} rows read, {info['rows_matched']} matched, "
               f"{info['rows_unmatched']} unmatched{extra}; {len(info['numeric_columns'])} numeric + "
               f"{len(info['categorical_columns'])} categorical columns; {miss} missing cells", file=sys.stderr)
-    part.meta = {"aligned_by": "plain" if spec.alignment == "plain" else "psi", "psi_bytes": psi_bytes,
+    part.meta = {"aligned_by": spec.alignment, "psi_bytes": psi_bytes,
                  "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}
     return part
 
