@@ -205,17 +205,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("error: sweep interrupted; finished cells are stored, rerun the same command to resume",
               file=sys.stderr)
         return 130
-    print(f"sweep: {c['cells']} cells: {c['ok']} ran ok, {c['failed']} failed, {c['skipped']} already done "
-          f"→ {c['store']}")
+    elsewhere = f", {c['elsewhere']} being run by another sweep on this store" if c.get("elsewhere") else ""
+    print(f"sweep: {c['cells']} cells: {c['ok']} ran ok, {c['failed']} failed, {c['skipped']} already done"
+          f"{elsewhere} → {c['store']}")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from securevfl.lab.report import write_report
 
+    _check_writable_dir(args.out, "report --out")
     paths = write_report(args.store, args.out)
     print("report: " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _check_writable_dir(path: str, what: str) -> None:
+    import tempfile
+
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=p):
+            pass
+    except OSError as e:
+        raise UserError(f"{what} {path}: not a writable directory ({e.strerror or e})") from None
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "sweep": cmd_sweep,

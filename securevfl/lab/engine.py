@@ -11,6 +11,7 @@ import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from itertools import islice
 from multiprocessing import get_context
 
 from securevfl.errors import UserError
@@ -46,7 +47,23 @@ def run_cell(cell: Cell, sweep: str) -> dict:
             "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"]}
 
 
-def _init_worker(threads: int) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: ask the kernel to kill this worker when the sweep process dies, however it dies (kill -9
+    included), so no worker lives on as an orphan; elsewhere the pool's own shutdown does it."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _init_worker(threads: int, parent: int) -> None:
+    _die_with_parent(parent)
     # several torch processes on few cores slow each other down badly unless each keeps to its share
     import torch
 
@@ -74,20 +91,21 @@ class LocalEngine(Engine):
     name = "local"
 
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
-        cells = list(cells)
         if self.workers == 1:
             for cell in cells:
                 on_result(run_cell(cell, sweep))
             return
         threads = max(1, (os.cpu_count() or 1) // self.workers)
         pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                   initargs=(threads,))
+                                   initargs=(threads, os.getpid()))
+        todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
         try:
-            pending = {pool.submit(run_cell, c, sweep) for c in cells}
+            pending = {pool.submit(run_cell, c, sweep) for c in islice(todo, self.workers)}
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for f in done:
                     on_result(f.result())
+                    pending |= {pool.submit(run_cell, c, sweep) for c in islice(todo, 1)}
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
@@ -131,7 +149,15 @@ def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine
     done = store.completed()
     todo = [c for c in sweep.cells if c.run_id not in done]
     counts = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,
-              "store": str(store.path)}
+              "elsewhere": 0, "store": str(store.path)}
+
+    def claimed():  # a cell another live sweep on this store is computing is left to it
+        for cell in todo:
+            if store.claim(cell.run_id):
+                yield cell
+            else:
+                counts["elsewhere"] += 1
+                bar.update(1)
     bar = tqdm(total=len(sweep.cells), initial=counts["skipped"], desc=f"sweep {sweep.name}", unit="cell",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
 
@@ -145,7 +171,7 @@ def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine
                       file=sys.stderr)
 
     try:
-        runner.run(todo, sweep.name, on_result)
+        runner.run(claimed(), sweep.name, on_result)
     finally:
         bar.close()
         store.close()

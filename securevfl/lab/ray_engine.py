@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from itertools import islice
 
 import ray  # ImportError here keeps the engine unregistered
 
@@ -31,12 +32,14 @@ class RayEngine(Engine):
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      **kw)
         threads = max(1, (os.cpu_count() or 1) // self.workers)
-        pending = [_ray_cell.remote(c, sweep, threads) for c in cells]
+        todo = iter(cells)  # pulled lazily, so store claims follow free workers
+        pending = [_ray_cell.remote(c, sweep, threads) for c in islice(todo, self.workers)]
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     on_result(ray.get(ref))
+                    pending += [_ray_cell.remote(c, sweep, threads) for c in islice(todo, 1)]
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)
