@@ -15,15 +15,21 @@ normalisation in securevfl's models).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 
 import torch
-from opacus.grad_sample.conv import compute_conv_grad_sample
-from opacus.grad_sample.embedding import compute_embedding_grad_sample
-from opacus.grad_sample.linear import compute_linear_grad_sample
 from torch import nn
 
-GRAD_SAMPLERS = {nn.Linear: compute_linear_grad_sample, nn.Conv2d: compute_conv_grad_sample,
-                 nn.Embedding: compute_embedding_grad_sample}
+
+@cache
+def grad_samplers() -> dict:
+    """Opacus's per-layer per-sample gradient functions (imported on first use: Opacus is slow to import)."""
+    from opacus.grad_sample.conv import compute_conv_grad_sample
+    from opacus.grad_sample.embedding import compute_embedding_grad_sample
+    from opacus.grad_sample.linear import compute_linear_grad_sample
+
+    return {nn.Linear: compute_linear_grad_sample, nn.Conv2d: compute_conv_grad_sample,
+            nn.Embedding: compute_embedding_grad_sample}
 
 
 class PerExampleTracer:
@@ -44,7 +50,7 @@ class PerExampleTracer:
             return
         for root in modules:
             for m in root.modules():
-                if type(m) in GRAD_SAMPLERS and any(q.requires_grad for q in m.parameters(recurse=False)):
+                if type(m) in grad_samplers() and any(q.requires_grad for q in m.parameters(recurse=False)):
                     self._handles.append(m.register_forward_hook(self._on_forward))
 
     def disarm(self) -> None:
@@ -62,7 +68,7 @@ class PerExampleTracer:
     def _on_backprop(self, k: int, backprops: torch.Tensor) -> None:
         if self.collecting:
             module, act = self._calls[k]
-            self._samples[k] = GRAD_SAMPLERS[type(module)](module, [act], backprops.detach())
+            self._samples[k] = grad_samplers()[type(module)](module, [act], backprops.detach())
 
     def per_example(self, losses: torch.Tensor, params: list[nn.Parameter], leaves: list[torch.Tensor]
                     ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
