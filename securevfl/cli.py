@@ -1,4 +1,4 @@
-"""``securevfl`` command line (SPEC §8). User mistakes exit 2 with one ``error: ...`` line."""
+"""``securevfl`` command line: train, sweep, report. User mistakes exit 2 with one ``error: ...`` line."""
 
 from __future__ import annotations
 
@@ -39,16 +39,19 @@ def _add_train(sub) -> None:
                    help="share of test rows every party holds (rest: active party only), or 'train'")
     p.add_argument("--labeled", type=int, help="labeled aligned entities (default: all aligned)")
     p.add_argument("--alignment", choices=["given", "psi", "plain"], help="how the aligned set is established")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--lr", type=float)
+    p.add_argument("--epochs", type=int, help="passes over the training rows (default 5)")
+    p.add_argument("--batch-size", type=int, help="rows per step (default 128)")
+    p.add_argument("--lr", type=float, help="learning rate (default: 0.001 with adam, 0.05 with sgd)")
     p.add_argument("--optimizer", choices=["adam", "sgd"], help="every party's optimizer (default adam)")
-    p.add_argument("--cut-dim", type=int, help="width of each bottom model's output")
-    p.add_argument("--bottom", choices=["auto", "mlp", "cnn"], help="bottom model family")
+    p.add_argument("--cut-dim", type=int, help="width of each bottom model's output (default 64)")
+    p.add_argument("--bottom", choices=["auto", "mlp", "cnn"],
+                   help="bottom model family (default auto: cnn for images ≥ 16 px tall, else mlp)")
     p.add_argument("--model-preset", help="a paper's architecture: vflhlp-avazu, vflhlp-criteo, fedud")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="seed of data split, models and noise (default 0)")
+    p.add_argument("--method-param", action="append", metavar="KEY=VALUE",
+                   help="a method parameter, e.g. evidential=false (risa), alpha=0.5 (fedud) (repeatable)")
     p.add_argument("--defense", help="none | iso:LAMBDA | dp:clip=C,noise=Z | ... ('+' composes)")
-    p.add_argument("--he", help="off | ckks | paillier (HE-protected cut layer, SPEC §5)")
+    p.add_argument("--he", help="off | ckks | paillier: the HE-protected interactive layer (default off)")
     p.add_argument("--he-param", action="append", metavar="KEY=VALUE",
                    help="HE parameter, e.g. poly_modulus_degree=16384, key_bits=2048, packing=false (repeatable)")
     p.add_argument("--attack", action="append", help="attack to run after training (repeatable)")
@@ -87,11 +90,12 @@ def _build_config(args: argparse.Namespace):
             setattr(cfg, k, v)
     if args.attack:
         cfg.attacks = list(args.attack)
-    for kv in args.he_param or []:
-        key, sep, value = kv.partition("=")
-        if not sep or not key:
-            raise UserError(f"--he-param {kv!r}: expected KEY=VALUE")
-        cfg.he_params[key.strip()] = yaml.safe_load(value)
+    for flag, target in (("--he-param", cfg.he_params), ("--method-param", cfg.method_params)):
+        for kv in getattr(args, flag[2:].replace("-", "_")) or []:
+            key, sep, value = kv.partition("=")
+            if not sep or not key.strip():
+                raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
+            target[key.strip()] = yaml.safe_load(value)
     if args.record:
         cfg.record = True
     part = {"n_parties": args.parties, "aligned_fraction": args.aligned_fraction,
@@ -237,6 +241,11 @@ COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not (sys.argv[1:] if argv is None else argv):  # a bare command: say what it can do
+        parser = make_parser()
+        print(parser.format_help(), file=sys.stderr)
+        print("error: choose a command (securevfl COMMAND --help for its options)", file=sys.stderr)
+        return 2
     try:
         args = make_parser().parse_args(argv)
         return COMMANDS[args.command](args)

@@ -22,17 +22,27 @@ from securevfl.parties import ActiveParty, PassiveParty
 class OptimConfig:
     optimizer: str = "adam"
     """``adam`` or ``sgd`` (momentum 0.9)."""
-    lr: float = 1e-3
-    """Learning rate of every party's optimizer."""
+    lr: float | None = None
+    """Learning rate of every party's optimizer; None = the optimizer's default (:data:`DEFAULT_LR`:
+    adam 1e-3, sgd 0.05 — Adam's rate leaves momentum SGD at chance on small data)."""
     weight_decay: float = 0.0
     """L2 weight decay."""
 
 
+DEFAULT_LR = {"adam": 1e-3, "sgd": 0.05}
+"""Default learning rate per optimizer (sgd 0.05: digits splitnn 0.85 at 5 epochs, 0.63 at 0.01)."""
+
+
+def effective_lr(cfg: OptimConfig) -> float:
+    return DEFAULT_LR[cfg.optimizer] if cfg.lr is None else cfg.lr
+
+
 def make_optimizer(params: list[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
+    lr = effective_lr(cfg) if cfg.optimizer in DEFAULT_LR else None
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=0.9, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=cfg.weight_decay)
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
 
 

@@ -4,6 +4,7 @@ composition layer (:mod:`securevfl.lab.compose`) as ready objects."""
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass
 
@@ -15,10 +16,13 @@ from securevfl.cutlayer import make_cut_layer
 from securevfl.data import get_dataset_entry, load_dataset, make_partition
 from securevfl.data.partition import Partition
 from securevfl.errors import UserError
-from securevfl.federation import Federation
+from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import TensorHook
 from securevfl.methods import Method, MethodContext, get_method
 from securevfl.models import apply_model_preset
+
+MIN_STEPS = 50
+"""Fewer supervised steps than this in a run print a warning (and go to the JSON ``warnings``)."""
 
 
 @dataclass
@@ -85,8 +89,10 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         raise UserError(f"--epochs must be ≥ 1, got {cfg.train.epochs}")
     if cfg.train.batch_size < 1:
         raise UserError(f"--batch-size must be ≥ 1, got {cfg.train.batch_size}")
-    if cfg.optim.lr <= 0:
-        raise UserError(f"--lr must be > 0, got {cfg.optim.lr}")
+    if cfg.optim.lr is None:  # the record says which rate ran
+        cfg.optim.lr = DEFAULT_LR.get(cfg.optim.optimizer)
+    if cfg.optim.lr is not None and not (math.isfinite(cfg.optim.lr) and cfg.optim.lr > 0):
+        raise UserError(f"--lr must be > 0 and finite, got {cfg.optim.lr}")
     method_cls = get_method(cfg.method)
     apply_model_preset(cfg.model)
     cut = make_cut_layer(cfg.he, **cfg.he_params)
@@ -113,6 +119,13 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     t0 = time.perf_counter()
     fed, util = method.run(partition, before_fit)
     seconds = time.perf_counter() - t0
+    warnings = []
+    if 0 < fed.active.step < MIN_STEPS:  # a first try that "trains" for a handful of steps misleads
+        warnings.append(f"training ran only {fed.active.step} steps ({cfg.train.epochs} epochs of "
+                        f"{-(-max(fed.active.n_examples or 0, 1) // cfg.train.batch_size)}); the model is likely "
+                        f"undertrained — raise --epochs (≥ {MIN_STEPS} steps) or lower --batch-size")
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
     stats = fed.channel.stats.as_dict()
     # a file source aligns before the federation exists (its own setup channel): that traffic is part
     # of the run's cost too, under the alignment kind
@@ -139,6 +152,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
                  "train_steps": fed.active.step},
         "partition": partition.summary(),
         "method_info": fed.meta,
+        "warnings": warnings,
         "versions": {"securevfl": __version__, "torch": torch.__version__},
         "config": cfg.to_dict(),
     }

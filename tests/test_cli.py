@@ -34,7 +34,7 @@ def test_train_json_is_one_object():
     (["train", "--dataset", "digits", "--epochs", "two"], "invalid int"),
     (["train", "--config", "/nonexistent.yaml"], "config file"),
     (["frobnicate"], "invalid choice"),
-    ([], "required"),
+    (["train", "--dataset", "digits", "--lr", "nan"], "--lr must be > 0 and finite"),
 ])
 def test_user_errors_exit_2_with_one_line(args, needle, capsys):
     code = main(args)
@@ -76,3 +76,43 @@ def test_datasets_and_methods_listing(capsys):
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
     assert "splitnn" in out and "local" in out
+
+
+def test_bare_command_prints_usage_and_exits_2(capsys):
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "usage: securevfl" in err and "train" in err and err.strip().splitlines()[-1].startswith("error:")
+
+
+def test_help_states_the_defaults_the_code_uses():
+    from securevfl.cli import make_parser
+    from securevfl.federation import DEFAULT_LR, OptimConfig
+    from securevfl.models import ModelConfig
+    from securevfl.training import TrainConfig
+
+    helptext = make_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    helptext = " ".join(helptext.split())
+    assert f"(default {TrainConfig.epochs})" in helptext and f"(default {TrainConfig.batch_size})" in helptext
+    assert f"(default {ModelConfig.cut_dim})" in helptext
+    assert f"{DEFAULT_LR['adam']:g} with adam, {DEFAULT_LR['sgd']:g} with sgd" in helptext
+    assert OptimConfig.optimizer == "adam" and "(default adam)" in helptext
+
+
+def test_sgd_gets_its_own_default_rate_and_method_params_come_from_the_cli(capsys):
+    assert main(["train", "--dataset", "digits", "--optimizer", "sgd", "--epochs", "2", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["config"]["optim"]["lr"] == 0.05 and r["utility"]["test"] > 0.5
+    assert main(["train", "--dataset", "digits", "--method", "risa", "--aligned-fraction", "0.3", "--epochs", "1",
+                 "--method-param", "evidential=false", "--method-param", "self_training=false", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["method_info"]["risa"]["evidential"] is False
+    assert main(["train", "--dataset", "digits", "--method-param", "nosuch=1"]) == 2
+    assert "no parameter 'nosuch'" in capsys.readouterr().err
+
+
+def test_a_run_of_very_few_steps_warns(capsys):
+    assert main(["train", "--dataset", "digits", "--labeled", "200", "--epochs", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    r = json.loads(captured.out)
+    assert r["cost"]["train_steps"] < 50 and len(r["warnings"]) == 1
+    assert "warning: training ran only" in captured.err and "--epochs" in captured.err
