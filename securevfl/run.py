@@ -119,11 +119,10 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     t0 = time.perf_counter()
     fed, util = method.run(partition, before_fit)
     seconds = time.perf_counter() - t0
-    warnings = []
+    warnings = list(fed.meta.pop("warnings", []))  # a method's advice about this configuration
     if 0 < fed.active.step < MIN_STEPS:  # a first try that "trains" for a handful of steps misleads
-        warnings.append(f"training ran only {fed.active.step} steps ({cfg.train.epochs} epochs of "
-                        f"{-(-max(fed.active.n_examples or 0, 1) // cfg.train.batch_size)}); the model is likely "
-                        f"undertrained — raise --epochs (≥ {MIN_STEPS} steps) or lower --batch-size")
+        warnings.append(f"training ran only {fed.active.step} supervised steps in all; the model is likely "
+                        f"undertrained — raise --epochs or lower --batch-size (≥ {MIN_STEPS} steps)")
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     stats = fed.channel.stats.as_dict()

@@ -116,3 +116,12 @@ def test_a_run_of_very_few_steps_warns(capsys):
     r = json.loads(captured.out)
     assert r["cost"]["train_steps"] < 50 and len(r["warnings"]) == 1
     assert "warning: training ran only" in captured.err and "--epochs" in captured.err
+
+
+def test_readme_advice_is_warned(capsys):
+    assert main(["train", "--dataset", "digits", "--method", "fedud", "--aligned-fraction", "0.3", "--epochs", "1",
+                 "--json"]) == 0
+    assert "--unaligned active" in capsys.readouterr().err
+    assert main(["train", "--dataset", "digits", "--method", "fedud", "--aligned-fraction", "0.3", "--epochs", "1",
+                 "--unaligned", "active", "--json"]) == 0
+    assert "--unaligned active" not in capsys.readouterr().err

@@ -108,6 +108,10 @@ class FedUD(Method):
             raise UserError(f"fedud: alpha and beta must be ≥ 0, got {alpha}, {beta}")
         aligned = labeled_aligned_ids(fed)
         unaligned = np.setdiff1d(a.data.label_ids, a.aligned_ids)
+        if any(len(np.setdiff1d(q.data.train_ids, q.aligned_ids)) for q in fed.passives):
+            fed.meta.setdefault("warnings", []).append(
+                "fedud's guest holds rows outside the aligned set, which FedUD never uses; the paper's setting is "
+                "--unaligned active (partition.unaligned: active)")
         if len(unaligned) == 0:
             raise UserError("fedud needs labeled rows only the host holds (partition.active_labels_unaligned: true "
                             "and aligned_fraction < 1)")

@@ -118,6 +118,10 @@ class VFLHLP(Method):
     def fit(self, fed: Federation) -> None:
         a, p = fed.active, self.params
         terms = []
+        if self.use_active and self.ctx.optim.optimizer == "adam":
+            fed.meta.setdefault("warnings", []).append(
+                f"{self.name} with adam: Adam's normalised steps defeat the β·L_cons constraint to the pre-trained "
+                "model; use --optimizer sgd")
         if self.use_active:
             if len(a.data.label_ids) <= len(labeled_aligned_ids(fed)):
                 raise UserError(f"{self.name} needs the active party's labels on its unaligned rows "
