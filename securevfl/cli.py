@@ -78,6 +78,7 @@ def _add_train(sub) -> None:
 
 def _build_config(args: argparse.Namespace):
     from securevfl.config import RunConfig, apply_dict, load_config_file
+    from securevfl.validate import validate_config
 
     cfg = RunConfig()
     if args.config:
@@ -124,12 +125,7 @@ def _build_config(args: argparse.Namespace):
             setattr(cfg.data, k, [c.strip() for c in getattr(args, k).split(",") if c.strip()])
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UserError(f"--data-dir {args.data_dir}: no such directory")
-    if cfg.data.max_rows is not None and cfg.data.max_rows < 1:
-        raise UserError(f"--max-rows must be ≥ 1, got {cfg.data.max_rows}")
-    if not 0 < cfg.data.sample <= 1:
-        raise UserError(f"--sample must be in (0, 1], got {cfg.data.sample}")
-    if cfg.model.cut_dim < 1:
-        raise UserError(f"--cut-dim must be ≥ 1, got {cfg.model.cut_dim}")
+    validate_config(cfg)  # the same checks as every other entry point, before any data is read
     return cfg
 
 

@@ -111,7 +111,11 @@ def load_config_file(path: str | Path) -> dict:
     if not p.exists() or p.is_dir():  # exists(), not is_file(): also accept pipes like <(...)
         raise UserError(f"config file {p} not found")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as e:
+        raise UserError(f"config file {p}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise UserError(f"config file {p}: cannot read ({e.strerror or e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -20,6 +20,7 @@ from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import TensorHook
 from securevfl.methods import Method, MethodContext, get_method
 from securevfl.models import apply_model_preset
+from securevfl.validate import validate_config
 
 MIN_STEPS = 50
 """Fewer supervised steps than this in a run print a warning (and go to the JSON ``warnings``)."""
@@ -85,14 +86,9 @@ def build_partition(cfg: RunConfig) -> Partition:
 
 def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress: bool | None = None,
                  before_fit=None) -> RunOutput:
-    if cfg.train.epochs < 1:
-        raise UserError(f"--epochs must be ≥ 1, got {cfg.train.epochs}")
-    if cfg.train.batch_size < 1:
-        raise UserError(f"--batch-size must be ≥ 1, got {cfg.train.batch_size}")
+    validate_config(cfg)  # every entry point (CLI, config file, sweep cell, Python API) passes here
     if cfg.optim.lr is None:  # the record says which rate ran
-        cfg.optim.lr = DEFAULT_LR.get(cfg.optim.optimizer)
-    if cfg.optim.lr is not None and not (math.isfinite(cfg.optim.lr) and cfg.optim.lr > 0):
-        raise UserError(f"--lr must be > 0 and finite, got {cfg.optim.lr}")
+        cfg.optim.lr = DEFAULT_LR[cfg.optim.optimizer]
     method_cls = get_method(cfg.method)
     apply_model_preset(cfg.model)
     cut = make_cut_layer(cfg.he, **cfg.he_params)

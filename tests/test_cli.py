@@ -34,7 +34,9 @@ def test_train_json_is_one_object():
     (["train", "--dataset", "digits", "--epochs", "two"], "invalid int"),
     (["train", "--config", "/nonexistent.yaml"], "config file"),
     (["frobnicate"], "invalid choice"),
-    (["train", "--dataset", "digits", "--lr", "nan"], "--lr must be > 0 and finite"),
+    (["train", "--dataset", "digits", "--lr", "nan"], "--lr (optim.lr): nan is not a valid"),
+    (["train", "--dataset", "digits", "--seed", "-1"], "--seed (seed) must be in [0, 2147483647], got -1"),
+    (["train", "--dataset", "digits", "--cut-dim", "0"], "--cut-dim (model.cut_dim) must be ≥ 1"),
 ])
 def test_user_errors_exit_2_with_one_line(args, needle, capsys):
     code = main(args)

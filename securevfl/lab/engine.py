@@ -141,9 +141,15 @@ def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine
     from tqdm.auto import tqdm
 
     from securevfl.lab.store import Store
-    from securevfl.lab.sweep import load_sweep
+    from securevfl.lab.sweep import config_from_dict, load_sweep
+    from securevfl.validate import validate_config
 
     sweep = load_sweep(path)
+    for cell in sweep.cells:  # a bad value fails the sweep before any cell runs, naming the cell
+        try:
+            validate_config(config_from_dict(cell.config))
+        except UserError as e:
+            raise UserError(f"sweep file {path}: cell {cell.method} / {cell.defense} / seed {cell.seed}: {e}") from None
     runner = make_engine(engine, workers)
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
     done = store.completed()
