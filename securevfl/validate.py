@@ -133,3 +133,32 @@ def _walk(obj: object, prefix: str) -> None:
 def validate_config(cfg: object) -> None:
     """Raise a one-line UserError for the first value of ``cfg`` that is of the wrong type or range."""
     _walk(cfg, "")
+
+
+def check_params(owner: str, defaults: dict, given: dict) -> None:
+    """The parameter convention of methods: each value has the type of its default (a whole number
+    where the default is an int — never silently truncated —, true/false where it is a flag, a
+    string where it is a choice) and every number is finite and ≥ 0 (all method hyperparameters —
+    epochs, sizes, rates, weights, thresholds — are non-negative). A default of None accepts a number."""
+    for key, value in given.items():
+        if key not in defaults:
+            raise UserError(f"{owner} has no parameter {key!r}; accepted: {', '.join(sorted(defaults))}")
+        d = defaults[key]
+        if isinstance(d, bool):
+            ok = isinstance(value, bool)
+            want = "true or false"
+        elif isinstance(d, int) or (d is None and isinstance(value, int) and not isinstance(value, bool)):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            want = "a whole number"
+        elif isinstance(d, float) or d is None:
+            ok = value is None if d is None and value is None else (
+                isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value))
+            want = "a finite number"
+        elif isinstance(d, str):
+            ok, want = isinstance(value, str), "a string"
+        else:
+            ok, want = True, ""
+        if not ok:
+            raise UserError(f"{owner}: {key}={value!r} must be {want}")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+            raise UserError(f"{owner}: {key} must be ≥ 0, got {value}")

@@ -147,3 +147,13 @@ def test_non_utf8_config_file_is_a_user_error(tmp_path, capsys):
 
 
 assert typing  # (imported for readers of the schema walk above)
+
+
+@pytest.mark.parametrize("param,needle", [("ssl_epochs=-1", "ssl_epochs must be ≥ 0"),
+                                          ("ssl_epochs=2.5", "must be a whole number"),
+                                          ("gamma=true", "must be a finite number"),
+                                          ("nosuch=1", "has no parameter 'nosuch'")])
+def test_method_parameters_follow_one_convention(capsys, param, needle):
+    assert main(["train", "--dataset", "digits", "--method", "fedhssl", "--method-param", param]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: method fedhssl") and needle in err

@@ -17,6 +17,7 @@ from securevfl.hooks import TensorHook
 from securevfl.metrics import utility
 from securevfl.models import ModelConfig
 from securevfl.training import SplitTrainer, TrainConfig
+from securevfl.validate import check_params
 
 
 @dataclass
@@ -64,9 +65,7 @@ class Method(ABC):
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
     def __init__(self, ctx: MethodContext) -> None:
-        unknown = set(ctx.params) - set(self.default_params)
-        if unknown:
-            raise UserError(f"method {self.name} has no parameter {sorted(unknown)[0]!r}")
+        check_params(f"method {self.name}", self.default_params, ctx.params)
         self.ctx = ctx
         self.params = {**self.default_params, **ctx.params}
         self.trainer: SplitTrainer | None = None
