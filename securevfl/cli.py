@@ -170,10 +170,10 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from securevfl.methods import get_method, method_names
+    from securevfl.catalog import METHODS  # no torch import: answers at once
 
-    for name in method_names():
-        print(f"{name:18s} {get_method(name).summary}")
+    for name, summary in METHODS.items():
+        print(f"{name:18s} {summary}")
     return 0
 
 
@@ -251,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

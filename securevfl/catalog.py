@@ -1,0 +1,33 @@
+"""Names and one-line summaries of the registered methods, readable without importing torch, so
+``securevfl methods`` answers at once. Generated from the registry; tests/test_cli.py checks it still
+matches (regenerate with ``python -c "from securevfl.catalog import render; print(render())"``)."""
+
+from __future__ import annotations
+
+METHODS: dict[str, str] = {
+    'entity-aug': 'no alignment in training: guests send their own entities, the host trains on weighted soft labels',
+    'fedcssl': 'FedHSSL ablation: cross-party SSL only; fine-tunes f_c',
+    'fedgssl': 'FedHSSL ablation: cross-party + guided local SSL, no partial model aggregation',
+    'fedhssl': 'cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)',
+    'fedlocal-byol': 'each party pre-trains alone with BYOL on all its rows, then split-learning fine-tuning',
+    'fedlocal-moco': 'each party pre-trains alone with MoCo on all its rows, then split-learning fine-tuning',
+    'fedlocal-scarf': 'each party pre-trains alone with SCARF on all its rows, then split-learning fine-tuning',
+    'fedlocal-simsiam': 'each party pre-trains alone with SimSiam on all its rows, then split-learning fine-tuning',
+    'fedud': "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)",
+    'local': 'active party alone on all its labeled local rows (Local-A baseline)',
+    'local-vfl': "RISA baseline Local+VFL: the active party's non-overlapping rows with zero-imputed passive blocks",
+    'random-match': "RISA baseline Random Match: the active party's non-overlapping rows paired with random passive rows",
+    'risa': 'mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)',
+    'splitnn': 'supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)',
+    'vflhlp': 'active supervised pre-training as a constraint + passive SCARF initialisation (VFLHLP)',
+    'vflhlp-a': "VFLHLP ablation: only the active party's pre-trained constraint",
+    'vflhlp-p': "VFLHLP ablation: only the passive parties' SCARF initialisation",
+}
+
+
+def render() -> str:
+    """This module's dict as it should read for the live registry (imports every method)."""
+    from securevfl.methods import get_method, method_names
+
+    body = "".join(f"    {n!r}: {get_method(n).summary!r},\n" for n in method_names())
+    return "METHODS: dict[str, str] = {\n" + body + "}"
