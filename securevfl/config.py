@@ -7,6 +7,7 @@ A YAML file given with ``--config`` maps onto these (``data:``, ``partition:``, 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -79,8 +80,9 @@ def _coerce(value: object, typ: object, key: str) -> object:
             raise UserError(f"config key {key!r}: expected true/false, got {value!r}")
         return value
     if typ in (int, float):
-        if isinstance(value, bool) or not isinstance(value, int | float) or (typ is int and value != int(value)):
-            raise UserError(f"config key {key!r}: expected {typ.__name__}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+                or (typ is int and value != int(value)):
+            raise UserError(f"config key {key!r}: expected a finite {typ.__name__}, got {value!r}")
         return typ(value)
     if typ is str:
         if not isinstance(value, str):
