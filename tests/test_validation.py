@@ -57,7 +57,7 @@ def holds(key: str, value: object) -> bool:
                and (v >= lo if lo_in else v > lo) and (v <= hi if hi_in else v < hi) for v in vals)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(st.dictionaries(st.sampled_from(leaf_keys()), ANY, min_size=1, max_size=4))
 def test_any_config_is_valid_or_a_user_error_and_valid_means_in_range(flat):
     cfg = RunConfig()
@@ -92,7 +92,7 @@ FLAGS = {"--epochs": st.sampled_from(["1", "0", "-2", "x", "1.5"]),
          "--test-aligned-fraction": st.sampled_from(["train", "2", "0.5"])}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(st.dictionaries(st.sampled_from(sorted(FLAGS)), st.just(None), max_size=4).flatmap(
     lambda d: st.fixed_dictionaries({k: FLAGS[k] for k in d})))
 def test_any_cli_argument_list_runs_or_exits_2_with_one_error_line(flags):
