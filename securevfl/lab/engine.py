@@ -164,8 +164,12 @@ def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine
             else:
                 counts["elsewhere"] += 1
                 bar.update(1)
+    import shutil
+
+    # a terminal that reports zero columns (some CI consoles, `stty cols 0`) would get an empty bar
+    width = shutil.get_terminal_size(fallback=(80, 24)).columns
     bar = tqdm(total=len(sweep.cells), initial=counts["skipped"], desc=f"sweep {sweep.name}", unit="cell",
-               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+               disable=not progress, file=sys.stderr, dynamic_ncols=width > 0, ncols=None if width > 0 else 80)
 
     def on_result(row: dict) -> None:
         store.put(row)
