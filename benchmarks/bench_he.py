@@ -1,5 +1,5 @@
 """Seconds and bytes per training step with the cut layer in plaintext, CKKS, packed Paillier and
-naive per-value Paillier (SPEC §5, issue 9).
+naive per-value Paillier (issue 9).
 
 One federation per mode (same partition, seed and batches): ``splitnn``, two parties, batch B,
 bottom output d, head ``Linear(·, h) → ReLU → Linear(h, K)`` so the interactive layer is d×h.

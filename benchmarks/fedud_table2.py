@@ -1,4 +1,4 @@
-"""FedUD vs local, splitnn, fedlocal-simsiam and fedhssl (SPEC §3.5; paper Table 2): test AUC and
+"""FedUD vs local, splitnn, fedlocal-simsiam and fedhssl (paper Table 2): test AUC and
 LogLoss on all test rows, on the aligned ones (the guest holds them) and on the unaligned ones
 (host only). Partition: the host (active party) holds every training row with labels, the guest
 only the aligned ones (``unaligned: active``); the test rows are aligned in the same proportion as

@@ -1,4 +1,4 @@
-"""RISA (SPEC §3.6; paper Tables I–III) and Entity Augmentation (SPEC §3.7; paper Tables 2 and 4)
+"""RISA (paper Tables I–III) and Entity Augmentation (paper Tables 2 and 4)
 reproductions at CPU scale.
 
     python benchmarks/risa_entity_aug.py --table risa --dataset fashion-mnist --train-rows 12000 \

@@ -1,4 +1,4 @@
-"""VFLHLP vs splitnn vs local (and the ablations) with the aligned count swept (SPEC §3.4; paper
+"""VFLHLP vs splitnn vs local (and the ablations) with the aligned count swept (paper
 Tables 2–3 and Fig. 5). The active party holds labels for all its local rows; fine-tuning uses SGD
 with the learning rate chosen from {0.005, 0.01, 0.03} on a validation split.
 

@@ -1,4 +1,4 @@
-"""Defenses on cut-layer messages (SPEC §4), organised by family. Only securevfl's composition
+"""Defenses on cut-layer messages, organised by family. Only securevfl's composition
 layer imports this package."""
 
 from defenses.base import DEFENSES, Defense, defense_names, parse_defense, register_defense

@@ -1,4 +1,4 @@
-"""Hook points on cut-layer messages (SPEC §4). Defenses live in the top-level ``defenses``
+"""Hook points on cut-layer messages. Defenses live in the top-level ``defenses``
 package and subclass :class:`TensorHook`; the core only knows this contract.
 
 A hook runs at the *sender*, on the tensor just before it is serialised: gradient hooks at the

@@ -1,4 +1,4 @@
-"""Bottom models (one per party) and the active party's head. CPU-sized by design (SPEC §3)."""
+"""Bottom models (one per party) and the active party's head. CPU-sized by design."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The shared split-learning loop (SPEC §3.1). Every method that trains a head on cut-layer
+"""The shared split-learning loop. Every method that trains a head on cut-layer
 activations runs through :class:`SplitTrainer`; methods customise it with extra active-side loss
 terms, by choosing which IDs to train on, or by subclassing its small overridable pieces (the
 objective :meth:`SplitTrainer.loss`, the output → probability map :meth:`SplitTrainer.proba`, the

@@ -1,4 +1,4 @@
-"""Label-DP (SPEC §4.1): the mechanism of this code, not Opacus's accountant.
+"""Label-DP: the mechanism of this code, not Opacus's accountant.
 
 - ``dp`` is DP-SGD over everything that touches labels: the active party's own update and every
   gradient it returns come only from the noised release of jointly clipped per-example gradients.

@@ -1,4 +1,4 @@
-"""``dp``: label-DP by DP-SGD over everything that touches labels (SPEC §4.1).
+"""``dp``: label-DP by DP-SGD over everything that touches labels.
 
 Mechanism, per training step of the active party: for every example of the batch, its gradient of
 its own loss with respect to the active party's parameters (bottom, head, method modules) and with

@@ -24,8 +24,8 @@ class MessageKind:
     PSI = "alignment"  # PSI protocol messages and the announced aligned set
     CONTROL = "control"
     HE_CONTEXT = "he_context"  # a key owner's public HE context / public key (never the secret key)
-    HE_CIPHERTEXT = "he_ciphertext"  # encrypted activations, weight shares and masked products (SPEC §5)
-    HE_MASKED = "he_masked"  # plaintext values blinded by the other party's random mask (SPEC §5)
+    HE_CIPHERTEXT = "he_ciphertext"  # encrypted activations, weight shares and masked products
+    HE_MASKED = "he_masked"  # plaintext values blinded by the other party's random mask
 
 
 @dataclass(frozen=True)

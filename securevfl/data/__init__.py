@@ -1,4 +1,4 @@
-"""Datasets, the VFL partition (SPEC §2.1) and PSI alignment."""
+"""Datasets, the VFL partition and PSI alignment."""
 
 from securevfl.data import builtin, credit, csvsource, ctr  # noqa: F401  (registration)
 from securevfl.data.dataset import DataConfig, Dataset

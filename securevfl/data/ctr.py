@@ -114,7 +114,7 @@ def load_avazu(cfg: DataConfig) -> Dataset:
     ys, cats = [], []
     for chunk in read_chunks(path, ",", names, header=True, max_rows=cfg.max_rows, sample=cfg.sample,
                              sample_seed=cfg.sample_seed, allow_truncated_last=True):
-        # the ad id is dropped as a feature (SPEC §2.2); it must still be a number (int or float-formatted)
+        # the ad id is dropped as a feature; it must still be a number (int or float-formatted)
         parse_numeric(chunk, "id", path, integer=False)
         ys.append(_label(chunk, "click", path))
         cols = [hash_values(_hour_of_day(chunk, path))]

@@ -1,4 +1,4 @@
-"""The VFL data model (SPEC §2.1): vertical feature blocks over per-party entity-ID sets.
+"""The VFL data model: vertical feature blocks over per-party entity-ID sets.
 
 :func:`make_partition` is a pure function of (dataset, spec, seed). Steps, all driven by one
 ``numpy.random.default_rng(seed)``:

@@ -1,7 +1,7 @@
 """Running sweep cells: a small engine interface, local processes by default, Ray when installed.
 
 Workers execute :func:`run_cell` and return a finished row; the sweep process alone writes the
-store, committing each row as it arrives (SPEC §7: a kill loses only the cells in flight).
+store, committing each row as it arrives (a kill loses only the cells in flight).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sweep store (SPEC §7): one SQLite table ``runs``, one row per (cell, seed).
+"""The sweep store: one SQLite table ``runs``, one row per (cell, seed).
 
 Each finished cell is committed on its own (WAL journal), so a killed sweep loses only the cells in
 flight. ``run_id`` (hash of the resolved config) is the primary key: a rerun skips rows whose status

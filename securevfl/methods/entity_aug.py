@@ -1,4 +1,4 @@
-"""Entity Augmentation (papers/entity_augmentation.txt, Algorithm 1; SPEC §3.7): split learning
+"""Entity Augmentation (Amalanshu et al., Algorithm 1; docs/methods.md): split learning
 without entity alignment during training.
 
 Every training step the host (the active party) asks each guest (passive party) for a batch of

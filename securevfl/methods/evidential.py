@@ -1,4 +1,4 @@
-"""Evidential deep learning pieces for RISA (papers/risa.txt §II-D; Sensoy et al. 2018), as pure
+"""Evidential deep learning pieces for RISA (RISA §II-D; Sensoy et al. 2018; docs/methods.md), as pure
 functions on tensors.
 
 An *opinion* over C classes is (b, u): belief masses b ≥ 0 (shape ``(..., C)``) and an uncertainty
@@ -29,7 +29,7 @@ def alpha_from_opinion(b: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def reduced_yager(o1: Opinion, o2: Opinion) -> Opinion:
-    """RISA's reduced Yager combination (Def. 1; the paper's Eq. 3 was lost in extraction, SPEC §3.6
+    """RISA's reduced Yager combination (Def. 1; the paper's Eq. 3 was lost in extraction
     fixes it): conflict c = Σ_{i≠j} b1_i b2_j; b_k = b1_k b2_k + b1_k u2 + b2_k u1; u = u1 u2 + c.
 
     Unlike Dempster's rule there is no 1/(1 − c) normalisation: conflict becomes uncertainty, so

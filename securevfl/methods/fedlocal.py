@@ -1,4 +1,4 @@
-"""FedLocalSSL (SPEC §3.2): every party pre-trains its bottom model on all its local rows with
+"""FedLocalSSL: every party pre-trains its bottom model on all its local rows with
 one SSL objective, alone; then split-learning fine-tuning on the labeled aligned rows.
 ``fedlocal-simsiam`` is FedHSSL's "FedSimSiam" baseline."""
 

@@ -1,4 +1,4 @@
-"""``local`` — Local-A / DNN: the active party alone on all its labeled rows (SPEC §3.1).
+"""``local`` — Local-A / DNN: the active party alone on all its labeled rows.
 
 Uses the same trainer with no passive parties, so the head sees only r^1 and nothing crosses the
 channel."""

@@ -1,4 +1,4 @@
-"""``splitnn`` — FedSplitNN / FedVanilla: supervised VFL on the labeled aligned rows (SPEC §3.1)."""
+"""``splitnn`` — FedSplitNN / FedVanilla: supervised VFL on the labeled aligned rows."""
 
 from securevfl.federation import Federation
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method

@@ -1,4 +1,4 @@
-"""VFLHLP (papers/vflhlp.txt; SPEC §3.4) and its ablations ``vflhlp-a`` / ``vflhlp-p``.
+"""VFLHLP (Li et al., VFLHLP; docs/methods.md) and its ablations ``vflhlp-a`` / ``vflhlp-p``.
 
 1. The active party trains its encoder h^1 and a local head f (same architecture as the federated
    head's first layer block, input r^1 only) on **all** its labeled local rows → Θ^1, Θ^0.
