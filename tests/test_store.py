@@ -12,20 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from securevfl.cli import main
 from securevfl.lab.engine import run_sweep
 from securevfl.lab.store import Store
-
-BASE = {"name": "t", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["splitnn"],
-        "defenses": ["none"], "seeds": [0], "train": {"epochs": 1}}
-
-
-def write(tmp_path: Path, **over) -> Path:
-    p = tmp_path / "sweep.yaml"
-    p.write_text(yaml.safe_dump({**BASE, **over}))
-    return p
+from tests.test_lab import write  # the same small sweep file
 
 
 def one_line_error(capsys, needle: str) -> None:
