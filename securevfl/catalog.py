@@ -1,5 +1,5 @@
-"""Names and one-line summaries of the registered methods, readable without importing torch, so
-``securevfl methods`` answers at once. Generated from the registry; tests/test_cli.py checks it still
+"""Names of the registered methods (with one-line summaries) and datasets, readable without
+importing torch, so ``securevfl methods`` answers at once and a misspelt name fails at once. Generated from the registry; tests/test_cli.py checks it still
 matches (regenerate with ``python -c "from securevfl.catalog import render; print(render())"``)."""
 
 from __future__ import annotations
@@ -25,9 +25,24 @@ METHODS: dict[str, str] = {
 }
 
 
+DATASETS: tuple[str, ...] = ('avazu', 'breast-cancer', 'criteo', 'csv', 'digits', 'fashion-mnist', 'mnist', 'uci-credit')
+
+
+def check_names(dataset: str | None, method: str | None) -> None:
+    """Fail fast on an unknown dataset or method name (the registries say the same, later)."""
+    from securevfl.errors import UserError
+
+    if dataset is not None and dataset not in DATASETS:
+        raise UserError(f"unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
+    if method is not None and method not in METHODS:
+        raise UserError(f"unknown method {method!r}; available: {', '.join(sorted(METHODS))}")
+
+
 def render() -> str:
     """This module's dict as it should read for the live registry (imports every method)."""
     from securevfl.methods import get_method, method_names
 
     body = "".join(f"    {n!r}: {get_method(n).summary!r},\n" for n in method_names())
-    return "METHODS: dict[str, str] = {\n" + body + "}"
+    from securevfl.data import dataset_names
+
+    return "METHODS: dict[str, str] = {\n" + body + "}\n\nDATASETS: tuple[str, ...] = " + repr(tuple(dataset_names()))

@@ -131,9 +131,11 @@ def _build_config(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from securevfl.catalog import check_names
     from securevfl.lab.compose import execute
     from securevfl.run import json_safe
 
+    check_names(args.dataset, args.method)  # before the heavy imports: a typo answers at once
     cfg = _build_config(args)
     out = execute(cfg, progress=args.progress)
     r = out.result

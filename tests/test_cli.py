@@ -132,10 +132,12 @@ def test_readme_advice_is_warned(capsys):
 def test_methods_answers_fast_from_a_catalog_that_matches_the_registry():
     import time
 
-    from securevfl.catalog import METHODS, render
+    from securevfl.catalog import DATASETS, METHODS, render
+    from securevfl.data import dataset_names
     from securevfl.methods import get_method, method_names
 
     assert METHODS == {n: get_method(n).summary for n in method_names()}, render()
+    assert DATASETS == tuple(dataset_names()), render()
     t0 = time.perf_counter()
     code, out, _ = run_cli("methods")
     elapsed = time.perf_counter() - t0

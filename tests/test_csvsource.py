@@ -119,9 +119,11 @@ def test_fate_style_files_train_with_a_true_summary(tmp_path, capsys):
     assert host_info["numeric_columns"] == ["h0"]  # the row counter did not become a feature
     assert "240 matched, 60 unmatched" in captured.err and "240 matched, 40 unmatched" in captured.err
     assert r["utility"]["test"] > 0.8
-    # without --drop-columns the counter is a feature, and the summary says so
+    # without --drop-columns the counter is a feature: the summary says so and a warning names it
     assert main(args[:-5] + ["--epochs", "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["partition"]["ingest"][1]["numeric_columns"] == ["row", "h0"]
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["partition"]["ingest"][1]["numeric_columns"] == ["row", "h0"]
+    assert "column 'row' looks like a row counter" in captured.err and "--drop-columns row" in captured.err
 
 
 @pytest.mark.parametrize("change,needle", [

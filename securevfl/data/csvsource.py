@@ -103,6 +103,9 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
         elif c in cfg.numeric or not not_num.any():
             num_cols.append(c)
             num_values.append(parsed.to_numpy(np.float64))
+            if _looks_like_row_counter(num_values[-1]):
+                print(f"warning: party file {path}: column {c!r} looks like a row counter (unique consecutive "
+                      f"integers); it is used as a feature — pass --drop-columns {c} if it is not one", file=sys.stderr)
         elif not_num.sum() <= present / 2:
             i = int(np.flatnonzero(not_num)[0])
             raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {df[c].iloc[i]!r} is not a number "
@@ -114,6 +117,12 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
     cat = np.column_stack([hash_values(np.where(_missing(df[c]), "", df[c].astype(str).to_numpy()))
                            for c in cat_cols]) if cat_cols else np.zeros((len(df), 0), dtype=np.int64)
     return num, cat, num_cols, cat_cols, missing
+
+
+def _looks_like_row_counter(values: np.ndarray) -> bool:
+    v = values[~np.isnan(values)]
+    return len(v) > 10 and bool((v == np.round(v)).all()) and len(np.unique(v)) == len(v) \
+        and v.max() - v.min() + 1 == len(v)
 
 
 def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.ndarray, list]:
