@@ -132,10 +132,11 @@ def _build_config(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     from securevfl.catalog import check_names
+
+    check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
     from securevfl.lab.compose import execute
     from securevfl.run import json_safe
 
-    check_names(args.dataset, args.method)  # before the heavy imports: a typo answers at once
     cfg = _build_config(args)
     out = execute(cfg, progress=args.progress)
     r = out.result
