@@ -111,6 +111,14 @@ class StepPrivatizer(ABC):
         """Private choice of the best of several candidates scored by accuracy on ``n_val`` labeled rows."""
 
 
+class PassivePrivatizer(ABC):
+    """A defense that replaces how a passive party updates its bottom model (DP-SGD over its
+    features): it gets per-example parameter gradients and returns the noised sum to apply."""
+
+    @abstractmethod
+    def update(self, per_example: list[torch.Tensor], batch_size: int, ids: np.ndarray) -> list[torch.Tensor]: ...
+
+
 class LabelRandomizer(ABC):
     """A defense that randomises the active party's training labels once, at the source."""
 

@@ -13,7 +13,7 @@ from torch import nn
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.cutlayer import ActiveEnd, PassiveEnd
 from securevfl.data.partition import ACTIVE, PartyData
-from securevfl.hooks import HookContext, LabelRandomizer, StepPrivatizer, TensorHook, find_hook
+from securevfl.hooks import HookContext, LabelRandomizer, PassivePrivatizer, StepPrivatizer, TensorHook, find_hook
 from securevfl.per_example import PerExampleTracer
 
 SPLITS = ("train", "test")
@@ -77,6 +77,9 @@ class PassiveParty(Party):
         super().__init__(data, endpoint, hooks)
         self.cut_end: PassiveEnd | None = None
         self._z: torch.Tensor | None = None
+        self._ids: np.ndarray | None = None
+        self.privatizer: PassivePrivatizer | None = find_hook(hooks, PassivePrivatizer)
+        self._tracer = PerExampleTracer()
 
     def cut_end_list(self) -> list:
         return [] if self.cut_end is None else [self.cut_end]
@@ -87,20 +90,39 @@ class PassiveParty(Party):
         split, training = SPLITS[code // 2], bool(code % 2)
         ids = self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
         self.bottom.train(training)
+        if training and self.privatizer is not None:
+            self._tracer.arm([self.bottom])
         with torch.set_grad_enabled(training):
             z = self.bottom(self.features(ids, split))
-        self._z = z if training else None
+        self._z, self._ids = (z, ids) if training else (None, None)
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
 
     def backward(self, grad: torch.Tensor) -> None:
         """Apply ∂L/∂z (as received through the cut layer) and step the local optimizer."""
+        if self.privatizer is not None:
+            return self._backward_private(grad)
         self.optimizer.zero_grad(set_to_none=True)
         self._z.backward(grad)
         for hook in self.update_hooks:
             hook(self.parameters())
         self.optimizer.step()
         self._z = None
+        self.step += 1
+
+
+    def _backward_private(self, grad: torch.Tensor) -> None:
+        """DP-SGD over this party's features: per-example gradients of ⟨z_i, g_i⟩, clipped and noised
+        by the privatizer; the optimizer applies only that."""
+        params = self.parameters()
+        per, _ = self._tracer.per_example((self._z * grad).sum(1), params, [])
+        self._tracer.disarm()
+        summed = self.privatizer.update(per, len(self._ids), self._ids)
+        self.optimizer.zero_grad(set_to_none=True)
+        for q, g in zip(params, summed, strict=True):
+            q.grad = g
+        self.optimizer.step()
+        self._z = self._ids = None
         self.step += 1
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from securevfl import __version__
+from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import get_dataset_entry, load_dataset, make_partition
@@ -54,7 +55,8 @@ def privacy_report(fed: Federation) -> dict:
     ε and δ (sequential composition; a true, possibly loose, bound). Heuristic defenses composed
     with them (e.g. ISO on the gradients) act on what the accounted mechanism already released, so
     they are post-processing and leave ε unchanged; without an accounted mechanism ε is ``None``."""
-    reports = [r for h in fed.active.hooks if (r := h.privacy()) is not None]
+    # label mechanisms only: the active party's copies of feature-side (activation) defenses are idle
+    reports = [r for h in fed.active.hooks if h.acts_on - {MessageKind.ACTIVATION} and (r := h.privacy()) is not None]
     if not reports:
         return {"epsilon": None, "delta": None, "mechanism": "none"}
     accounted = [r for r in reports if "ledger" in r]
@@ -67,6 +69,16 @@ def privacy_report(fed: Federation) -> dict:
             "composition": "ε and δ of the accounted label mechanisms add up; the other components act on their "
                            "output (post-processing)" if accounted else "no component accounts for ε",
             "components": reports}
+
+
+def feature_privacy(fed: Federation) -> dict:
+    """Per passive party, the report of its feature-side (activation) defenses, if any."""
+    out = {}
+    for p in fed.passives:
+        reports = [r for h in p.hooks if MessageKind.ACTIVATION in h.acts_on and (r := h.privacy()) is not None]
+        if reports:
+            out[p.name] = reports[0] if len(reports) == 1 else {"components": reports}
+    return out
 
 
 def build_partition(cfg: RunConfig) -> Partition:
@@ -103,6 +115,9 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
             raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
                             f"{cfg.method} sends {sent}")
+        if getattr(hook, "feature_level", False) and method_cls.passive_features_outside_loop:
+            raise UserError(f"defense {hook.name} bounds what the supervised loop releases about passive features, but "
+                            f"method {cfg.method} also uses them outside it (pre-training, SSL or imputation)")
         if hook.needs_aligned_batches and not method_cls.aligned_batches:
             raise UserError(f"defense {hook.name} accounts per labeled example of an aligned batch, but method "
                             f"{cfg.method} trains on unaligned batches (rows mix several entities' labels)")
@@ -141,7 +156,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         "defense": cfg.defense,
         "utility": util,
         "attacks": {},
-        "privacy": privacy_report(fed),
+        "privacy": {**privacy_report(fed), "features": feature_privacy(fed)},
         "cost": {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
                  "bytes_by_kind": stats["bytes_by_kind"], "he": he,
                  "train_steps": fed.active.step},

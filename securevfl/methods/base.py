@@ -61,6 +61,9 @@ class Method(ABC):
     supports_he: ClassVar[bool] = True
     """False for methods whose active party reads passive representations in plaintext (e.g. to
     distil or impute them), which the HE cut layer hides; ``--he`` is then refused."""
+    passive_features_outside_loop: ClassVar[bool] = False
+    """True when passive parties use their features outside the supervised loop (local pre-training,
+    cross-party SSL, imputation statistics): a feature-level DP defense cannot bound that."""
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 

@@ -179,6 +179,7 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
 class FedHSSL(Method):
     name = "fedhssl"
     summary = "cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)"
+    passive_features_outside_loop = True  # cross-party and local SSL on raw features
     use_local: ClassVar[bool] = True
     use_pma: ClassVar[bool] = True
     default_params = {**SSL_PARAMS, "gamma": 0.5}

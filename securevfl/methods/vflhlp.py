@@ -103,6 +103,7 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
 class VFLHLP(Method):
     name = "vflhlp"
     summary = "active supervised pre-training as a constraint + passive SCARF initialisation (VFLHLP)"
+    passive_features_outside_loop = True  # passive SCARF pre-training on raw features
     use_active: ClassVar[bool] = True
     use_passive: ClassVar[bool] = True
     active_labels_unaligned = True
@@ -152,6 +153,7 @@ class VFLHLP(Method):
 class VFLHLPActive(VFLHLP):
     name = "vflhlp-a"
     summary = "VFLHLP ablation: only the active party's pre-trained constraint"
+    passive_features_outside_loop = False  # no passive pre-training
     use_passive = False
 
 
