@@ -28,9 +28,10 @@ class Party:
         self.extra_modules: dict[str, nn.Module] = {}
         self.optimizer: torch.optim.Optimizer | None = None
         self.step = 0
-        # local-update hooks: called with this party's parameters after backward, before the step
-        # (a malicious party's optimizer plugs in here, e.g. the active MC attack)
-        self.update_hooks: list = []
+        # this party's own update rule, when it replaces the optimizer step: called with its
+        # parameters (gradients set) after backward (a malicious party's optimizer, e.g. the active
+        # MC attack's, which must not pass through the federation's optimizer choice)
+        self.local_step = None
         self.aligned_ids: np.ndarray | None = None  # learnt from alignment (PSI or given)
         self.aligned_test_ids: np.ndarray | None = None  # test entities every party holds
 
@@ -95,9 +96,10 @@ class PassiveParty(Party):
         """Apply ∂L/∂z (as received through the cut layer) and step the local optimizer."""
         self.optimizer.zero_grad(set_to_none=True)
         self._z.backward(grad)
-        for hook in self.update_hooks:
-            hook(self.parameters())
-        self.optimizer.step()
+        if self.local_step is not None:
+            self.local_step(self.parameters())
+        else:
+            self.optimizer.step()
         self._z = None
         self.step += 1
 
