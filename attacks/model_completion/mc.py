@@ -305,9 +305,13 @@ class ModelCompletionActive(ModelCompletion):
 
     name = "mc-active"
     during_training = True
-    params = {**ModelCompletion.params, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.0}
-    """``mal_lr`` 0: the learning rate the federation gives the adversary (Fu et al. use the
-    federation's); otherwise the adversary's own, fixed."""
+    params = {**ModelCompletion.params, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.3}
+    """``mal_lr``: the adversary's own learning rate; 0 follows the one the federation gives it (Fu
+    et al.'s federations use SGD and give every party the same lr). Following the federation's is
+    useless under Adam (lr 1e-3 is tiny for SGD): on digits (splitnn, 10 epochs, seeds 0–2) MC went
+    0.754 → 0.684 under adam and +0.006 under SGD lr 0.01; at 0.3 it gains +0.071 (adam) and +0.173
+    (SGD), at 1.0 the bottom diverges. At 0.3 most of the gain is the larger step (γ = 0 gains about
+    as much); at lr 0.1 the scaling itself adds ≈ 0.045 (see benchmarks/RESULTS.md)."""
 
     def prepare(self, federation, adversary: str) -> None:
         party = federation.party(adversary)
