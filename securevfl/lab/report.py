@@ -170,9 +170,11 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str) -> list[str]:
     else:
         for _, e in clear.head(4).iterrows():
             verb = "lowers" if e.delta < 0 else "raises"
+            cost = (f"a utility cost of {e.utility_cost:.4f}" if e.utility_cost >= 0
+                    else f"a utility gain of {-e.utility_cost:.4f}")
             out.append(f"Trade-off: defense **{setting_label(e.defense)}** {verb} the {attack} attack on "
                        f"**{e.method}** by {abs(e.delta):.3f} (more than twice the seed std, {e.noise:.3f}, over "
-                       f"{seeds} seeds) at a utility cost of {e.utility_cost:+.4f}.")
+                       f"{seeds} seeds) at {cost}.")
         if len(clear) > 4:
             out.append(f"({len(clear) - 4} more defended cells move the attack beyond noise; see the table.)")
         out.append(f"Best utility: {name(best)} — {metric} {best.utility:.4f}, {attack} attack {best[value]:.4f}.")
@@ -422,13 +424,15 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
     for name, g in at.groupby("attack") if len(at) else []:
         params = json.loads(g.params.iloc[0])
         if name.startswith("mc"):
-            ssl = sorted({json.loads(x).get("epochs") for x in g.baseline_ssl if json.loads(x)} - {None})
+            ssl = {m: json.loads(x).get("epochs") for m, x in zip(g.method, g.baseline_ssl, strict=True)
+                   if json.loads(x)}
+            ssl_text = ", ".join(f"{m} {e}" for m, e in sorted(ssl.items())) or "–"
             lines.append(f"Attack **{name}**: the passive party `passive1` completes its bottom model with a head "
                          f"and trains the {g.finetunes.iloc[0]}: {params.get('steps')} steps of "
                          f"{'MixMatch' if name != 'mc-plain' else 'supervised training'} on "
                          f"{int(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
-                         f"local-SSL baseline pre-trained {', '.join(map(str, ssl)) or '–'} epochs (as long as the "
-                         "method's own SSL stage, 10 for methods without one).")
+                         f"local-SSL baseline: SimSiam on all the adversary's rows, as many epochs as the method's "
+                         f"own SSL stage, 10 without one ({ssl_text}).")
         else:
             lines.append(f"Attack **{name}**: scores the gradients the passive party `passive1` received.")
     return lines
