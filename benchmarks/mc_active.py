@@ -47,9 +47,9 @@ def main() -> None:
             full = spec + ("," if ":" in spec else ":") + "baseline=false"
             rows = [run(full, opt, s, args.epochs) for s in args.seeds]
             gain = [r["value"] - p["value"] for r, p in zip(rows, passive, strict=True)]
+            per_seed = ", ".join(f"{g:+.3f}" for g in gain)
             print(f"| {opt} | {spec} | {ms([r['utility'] for r in rows])} | {ms([r['value'] for r in rows])} | "
-                  f"{ms([r['control'] for r in rows])} | {ms(gain)} (per seed {', '.join(f'{g:+.3f}' for g in gain)}) |",
-                  flush=True)
+                  f"{ms([r['control'] for r in rows])} | {ms(gain)} (per seed {per_seed}) |", flush=True)
 
 
 if __name__ == "__main__":
