@@ -35,7 +35,9 @@ def main() -> None:
     ap.add_argument("--iso", nargs="+", type=float, default=[0, 1, 5, 25])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--attacks", nargs="+", default=["mc"], help="MC variants (specs), e.g. mc mc-full mc-plain")
-    ap.add_argument("--labels", type=int, default=200)
+    ap.add_argument("--labels", type=int, default=200, help="labeled aligned rows (0: all aligned rows)")
+    ap.add_argument("--adam-epochs", type=int, default=0,
+                    help="train with adam lr 1e-3, batch 128, for this many epochs instead of the paper's fine-tuning")
     ap.add_argument("--aligned", type=float, default=0.2)
     ap.add_argument("--ssl-epochs", type=int, default=5)
     ap.add_argument("--out", default="runs/mc_tradeoff.jsonl")
@@ -51,8 +53,11 @@ def main() -> None:
                         continue
                     cfg = RunConfig(dataset=args.dataset, method=method, seed=seed, attacks=list(args.attacks),
                                     defense="none" if lam == 0 else f"iso:{lam:g}")
-                    cfg.partition.aligned_fraction, cfg.partition.n_labeled = args.aligned, args.labels
-                    paper_finetuning(cfg, 40, 64)
+                    cfg.partition.aligned_fraction, cfg.partition.n_labeled = args.aligned, args.labels or None
+                    if args.adam_epochs:
+                        cfg.train.epochs = args.adam_epochs
+                    else:
+                        paper_finetuning(cfg, 40, 64)
                     cfg.model.bottom = "mlp"
                     if method != "splitnn":
                         cfg.method_params = {"ssl_epochs": args.ssl_epochs}
