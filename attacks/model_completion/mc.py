@@ -165,6 +165,7 @@ class ModelCompletion(Attack):
             # what the adversary has with no federation: the same architecture, never trained
             torch.manual_seed(self.seed + 13)
             control, details["control_test"] = attack(reset_parameters(copy.deepcopy(party.bottom)))
+            details["control_kind"] = "same attack on the same architecture, untrained"
         if cfg["baseline"]:
             baseline, details["baseline_test"], details["baseline_ssl"] = self._baseline(target, aug, attack)
         return AttackResult("auc" if n_classes == 2 else "accuracy", fed_train, prior, baseline, control, details)
@@ -316,9 +317,9 @@ class ModelCompletionActive(ModelCompletion):
     """``mal_lr``: the adversary's own learning rate; 0 follows the one the federation gives it (Fu
     et al.'s federations use SGD and give every party the same lr). Following the federation's is
     useless under Adam (lr 1e-3 is tiny for SGD): on digits (splitnn, 10 epochs, seeds 0–2) MC went
-    0.754 → 0.684 under adam and +0.006 under SGD lr 0.01; at 0.3 it gains +0.071 (adam) and +0.173
-    (SGD), at 1.0 the bottom diverges. At 0.3 most of the gain is the larger step (γ = 0 gains about
-    as much); at lr 0.1 the scaling itself adds ≈ 0.045 (see benchmarks/RESULTS.md)."""
+    0.754 → 0.684 under adam and +0.006 under SGD lr 0.01; at 0.3 it gains +0.071 (adam) and +0.174
+    (SGD), at 1.0 the bottom diverged. At 0.3 most of the gain is the larger step (γ = 0 gains about
+    as much); at 0.1 the scaling itself adds +0.042 / +0.045 (benchmarks/mc_active.py, RESULTS.md)."""
 
     def prepare(self, federation, adversary: str) -> None:
         party = federation.party(adversary)

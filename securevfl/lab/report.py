@@ -70,6 +70,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),
                             "leakage": leakage, "utility": r["utility"], "n_aux": a.get("n_aux"),
                             "finetunes": a.get("finetunes"), "params": json.dumps(a.get("params") or {}),
+                            "control_kind": a.get("control_kind"),
                             "baseline_ssl": json.dumps(a.get("baseline_ssl") or {})})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
 
@@ -111,6 +112,13 @@ def pareto_front(points: np.ndarray) -> np.ndarray:
     return np.asarray(keep, dtype=int)
 
 
+def control_kinds(attacks: pd.DataFrame) -> dict[str, str]:
+    """What each attack's control is, in words (from the stored results)."""
+    if attacks.empty or "control_kind" not in attacks:
+        return {}
+    return {a: g.control_kind.dropna().iloc[0] for a, g in attacks.groupby("attack") if g.control_kind.notna().any()}
+
+
 def attack_names(summary: pd.DataFrame) -> list[str]:
     return sorted({c[: -len("_value")] for c in summary.columns if c.endswith("_value")})
 
@@ -137,7 +145,7 @@ def defense_effects(d: pd.DataFrame, attack: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "defense", "he", "delta", "noise", "utility_cost", "clear"])
 
 
-def headline(summary: pd.DataFrame, dataset: str, attack: str) -> list[str]:
+def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str = "") -> list[str]:
     """Sentences for the first screen, computed from the cell means. When no setting moves the attack
     beyond seed noise the caution comes first and no "least leakage" pick is made."""
     d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()]
@@ -191,7 +199,7 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str) -> list[str]:
         parts = ", ".join(f"{r.method} {r[leak]:+.3f} ± {_num(r[f'{leak}_std']):.3f}" for _, r in undefended.iterrows())
         ctl = d[f"{attack}_control"].mean()
         base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
-        refs = f"control (same attack, untrained encoder) {ctl:.3f}" + ("" if math.isnan(base) else
+        refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
                                                                         f", local-SSL baseline {base:.3f}")
         out.append(f"Leakage without a defense (attack − max(control, baseline), mean ± std over {seeds} seeds): "
                    f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3f}.")
@@ -256,13 +264,14 @@ def _draw_lines(ax, d: pd.DataFrame, col: str) -> list[tuple[float, float, str, 
     return list({(x, y, t): (x, y, t, c) for x, y, t, c in labels}.values())
 
 
-def _reference_lines(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, attack: str) -> None:
+def _reference_lines(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, attack: str,
+                     control_kind: str) -> None:
     prior = d[f"{attack}_prior"].mean()
     ax.axhline(prior, color="black", ls="--", lw=1, label=f"prior, guessing ({prior:.3f})")
     if d[f"{attack}_control"].notna().any():
         ctl = d[f"{attack}_control"].mean()
         ax.axhline(ctl, color="tab:purple", ls=(0, (1, 1)), lw=1.6,
-                   label=f"control: same attack, untrained encoder ({ctl:.3f})")
+                   label=f"control: {control_kind or 'same attack, untrained encoder'} ({ctl:.3f})")
     if f"{attack}_baseline" in d and d[f"{attack}_baseline"].notna().any():
         base = d[f"{attack}_baseline"].mean()
         ax.axhline(base, color="gray", ls=":", lw=1.2, label=f"local-SSL baseline ({base:.3f})")
@@ -276,14 +285,15 @@ def _local_line(ax, summary: pd.DataFrame, dataset: str) -> None:
                    label=f"local, active party alone ({ref.utility.mean():.3f})")
 
 
-def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path, setting: str = "") -> Path:
+def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path, setting: str = "",
+                    control_kind: str = "") -> Path:
     """Left: attack values down to the prior, with the control and local-SSL baseline; right: the
     leakage (value − max(control, baseline)) per cell, labelled by defense, Pareto front ringed."""
     d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
     has_leak = f"{attack}_leakage" in d and d[f"{attack}_leakage"].notna().any()
     fig, (full, zoom) = plt.subplots(1, 2, figsize=(13, 5.6), dpi=100, gridspec_kw={"width_ratios": [1, 1.4]})
     _draw_lines(full, d, f"{attack}_value")
-    _reference_lines(full, summary, d, dataset, attack)
+    _reference_lines(full, summary, d, dataset, attack, control_kind)
     col = f"{attack}_leakage" if has_leak else f"{attack}_value"
     labels = _draw_lines(zoom, d, col)
     _local_line(zoom, summary, dataset)
@@ -411,12 +421,15 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
     data, spec, train, model, optim = cfg["data"], cfg["partition"], cfg["train"], cfg["model"], cfg["optim"]
     rows = data.get("max_rows")
     size = f"the first {rows:,} rows" if rows else "all rows"
-    swept = sorted({k for s in ok.swept for k in json.loads(s)})
-    aligned = (f"aligned share swept ({', '.join(swept)})" if any(k.startswith("aligned") for k in swept)
-               else f"{part.get('aligned', '?')} aligned training rows")
+    per_setting = {}
+    for sw, p in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
+                     strict=True):
+        label = ", ".join(f"{k} {v}" for k, v in json.loads(sw).items() if ":" not in k)
+        p = json.loads(p)
+        per_setting[label] = f"{p.get('aligned', '?')} aligned training rows, {p.get('labeled', '?')} of them labeled"
+    aligned = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(per_setting.items()))
     lines = [f"Data: **{dataset}**, {size}; {part.get('parties', spec.get('n_parties'))} parties "
-             f"(party 0 holds the labels); {aligned}, {part.get('labeled', '?')} of them labeled; "
-             f"{part.get('test_rows', '?')} test rows.",
+             f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",
              f"Training: {train['epochs']} epochs, batch {train['batch_size']}, {optim['optimizer']} lr {optim['lr']}; "
              f"bottom models {model['bottom']} (cut width {model['cut_dim']}); methods "
              f"{', '.join(sorted(ok.method.unique()))}; seeds {', '.join(str(s) for s in sorted(ok.seed.unique()))}."]
@@ -477,6 +490,7 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     figures: list[Path] = []
     datasets = sorted(runs.dataset.unique())
     atk = attack_names(summary) if not summary.empty else []
+    kinds = control_kinds(attacks)
     for ds in datasets:
         blocks: list = []
         # one trade-off per attack and per swept setting (e.g. each aligned fraction): comparing
@@ -493,9 +507,9 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
                 label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
                 if label:
                     blocks.append(("h3", f"{a} attack, {label}"))
-                blocks += [("ul", headline(sub, ds, a))]
+                blocks += [("ul", headline(sub, ds, a, kinds.get(a, "")))]
                 suffix = f"_{i}" if len(settings) > 1 else ""
-                fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label)
+                fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
                 figures.append(fig)
                 blocks.append(("img", fig))
         if not atk and not summary.empty:
@@ -530,8 +544,9 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     intro = (f"Sweep {sweeps}: {n_ok} runs ok, {n_failed} failed, store `{Path(store_path).name}`. "
              "Attack performance is measured on the passive adversary's own training rows (top-1 accuracy for "
              "multi-class tasks, AUC for binary); lower is better for privacy. **Leakage** is what the federation "
-             "adds: the attack's value minus the larger of its control (the same attack on an untrained encoder "
-             "of the same architecture) and its local-SSL baseline.")
+             "adds: the attack's value minus the larger of its control (what the same attack gets when the "
+             "federation leaks nothing: model completion on an untrained encoder of the same architecture, "
+             "gradient scoring against labels shuffled within each batch) and its local-SSL baseline.")
     md = _render_md(intro, sections, out)
     html_text = _render_html(intro, sections)
     (out / "report.md").write_text(md)
