@@ -134,7 +134,8 @@ def test_attack_specs_are_typed_and_validated():
     assert parse_attack({"mc-active": {"gamma": 2}})[1] == {"gamma": 2.0}
     for spec, needle in [("mc:nosuch=1", "no parameter 'nosuch'"), ("mc:steps=abc", "steps='abc' is not a int"),
                          ("mc:steps=0", "steps must be ≥ 1"), ("mc:T=2", "T ≤ 1"), ("mc:40", "key=value"),
-                         ({"mc": {"baseline": "maybe"}}, "baseline"), ("nope:x=1", "unknown attack 'nope'")]:
+                         ({"mc": {"baseline": "maybe"}}, "baseline"), ("nope:x=1", "unknown attack 'nope'"),
+                         ("mc-active:momentum=1", "momentum must be in"), ("mc-active:gamma=-1", "gamma must be ≥ 0")]:
         with pytest.raises(UserError, match=needle):
             parse_attack(spec)
 

@@ -321,6 +321,12 @@ class ModelCompletionActive(ModelCompletion):
     (SGD), at 1.0 the bottom diverged. At 0.3 most of the gain is the larger step (γ = 0 gains about
     as much); at 0.1 the scaling itself adds +0.042 / +0.045 (benchmarks/mc_active.py, RESULTS.md)."""
 
+    @classmethod
+    def validate(cls, config: dict) -> None:
+        super().validate(config)
+        if not 0 <= config["momentum"] < 1:
+            raise UserError(f"attack {cls.name}: momentum must be in [0, 1), got {config['momentum']}")
+
     def prepare(self, federation, adversary: str) -> None:
         party = federation.party(adversary)
         fixed = float(self.config["mal_lr"])
