@@ -30,7 +30,8 @@ class Party:
         self.step = 0
         # this party's own update rule, when it replaces the optimizer step: called with its
         # parameters (gradients set) after backward (a malicious party's optimizer, e.g. the active
-        # MC attack's, which must not pass through the federation's optimizer choice)
+        # MC attack's, which must not pass through the federation's optimizer choice); it has
+        # state_dict() / load_state_dict() so snapshots (learning-rate search) cover it
         self.local_step = None
         self.aligned_ids: np.ndarray | None = None  # learnt from alignment (PSI or given)
         self.aligned_test_ids: np.ndarray | None = None  # test entities every party holds
@@ -55,6 +56,8 @@ class Party:
         state = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
         state["_optimizer"] = copy.deepcopy(self.optimizer.state_dict())
         state["_cut"] = [copy.deepcopy(e.state_dict()) for e in self.cut_end_list()]
+        if self.local_step is not None:  # the party's own update rule has state too (momentum, history)
+            state["_local_step"] = copy.deepcopy(self.local_step.state_dict())
         return state
 
     def restore(self, state: dict) -> None:
@@ -63,6 +66,8 @@ class Party:
         self.optimizer.load_state_dict(state["_optimizer"])
         for end, s in zip(self.cut_end_list(), state.get("_cut", []), strict=False):
             end.load_state_dict(s)
+        if self.local_step is not None and "_local_step" in state:
+            self.local_step.load_state_dict(copy.deepcopy(state["_local_step"]))
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:

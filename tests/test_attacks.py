@@ -43,6 +43,11 @@ def test_malicious_sgd_is_momentum_sgd_scaled_per_element():
     buf = 0.5 * torch.ones(4) + p.grad  # momentum direction, then the malicious ratio against step 1
     step = buf * torch.clamp(1 + buf / 1.0, 1, 5)
     assert torch.allclose(p.detach(), -0.1 - 0.1 * step) and opt.calls == 2
+    saved = opt.state_dict()  # a learning-rate search snapshots and restores it with the party
+    p.grad = torch.ones(4)
+    opt([p])
+    opt.load_state_dict(saved)
+    assert opt.calls == 3 and torch.equal(opt.buf[id(p)], buf) and torch.equal(opt.prev[id(p)], step)
 
 
 def test_control_is_the_same_architecture_untrained():
