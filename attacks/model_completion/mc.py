@@ -286,7 +286,8 @@ class MaliciousSGD:
 
     def state_dict(self) -> dict:
         """Momentum and history (``calls`` counts every step applied, like the party's ``step``)."""
-        return {"buf": {k: v.clone() for k, v in self.buf.items()}, "prev": {k: v.clone() for k, v in self.prev.items()}}
+        return {"buf": {k: v.clone() for k, v in self.buf.items()},
+                "prev": {k: v.clone() for k, v in self.prev.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.buf, self.prev = dict(state["buf"]), dict(state["prev"])
