@@ -17,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from securevfl.errors import UserError
+from securevfl.spec import check_params, parse_args, split_name
 
 ATTACKS: dict[str, type[Attack]] = {}
 
@@ -29,13 +30,23 @@ class AttackResult:
     prior: float
     """What guessing achieves: majority-class accuracy, or AUC 0.5."""
     baseline: float | None = None
-    """Same attack without the federation (local-SSL MC), where defined."""
+    """Same attack on what the adversary can build alone (local-SSL MC), where defined."""
+    control: float | None = None
+    """Same attack, same budget, on what the adversary gets with no federation at all (MC: the same
+    architecture at random initialisation; gradient scoring: labels shuffled within each batch)."""
     details: dict = field(default_factory=dict)
+
+    @property
+    def leakage(self) -> float | None:
+        """What the federation leaked: value − max(control, baseline), where either is defined (SPEC §6.1)."""
+        refs = [r for r in (self.control, self.baseline) if r is not None]
+        return self.value - max(refs) if refs else None
 
     def as_dict(self) -> dict:
         out = {"metric": self.metric, "value": self.value, "prior": self.prior}
-        if self.baseline is not None:
-            out["baseline"] = self.baseline
+        for key in ("control", "baseline", "leakage"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return {**out, **self.details}
 
 
@@ -48,6 +59,12 @@ class AttackTarget:
     partition: object
     adversary: str = "passive1"
     exposes: frozenset[str] = frozenset()
+    ssl_epochs: int | None = None
+    """Epochs of the federation's own SSL pre-training stage, if it has one (the adversary took part
+    in it, so it knows); the local-SSL baseline trains as long."""
+    cache: dict = field(default_factory=dict)
+    """The adversary's own artefacts shared by the attacks of one run (e.g. the local-SSL encoder,
+    pre-trained once however many attacks use it)."""
 
     @property
     def party(self):
@@ -66,17 +83,33 @@ class Attack(ABC):
     during_training: ClassVar[bool] = False
     """True when the attack must act while the federation trains (it gets :meth:`prepare`)."""
     params: ClassVar[dict[str, object]] = {}
+    """Parameters and their defaults; a default's type is the parameter's type (ints pass as floats)."""
 
     def __init__(self, exposes: frozenset[str], seed: int = 0, **params: object) -> None:
         missing = self.requires - exposes
         if missing:
             raise UserError(f"attack {self.name} needs {', '.join(sorted(missing))}, which this run does not "
                             f"expose (it exposes {', '.join(sorted(exposes)) or 'nothing'})")
-        unknown = set(params) - set(self.params)
-        if unknown:
-            raise UserError(f"attack {self.name} has no parameter {sorted(unknown)[0]!r}")
-        self.config = {**self.params, **params}
+        self.config = {**self.params, **self.check(params)}
         self.seed = seed
+
+    @classmethod
+    def param_types(cls) -> dict[str, type]:
+        return {k: type(v) for k, v in cls.params.items()}
+
+    @classmethod
+    def check(cls, params: dict) -> dict:
+        """Typed, validated parameters (one ``error:`` line naming a bad key)."""
+        out = check_params("attack", cls.name, params, cls.param_types())
+        cls.validate({**cls.params, **out})
+        return out
+
+    @classmethod
+    def validate(cls, config: dict) -> None:
+        """Range checks on the merged parameters; raise UserError naming the bad one."""
+        for key, value in config.items():
+            if isinstance(value, int | float) and not isinstance(value, bool) and (value < 0 or value != value):
+                raise UserError(f"attack {cls.name}: {key} must be ≥ 0, got {value}")
 
     def prepare(self, federation: object, adversary: str) -> None:  # noqa: B027 - optional
         """Act before training (only for ``during_training`` attacks)."""
@@ -92,3 +125,32 @@ def register_attack(cls: type[Attack]) -> type[Attack]:
 
 def attack_names() -> list[str]:
     return sorted(ATTACKS)
+
+
+def attack_class(name: str) -> type[Attack]:
+    if name not in ATTACKS:
+        raise UserError(f"unknown attack {name!r}; available: {', '.join(attack_names())}")
+    return ATTACKS[name]
+
+
+def parse_attack(entry: object) -> tuple[type[Attack], dict]:
+    """An attack as written by a user: ``"mc"``, ``"mc:n_aux=40,steps=600"`` (CLI, config) or
+    ``{mc: {n_aux: 40}}`` (config and sweep files) → its class and typed, validated parameters."""
+    if isinstance(entry, dict) and len(entry) == 1:
+        (name, given), = entry.items()
+        cls = attack_class(str(name))
+        if given is None:
+            given = {}
+        if not isinstance(given, dict):
+            raise UserError(f"attack {name}: parameters must be a mapping like {{n_aux: 40}}, got {given!r}")
+        return cls, cls.check(given)
+    if not isinstance(entry, str):
+        raise UserError(f"attack {entry!r}: expected a name, 'name:key=value,...' or {{name: {{key: value}}}}")
+    name, arg = split_name(entry)
+    cls = attack_class(name)
+    return cls, cls.check(parse_args("attack", name, entry, arg, cls.param_types()))
+
+
+def attack_spec(name: str, params: dict) -> str:
+    """The canonical string of an attack and its non-default parameters (``mc:n_aux=20``)."""
+    return name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else "")

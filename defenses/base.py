@@ -17,6 +17,7 @@ import torch
 
 from securevfl.errors import UserError
 from securevfl.hooks import TensorHook
+from securevfl.spec import parse_args, split_name
 
 DEFENSES: dict[str, type[Defense]] = {}
 
@@ -79,28 +80,11 @@ def defense_names() -> list[str]:
 
 
 def _parse_one(text: str, seed: int) -> Defense:
-    name, _, arg = text.strip().partition(":")
+    name, arg = split_name(text)
     if name not in DEFENSES:
         raise UserError(f"unknown defense {name!r}; available: {', '.join(defense_names())}")
     cls = DEFENSES[name]
-    kwargs: dict[str, object] = {}
-    if arg:
-        items = arg.split(",")
-        for item in items:
-            key, eq, value = item.partition("=")
-            if not eq:
-                if cls.primary is None or len(items) > 1:
-                    raise UserError(f"defense {text!r}: write parameters as key=value")
-                key, value = cls.primary, item
-            key = key.strip()
-            typ = cls.params.get(key)
-            if typ is None:
-                raise UserError(f"defense {name} has no parameter {key!r}; accepted: {', '.join(cls.params)}")
-            try:
-                kwargs[key] = typ(value)
-            except ValueError:
-                raise UserError(f"defense {name}: {key}={value!r} is not a {typ.__name__}") from None
-    return cls(seed=seed, **kwargs)
+    return cls(seed=seed, **parse_args("defense", name, text, arg, cls.params, cls.primary))
 
 
 def parse_defense(text: str | None, seed: int = 0) -> list[Defense]:

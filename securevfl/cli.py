@@ -54,7 +54,9 @@ def _add_train(sub) -> None:
     p.add_argument("--he", help="off | ckks | paillier: the HE-protected interactive layer (default off)")
     p.add_argument("--he-param", action="append", metavar="KEY=VALUE",
                    help="HE parameter, e.g. poly_modulus_degree=16384, key_bits=2048, packing=false (repeatable)")
-    p.add_argument("--attack", action="append", help="attack to run after training (repeatable)")
+    p.add_argument("--attack", action="append",
+                   help="attack to run after training, NAME or NAME:key=value,... e.g. mc:n_aux=40,steps=600 "
+                        "(repeatable)")
     p.add_argument("--data-dir", help="folder with file-based datasets")
     p.add_argument("--data-path", help="the data file of a single-file dataset (criteo, avazu, uci-credit)")
     p.add_argument("--max-rows", type=int, help="read at most N data rows")
@@ -157,8 +159,10 @@ def cmd_train(args: argparse.Namespace) -> int:
               f"in HE, {he['bytes'] / 1e6:.2f} MB of HE messages; protects passive activations from the active "
               "party, not labels from passive parties")
     for name, a in r["attacks"].items():
-        extra = f", local-SSL baseline {a['baseline']:.4f}" if a.get("baseline") is not None else ""
-        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra})")
+        extra = "".join(f", {label} {a[key]:.4f}" for key, label in
+                        (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)
+        leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
+        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra}){leak}")
     return 0
 
 

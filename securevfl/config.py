@@ -37,8 +37,8 @@ class RunConfig:
     """HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``."""
     defense: str = "none"
     """Defense spec, e.g. ``iso:5`` or ``dp:clip=1,noise=1``; ``+`` composes."""
-    attacks: list[str] = field(default_factory=list)
-    """Attacks run on the trained federation."""
+    attacks: list[str | dict] = field(default_factory=list)
+    """Attacks run on the trained federation: ``mc``, ``mc:n_aux=40,steps=600`` or ``{mc: {n_aux: 40}}``."""
     record: bool = False
     """Keep the full channel transcript (needed by transcript attacks and invariant checks)."""
     method_params: dict = field(default_factory=dict)

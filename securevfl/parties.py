@@ -30,9 +30,11 @@ class Party:
         self.extra_modules: dict[str, nn.Module] = {}
         self.optimizer: torch.optim.Optimizer | None = None
         self.step = 0
-        # local-update hooks: called with this party's parameters after backward, before the step
-        # (a malicious party's optimizer plugs in here, e.g. the active MC attack)
-        self.update_hooks: list = []
+        # this party's own update rule, when it replaces the optimizer step: called with its
+        # parameters (gradients set) after backward (a malicious party's optimizer, e.g. the active
+        # MC attack's, which must not pass through the federation's optimizer choice); it has
+        # state_dict() / load_state_dict() so snapshots (learning-rate search) cover it
+        self.local_step = None
         self.aligned_ids: np.ndarray | None = None  # learnt from alignment (PSI or given)
         self.aligned_test_ids: np.ndarray | None = None  # test entities every party holds
 
@@ -56,6 +58,8 @@ class Party:
         state = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
         state["_optimizer"] = copy.deepcopy(self.optimizer.state_dict())
         state["_cut"] = [copy.deepcopy(e.state_dict()) for e in self.cut_end_list()]
+        if self.local_step is not None:  # the party's own update rule has state too (momentum, history)
+            state["_local_step"] = copy.deepcopy(self.local_step.state_dict())
         return state
 
     def restore(self, state: dict) -> None:
@@ -64,6 +68,8 @@ class Party:
         self.optimizer.load_state_dict(state["_optimizer"])
         for end, s in zip(self.cut_end_list(), state.get("_cut", []), strict=False):
             end.load_state_dict(s)
+        if self.local_step is not None and "_local_step" in state:
+            self.local_step.load_state_dict(copy.deepcopy(state["_local_step"]))
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -100,28 +106,19 @@ class PassiveParty(Party):
 
     def backward(self, grad: torch.Tensor) -> None:
         """Apply ∂L/∂z (as received through the cut layer) and step the local optimizer."""
-        if self.privatizer is not None:
-            return self._backward_private(grad)
         self.optimizer.zero_grad(set_to_none=True)
-        self._z.backward(grad)
-        for hook in self.update_hooks:
-            hook(self.parameters())
-        self.optimizer.step()
-        self._z = None
-        self.step += 1
-
-
-    def _backward_private(self, grad: torch.Tensor) -> None:
-        """DP-SGD over this party's features: per-example gradients of ⟨z_i, g_i⟩, clipped and noised
-        by the privatizer; the optimizer applies only that."""
-        params = self.parameters()
-        per, _ = self._tracer.per_example((self._z * grad).sum(1), params, [])
-        self._tracer.disarm()
-        summed = self.privatizer.update(per, len(self._ids), self._ids)
-        self.optimizer.zero_grad(set_to_none=True)
-        for q, g in zip(params, summed, strict=True):
-            q.grad = g
-        self.optimizer.step()
+        if self.privatizer is None:
+            self._z.backward(grad)
+        else:  # DP-SGD over this party's features: only the privatizer's noised sum is applied
+            params = self.parameters()
+            per, _ = self._tracer.per_example((self._z * grad).sum(1), params, [])
+            self._tracer.disarm()
+            for q, g in zip(params, self.privatizer.update(per, len(self._ids), self._ids), strict=True):
+                q.grad = g
+        if self.local_step is not None:
+            self.local_step(self.parameters())
+        else:
+            self.optimizer.step()
         self._z = self._ids = None
         self.step += 1
 

@@ -7,13 +7,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from securevfl.cli import main
 from securevfl.errors import UserError
 from securevfl.lab.engine import run_sweep
-from securevfl.lab.report import load_frames, pareto_front, write_report
+from securevfl.lab.report import headline, load_frames, pareto_front, write_report
 from securevfl.lab.sweep import expand_defenses, parse_sweep
 
 BASE = {"name": "t", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["splitnn"],
@@ -48,6 +49,17 @@ def test_grid_expansion_strengths_and_run_ids():
     assert again.cells[0].run_id == c.run_id
 
 
+def test_attack_parameters_in_sweep_files_and_lists_sweep_them():
+    sw = parse_sweep({**BASE, "methods": ["splitnn", "local"], "seeds": [0, 1],
+                      "attacks": [{"mc": {"n_aux": [20, 40], "steps": 5}}, "mc-plain:baseline=false"]})
+    fed = [c for c in sw.cells if c.method == "splitnn"]
+    assert len(fed) == 2 * 2 and len(sw.cells) == 4 + 2  # local runs once per seed, without attacks
+    assert sw.swept_keys == ["mc:n_aux"] and sorted({c.swept["mc:n_aux"] for c in fed}) == [20, 40]
+    c = fed[0]
+    assert c.config["attacks"] == [{"mc": {"n_aux": 20, "steps": 5}}, "mc-plain:baseline=false"]
+    assert len({x.run_id for x in sw.cells}) == len(sw.cells)
+
+
 @pytest.mark.parametrize("over, key", [
     ({"defenses": [{"iso": [1, "x"]}]}, "defenses[0].iso"),
     ({"methods": ["splitnn", "nope"]}, "methods[1]"),
@@ -58,6 +70,9 @@ def test_grid_expansion_strengths_and_run_ids():
     ({"defenses": [{"dp": {"clip": 1, "noise": [-1]}}]}, "dp"),
     ({"he": "rot13"}, "he"),
     ({"attacks": ["mc", "telepathy"]}, "attacks[1]"),
+    ({"attacks": [{"mc": {"n_aux": [20, "x"]}}]}, "n_aux='x'"),
+    ({"attacks": [{"mc": {"stepz": 5}}]}, "attacks[0]"),
+    ({"attacks": ["mc:steps=0"]}, "steps must be ≥ 1"),
 ])
 def test_malformed_sweep_file_is_one_error_line_naming_the_key(tmp_path, capsys, over, key):
     assert main(["sweep", str(write(tmp_path, **over)), "--store", str(tmp_path / "s.sqlite")]) == 2
@@ -113,20 +128,49 @@ def test_killed_sweep_resumes_without_losing_or_duplicating_rows(tmp_path):
 
 
 def test_two_workers_and_report_contents(tmp_path):
-    f = write(tmp_path, defenses=["none", {"iso": [1, 25]}], attacks=["mc-plain"], seeds=[0, 1],
-              methods=["splitnn", "local"])
+    f = write(tmp_path, defenses=["none", {"iso": [1, 25]}], seeds=[0, 1], methods=["splitnn", "local"],
+              attacks=[{"mc-plain": {"n_aux": [20, 40], "steps": 50}}])
     store = tmp_path / "s.sqlite"
     c = run_sweep(str(f), str(store), workers=2, progress=False)
     # local (no cut layer) runs once per seed, without defense or attack, as the utility reference
-    assert c["ok"] == 8 and c["failed"] == 0
+    assert c["ok"] == 14 and c["failed"] == 0
     runs, attacks = load_frames(store)
-    assert set(attacks.attack) == {"mc-plain"} and len(attacks) == 6
+    assert set(attacks.attack) == {"mc-plain"} and len(attacks) == 12 and set(attacks.n_aux) == {20, 40}
+    assert attacks.control.notna().all() and attacks.leakage.notna().all()
     write_report(store, tmp_path / "rep")
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 1 and "<table" in html
+    assert html.count("data:image/png;base64,") >= 2 and "<table" in html  # one trade-off per n_aux
     first_screen = html[: html.index("<img")]
-    assert "Least leakage" in first_screen and "Best utility" in first_screen and "<b>local</b>" in first_screen
-    assert (tmp_path / "rep" / "tradeoff_digits_mc-plain.png").stat().st_size > 10_000
+    for needle in ("Data: <b>digits</b>", "seeds 0, 1", "Attack <b>mc-plain</b>", "labeled auxiliary rows",
+                   "Best utility", "<b>local</b>", "mc-plain:n_aux = 20", "Leakage without a defense"):
+        assert needle in first_screen, needle
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "`mc-plain leakage`: what the federation itself leaks" in md and "no ε exists" in md
+    for i in (0, 1):
+        assert (tmp_path / "rep" / f"tradeoff_digits_mc-plain_{i}.png").stat().st_size > 10_000
+
+
+def _cells(values: dict[str, tuple[float, float]]) -> pd.DataFrame:
+    """A summary as ``summarise`` returns it: splitnn under the given defenses, mc mean and std."""
+    rows = []
+    for defense, (mean, std) in values.items():
+        family, _, strength = defense.partition(":")
+        rows.append({"dataset": "d", "method": "splitnn", "defense": defense, "family": family,
+                     "strength": float(strength or 0), "he": "off", "swept": "{}", "utility": 0.9 - mean / 10,
+                     "utility_std": 0.01, "seeds": 3, "metric": "accuracy", "mc_value": mean, "mc_value_std": std,
+                     "mc_prior": 0.1, "mc_control": 0.5, "mc_control_std": 0.01, "mc_baseline": 0.5,
+                     "mc_leakage": mean - 0.5, "mc_leakage_std": std, "mc_attack_seeds": 3})
+    return pd.DataFrame(rows)
+
+
+def test_headline_leads_with_the_caution_when_cells_are_within_noise():
+    noisy = headline(_cells({"none": (0.60, 0.04), "iso:5": (0.58, 0.04), "iso:25": (0.57, 0.05)}), "d", "mc")
+    assert noisy[0].startswith("**Caution") and "3 seeds" in noisy[0]
+    assert not any(s.startswith("Least leakage") or "Trade-off" in s for s in noisy)
+    # control: the same cells with a clear effect get the trade-off first and the picks
+    clear = headline(_cells({"none": (0.60, 0.01), "iso:5": (0.58, 0.04), "iso:25": (0.45, 0.02)}), "d", "mc")
+    assert clear[0].startswith("Trade-off: defense **iso 25** lowers the mc attack on **splitnn** by 0.150")
+    assert not any("Caution" in s for s in clear) and any(s.startswith("Least leakage") for s in clear)
 
 
 def test_pareto_front():

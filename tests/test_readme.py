@@ -16,4 +16,4 @@ def test_quick_sweep_file_parses():
     from securevfl.lab.sweep import load_sweep
 
     sweep = load_sweep(ROOT / "sweeps" / "quick.yaml")
-    assert sweep.name == "quick" and len(sweep.cells) == 2 + 3 * 3 * 2
+    assert sweep.name == "quick" and len(sweep.cells) == 3 + 3 * 3 * 3

@@ -18,11 +18,15 @@ def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:
     built, before training, so a mismatch fails fast; attacks that act during training install
     themselves then. Transcript attacks switch on channel recording."""
     hooks = defense_lib.parse_defense(cfg.defense, seed=cfg.seed)
-    classes = []
-    for name in cfg.attacks:
-        if name not in attack_lib.ATTACKS:
-            raise UserError(f"unknown attack {name!r}; available: {', '.join(attack_lib.attack_names())}")
-        classes.append(attack_lib.ATTACKS[name])
+    parsed = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
+    classes = [cls for cls, _ in parsed]
+    names = [cls.name for cls in classes]
+    if len(set(names)) < len(names):  # results are keyed by attack name
+        dup = next(n for n in names if names.count(n) > 1)
+        raise UserError(f"attack {dup} is listed twice; run one setting per run (a sweep file's list of values "
+                        "sweeps a parameter)")
+    if sum(cls.during_training for cls in classes) > 1:
+        raise UserError("at most one attack may act during training (each replaces the adversary's optimizer)")
     if cfg.he != "off" and any("transcript" in c.requires for c in classes):
         # under HE the passive party's gradient is assembled from a decrypted and a masked part, not
         # sent as one plaintext message; the transcript attacks read plaintext gradient messages
@@ -34,14 +38,17 @@ def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:
 
     def before_fit(fed) -> None:
         exposes = frozenset(adversary_exposes(fed))
-        for cls in classes:
-            attack = cls(exposes, seed=cfg.seed)
+        for cls, params in parsed:
+            attack = cls(exposes, seed=cfg.seed, **params)
             if attack.during_training:
                 attack.prepare(fed, ADVERSARY)
             built.append(attack)
 
     out = run_training(cfg, hooks=hooks, progress=progress, before_fit=before_fit)
-    target = attack_lib.AttackTarget(out.federation, out.partition, ADVERSARY)
+    # the adversary took part in the federation's SSL stage, so it knows how long it was
+    ssl_epochs = out.method.params.get("ssl_epochs") if out.method.params else None
+    target = attack_lib.AttackTarget(out.federation, out.partition, ADVERSARY,
+                                     ssl_epochs=int(ssl_epochs) if ssl_epochs else None)
     malicious = [a.name for a in built if a.during_training]
     for attack in built:
         res = attack.run(target)

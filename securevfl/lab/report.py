@@ -1,9 +1,12 @@
 """Reports (SPEC §7): store → tidy DataFrames → figures and tables → ``report.md`` + ``report.html``.
 
-The first screen answers "which method leaks least, at what utility cost": a few computed sentences
-(best utility, least leakage, the least-leaking setup within a small utility budget) above the
-privacy–utility trade-off plot (x = utility, y = attack performance, one line per method across
-defense strengths, prior dashed, error bars over seeds, Pareto front ringed).
+The first screen answers "which method leaks least, at what utility cost": the setup that was
+measured, then a few computed sentences (led by a caution when the cells are within seed noise;
+which defense settings move the attack beyond noise; best utility, least leakage) above the
+privacy–utility trade-off plot. Leakage is what the federation adds (SPEC §6.1): the attack value
+minus the larger of its control (the same attack on the same architecture, untrained) and the
+local-SSL baseline; the plot shows the raw values with prior, control and baseline beside the
+leakage, one line per method across defense strengths, error bars over seeds, Pareto front ringed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ UTILITY_BUDGET = 0.02
 """Utility loss a user would trade for privacy in the headline ("least leakage within 0.02")."""
 
 _GROUP = ["dataset", "method", "defense", "family", "strength", "he", "swept"]
+_ATTACK_STATS = ("value", "value_std", "prior", "baseline", "control", "control_std", "leakage", "leakage_std",
+                 "attack_seeds")
 
 
 # ------------------------------------------------------------------------------------ tidy data
@@ -56,10 +61,17 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "he_bytes": he.get("bytes"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
-                     "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier")})
+                     "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
+                     "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
         for name, a in (res.get("attacks") or {}).items():
+            refs = [x for x in (a.get("control"), a.get("baseline")) if x is not None]
+            leakage = a.get("leakage", a["value"] - max(refs) if refs and a.get("value") is not None else None)
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
-                            "prior": a.get("prior"), "baseline": a.get("baseline"), "utility": r["utility"]})
+                            "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),
+                            "leakage": leakage, "utility": r["utility"], "n_aux": a.get("n_aux"),
+                            "finetunes": a.get("finetunes"), "params": json.dumps(a.get("params") or {}),
+                            "control_kind": a.get("control_kind"),
+                            "baseline_ssl": json.dumps(a.get("baseline_ssl") or {})})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
 
 
@@ -78,11 +90,13 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
                 bytes_sent=("bytes_sent", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
+        okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage")})
         ag = okat.groupby(_GROUP + ["attack"], dropna=False).agg(
             value=("value", "mean"), value_std=("value", "std"), prior=("prior", "mean"),
-            baseline=("baseline", "mean"), attack_metric=("attack_metric", "first")).reset_index()
-        wide = ag.pivot_table(index=_GROUP, columns="attack", values=["value", "value_std", "prior", "baseline"],
-                              dropna=False)
+            baseline=("baseline", "mean"), control=("control", "mean"), control_std=("control", "std"),
+            leakage=("leakage", "mean"), leakage_std=("leakage", "std"), attack_seeds=("seed", "nunique"),
+            attack_metric=("attack_metric", "first")).reset_index()
+        wide = ag.pivot_table(index=_GROUP, columns="attack", values=list(_ATTACK_STATS), dropna=False)
         wide.columns = [f"{a}_{s}" for s, a in wide.columns]
         out = out.merge(wide.reset_index(), on=_GROUP, how="left")
     return out.fillna({"utility_std": 0.0})
@@ -98,106 +112,221 @@ def pareto_front(points: np.ndarray) -> np.ndarray:
     return np.asarray(keep, dtype=int)
 
 
+def control_kinds(attacks: pd.DataFrame) -> dict[str, str]:
+    """What each attack's control is, in words (from the stored results)."""
+    if attacks.empty or "control_kind" not in attacks:
+        return {}
+    return {a: g.control_kind.dropna().iloc[0] for a, g in attacks.groupby("attack") if g.control_kind.notna().any()}
+
+
 def attack_names(summary: pd.DataFrame) -> list[str]:
     return sorted({c[: -len("_value")] for c in summary.columns if c.endswith("_value")})
 
 
 # ------------------------------------------------------------------------------------- headline
-def headline(summary: pd.DataFrame, dataset: str, attack: str) -> list[str]:
-    """Sentences for the first screen, computed from the cell means."""
+def _num(x: object) -> float:
+    return float("nan") if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def defense_effects(d: pd.DataFrame, attack: str) -> pd.DataFrame:
+    """Each defended cell against the same method's undefended cell (same HE and swept values):
+    the change of the attack value and of utility, and whether the attack moved by more than twice
+    the larger of the two cells' seed std (``clear``; never with a single seed)."""
+    rows = []
+    for _, r in d[d.family != "none"].iterrows():
+        ref = d[(d.method == r.method) & (d.he == r.he) & (d.swept == r.swept) & (d.defense == "none")]
+        if ref.empty or pd.isna(r[f"{attack}_value"]):
+            continue
+        ref = ref.iloc[0]
+        noise = max(_num(r[f"{attack}_value_std"]), _num(ref[f"{attack}_value_std"]))
+        delta = r[f"{attack}_value"] - ref[f"{attack}_value"]
+        rows.append({"method": r.method, "defense": r.defense, "he": r.he, "delta": delta, "noise": noise,
+                     "utility_cost": ref.utility - r.utility, "clear": bool(noise > 0 and abs(delta) > 2 * noise)})
+    return pd.DataFrame(rows, columns=["method", "defense", "he", "delta", "noise", "utility_cost", "clear"])
+
+
+def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str = "") -> list[str]:
+    """Sentences for the first screen, computed from the cell means. When no setting moves the attack
+    beyond seed noise the caution comes first and no "least leakage" pick is made."""
     d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()]
     if d.empty:
         return [f"No finished runs with attack {attack} on {dataset}."]
     metric = d.metric.iloc[0]
 
-    def name(r) -> str:
+    def name(r, bold: bool = True) -> str:
         he = "" if r.he == "off" else f", HE {r.he}"
-        return f"**{r.method}** with defense **{setting_label(r.defense)}**{he}"
+        b = "**" if bold else ""
+        return f"{b}{r.method}{b} with defense {b}{setting_label(r.defense)}{b}{he}"
 
+    seeds = int(d[f"{attack}_attack_seeds"].min()) if f"{attack}_attack_seeds" in d else int(d.seeds.min())
+    effects = defense_effects(d, attack)
+    clear = effects[effects.clear].sort_values("delta")
+    value, leak = f"{attack}_value", f"{attack}_leakage"
+    has_leak = leak in d and d[leak].notna().any()
+    score = leak if has_leak else value
+    spread = d[score].max() - d[score].min()
+    noise = d[f"{score}_std"].mean()
     best = d.loc[d.utility.idxmax()]
-    least = d.loc[d[f"{attack}_value"].idxmin()]
-    prior = d[f"{attack}_prior"].mean()
-    out = [f"Best utility: {name(best)} — {metric} {best.utility:.4f}, {attack} attack {best[f'{attack}_value']:.4f}."]
-    cost = best.utility - least.utility
-    out.append(f"Least leakage: {name(least)} — {attack} attack {least[f'{attack}_value']:.4f} "
-               f"(prior {prior:.4f}) at utility {least.utility:.4f}, i.e. a cost of {cost:.4f} vs the best.")
-    spread = d[f"{attack}_value"].max() - d[f"{attack}_value"].min()
-    noise = d[f"{attack}_value_std"].mean()
-    if not math.isnan(noise) and spread < 2 * noise:
-        out.append(f"Caution: the attack values of all cells lie within {spread:.3f} of each other, less than twice "
-                   f"the typical std over seeds ({noise:.3f}): no setting leaks clearly less than another here.")
-    cheap = d[d.utility >= best.utility - UTILITY_BUDGET]
-    pick = cheap.loc[cheap[f"{attack}_value"].idxmin()]
-    out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — attack "
-               f"{pick[f'{attack}_value']:.4f}, utility {pick.utility:.4f}.")
+    out = []
+    if clear.empty:
+        why = (f"the {'leakage' if has_leak else 'attack'} values of all cells lie within {spread:.3f} of each "
+               f"other (typical std over {seeds} seeds: {noise:.3f})")
+        out.append(f"**Caution: no defense setting moves the {attack} attack by more than twice its seed std**; "
+                   f"{why}. No setting here leaks clearly less than another, so no least-leakage pick is made.")
+        out.append(f"Best utility: {name(best, bold=False)} — {metric} {best.utility:.4f}, {attack} attack "
+                   f"{best[value]:.4f}.")
+    else:
+        for _, e in clear.head(4).iterrows():
+            verb = "lowers" if e.delta < 0 else "raises"
+            cost = (f"a utility cost of {e.utility_cost:.4f}" if e.utility_cost >= 0
+                    else f"a utility gain of {-e.utility_cost:.4f}")
+            out.append(f"Trade-off: defense **{setting_label(e.defense)}** {verb} the {attack} attack on "
+                       f"**{e.method}** by {abs(e.delta):.3f} (more than twice the seed std, {e.noise:.3f}, over "
+                       f"{seeds} seeds) at {cost}.")
+        if len(clear) > 4:
+            out.append(f"({len(clear) - 4} more defended cells move the attack beyond noise; see the table.)")
+        out.append(f"Best utility: {name(best)} — {metric} {best.utility:.4f}, {attack} attack {best[value]:.4f}.")
+        least = d.loc[d[score].idxmin()]
+        out.append(f"Least leakage: {name(least)} — {'leakage' if has_leak else 'attack'} {least[score]:+.4f} "
+                   f"(attack {least[value]:.4f}) at utility {least.utility:.4f}, a cost of "
+                   f"{best.utility - least.utility:.4f} vs the best.")
+        cheap = d[d.utility >= best.utility - UTILITY_BUDGET]
+        pick = cheap.loc[cheap[score].idxmin()]
+        out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — "
+                   f"{'leakage' if has_leak else 'attack'} {pick[score]:+.4f}, utility {pick.utility:.4f}.")
+    if has_leak:
+        undefended = d[d.family == "none"]
+        parts = ", ".join(f"{r.method} {r[leak]:+.3f} ± {_num(r[f'{leak}_std']):.3f}" for _, r in undefended.iterrows())
+        ctl = d[f"{attack}_control"].mean()
+        base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
+        refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
+                                                                        f", local-SSL baseline {base:.3f}")
+        out.append(f"Leakage without a defense (attack − max(control, baseline), mean ± std over {seeds} seeds): "
+                   f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3f}.")
     ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
     if len(ref):
         out.append(f"The active party alone (**local**, nothing shared, nothing to attack) reaches "
                    f"{ref.utility.mean():.4f}.")
-    if f"{attack}_baseline" in d and d[f"{attack}_baseline"].notna().any():
-        base = d[f"{attack}_baseline"].mean()
-        out.append(f"An encoder the adversary trains alone (local-SSL baseline) already gives {base:.4f}: "
-                   "attack values near it mean the federation itself leaks little beyond that.")
     return out
 
 
 # -------------------------------------------------------------------------------------- figures
-def _draw_tradeoff(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, attack: str, detail: bool) -> None:
+def _short(r) -> str:
+    if r.defense == "none":
+        return "none"
+    return setting_label(r.defense) if pd.isna(r.strength) else f"{r.family} {r.strength:g}"
+
+
+def _place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: float = 9) -> None:
+    """Strength labels beside their points without overlapping each other, the points or the
+    Pareto rings: each label takes the first of a few offsets whose box is free."""
+    fig = ax.figure
+    fig.canvas.draw()
+    px = fig.dpi / 72.0
+    taken: list[tuple[float, float, float, float]] = []
+    for x, y, *_ in items:  # every point, with the ring around it, is an obstacle
+        cx, cy = ax.transData.transform((x, y))
+        taken.append((cx - 9 * px, cy - 9 * px, cx + 9 * px, cy + 9 * px))
+    offsets = [(12, 4), (12, -15), (-12, 4), (-12, -15), (12, 16), (-12, 16), (12, -27), (-12, -27)]
+    for x, y, text, color in items:
+        cx, cy = ax.transData.transform((x, y))
+        w, h = len(text) * fontsize * 0.6 * px, fontsize * 1.3 * px
+        choice = offsets[0]
+        for dx, dy in offsets:
+            x0 = cx + dx * px - (w if dx < 0 else 0)
+            box = (x0, cy + dy * px, x0 + w, cy + dy * px + h)
+            if not any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3] for t in taken):
+                choice = (dx, dy)
+                break
+        dx, dy = choice
+        x0 = cx + dx * px - (w if dx < 0 else 0)
+        taken.append((x0, cy + dy * px, x0 + w, cy + dy * px + h))
+        ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=fontsize, color=color,
+                    ha="right" if dx < 0 else "left", va="bottom", zorder=7,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
+
+
+def _draw_lines(ax, d: pd.DataFrame, col: str) -> list[tuple[float, float, str, str]]:
+    """One line per method (and HE mode) across defense strengths; returns the points to label."""
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = []
     for i, (method, g) in enumerate(d.groupby("method", sort=True)):
         color = colors[i % len(colors)]
         for (family, he), gf in g.groupby(["family", "he"], dropna=False):
             pts = pd.concat([g[(g.defense == "none") & (g.he == he)], gf]) if family != "none" else gf
             pts = pts.drop_duplicates("defense").sort_values("strength", na_position="last")
-            ax.errorbar(pts.utility, pts[f"{attack}_value"], xerr=pts.utility_std.fillna(0),
-                        yerr=pts[f"{attack}_value_std"].fillna(0), color=color, ls="-" if he == "off" else "--",
-                        marker="o", ms=5, capsize=2, lw=1.3, alpha=0.9)
-            if detail:
-                for _, r in pts.iterrows():
-                    if r.defense != "none" or family == "none":
-                        short = setting_label(r.defense) if pd.isna(r.strength) or r.defense == "none" \
-                            else f"{r.family} {r.strength:g}"
-                        ax.annotate(short, (r.utility, r[f"{attack}_value"]), fontsize=7,
-                                    xytext=(4, 3), textcoords="offset points", color=color)
+            ax.errorbar(pts.utility, pts[col], xerr=pts.utility_std.fillna(0), yerr=pts[f"{col}_std"].fillna(0),
+                        color=color, ls="-" if he == "off" else "--", marker="o", ms=5, capsize=2, lw=1.3,
+                        alpha=0.9, zorder=3)
+            labels += [(r.utility, r[col], _short(r), color) for _, r in pts.iterrows()
+                       if r.defense != "none" or family == "none"]
         ax.plot([], [], color=color, marker="o", label=method)
+    return list({(x, y, t): (x, y, t, c) for x, y, t, c in labels}.values())
+
+
+def _reference_lines(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, attack: str,
+                     control_kind: str) -> None:
     prior = d[f"{attack}_prior"].mean()
-    ax.axhline(prior, color="black", ls="--", lw=1, label=f"prior ({prior:.3f})")
+    ax.axhline(prior, color="black", ls="--", lw=1, label=f"prior, guessing ({prior:.3f})")
+    if d[f"{attack}_control"].notna().any():
+        ctl = d[f"{attack}_control"].mean()
+        ax.axhline(ctl, color="tab:purple", ls=(0, (1, 1)), lw=1.6,
+                   label=f"control: {control_kind or 'same attack, untrained encoder'} ({ctl:.3f})")
+    if f"{attack}_baseline" in d and d[f"{attack}_baseline"].notna().any():
+        base = d[f"{attack}_baseline"].mean()
+        ax.axhline(base, color="gray", ls=":", lw=1.2, label=f"local-SSL baseline ({base:.3f})")
+    _local_line(ax, summary, dataset)
+
+
+def _local_line(ax, summary: pd.DataFrame, dataset: str) -> None:
     ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
     if len(ref):  # the active party alone: the utility a federation has to beat
         ax.axvline(ref.utility.mean(), color="tab:red", ls="-.", lw=1,
                    label=f"local, active party alone ({ref.utility.mean():.3f})")
-    if f"{attack}_baseline" in d and d[f"{attack}_baseline"].notna().any():
-        base = d[f"{attack}_baseline"].mean()
-        ax.axhline(base, color="gray", ls=":", lw=1.2, label=f"local-SSL baseline ({base:.3f})")
-    pts = d[["utility", f"{attack}_value"]].to_numpy()
+
+
+def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path, setting: str = "",
+                    control_kind: str = "") -> Path:
+    """Left: attack values down to the prior, with the control and local-SSL baseline; right: the
+    leakage (value − max(control, baseline)) per cell, labelled by defense, Pareto front ringed."""
+    d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
+    has_leak = f"{attack}_leakage" in d and d[f"{attack}_leakage"].notna().any()
+    fig, (full, zoom) = plt.subplots(1, 2, figsize=(13, 5.6), dpi=100, gridspec_kw={"width_ratios": [1, 1.4]})
+    _draw_lines(full, d, f"{attack}_value")
+    _reference_lines(full, summary, d, dataset, attack, control_kind)
+    col = f"{attack}_leakage" if has_leak else f"{attack}_value"
+    labels = _draw_lines(zoom, d, col)
+    _local_line(zoom, summary, dataset)
+    if has_leak:
+        zoom.axhline(0, color="tab:purple", ls=(0, (1, 1)), lw=1.6,
+                     label="0: no more than the control / baseline")
+    pts = d[["utility", col]].to_numpy(dtype=float)
     front = pareto_front(pts)
     if len(front):
-        f = pts[front][np.argsort(pts[front][:, 0])]
-        ax.scatter(f[:, 0], f[:, 1], s=160, facecolors="none", edgecolors="black", lw=1.5, zorder=5,
-                   label="Pareto front")
-    ax.grid(alpha=0.3)
-
-
-def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path, setting: str = "") -> Path:
-    """Left: the whole range down to the prior; right: zoomed on the cells, labelled by defense."""
-    d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
-    fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 5.0), dpi=100, gridspec_kw={"width_ratios": [1, 1.5]})
-    _draw_tradeoff(full, summary, d, dataset, attack, detail=False)
-    _draw_tradeoff(zoom, summary, d, dataset, attack, detail=True)
-    lo = (d[f"{attack}_value"] - d[f"{attack}_value_std"].fillna(0)).min()
-    hi = (d[f"{attack}_value"] + d[f"{attack}_value_std"].fillna(0)).max()
-    pad = max(0.01, 0.1 * (hi - lo))
-    zoom.set_ylim(lo - pad, hi + pad)
+        zoom.scatter(pts[front, 0], pts[front, 1], s=220, facecolors="none", edgecolors="black", lw=1.2, zorder=4,
+                     label="Pareto front (higher utility, less leakage)")
+    lo = (d[col] - d[f"{col}_std"].fillna(0)).min()
+    hi = (d[col] + d[f"{col}_std"].fillna(0)).max()
+    if has_leak:
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+    pad = max(0.01, 0.12 * (hi - lo))
+    zoom.set_ylim(lo - pad, hi + 2 * pad)
     metric = d.metric.iloc[0] if len(d) else "utility"
+    seeds = int(d.seeds.min()) if len(d) else 0
     for ax in (full, zoom):
         ax.set_xlabel(f"utility: test {metric} (higher is better) →")
-    full.set_ylabel(f"{attack} attack performance (lower leaks less)")
-    full.set_title("full range, with the prior", fontsize=10)
-    zoom.set_title("zoomed on the runs; ringed = Pareto front", fontsize=10)
+        ax.grid(alpha=0.3)
+    full.set_ylabel(f"{attack} attack: label inference {metric} on the adversary's rows")
+    zoom.set_ylabel(f"{attack} leakage = attack − max(control, baseline)" if has_leak else f"{attack} attack")
+    full.set_title("attack values, with prior, control and baseline", fontsize=10)
+    zoom.set_title("leakage per cell (lower leaks less), labelled by defense", fontsize=10)
+    full.legend(fontsize=8, loc="best")
     zoom.legend(fontsize=8, loc="best")
     where = f" ({setting})" if setting else ""
-    fig.suptitle(f"{dataset}{where}: privacy–utility trade-off under the {attack} attack (mean ± std over seeds)")
+    fig.suptitle(f"{dataset}{where}: privacy–utility trade-off under the {attack} attack "
+                 f"(mean ± std over {seeds} seeds)")
     fig.tight_layout()
+    _place_labels(zoom, labels)  # after the layout: placement works in final display coordinates
     fig.savefig(path)
     plt.close(fig)
     return path
@@ -247,12 +376,79 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
         for a in attack_names(summary):
             if not pd.isna(r.get(f"{a}_value", np.nan)):
                 row[a] = _pm(r[f"{a}_value"], r[f"{a}_value_std"])
-                if not pd.isna(r.get(f"{a}_baseline", np.nan)):
-                    row[f"{a} − baseline"] = f"{r[f'{a}_value'] - r[f'{a}_baseline']:+.4f}"
+                row[f"{a} control"] = _pm(r.get(f"{a}_control"), r.get(f"{a}_control_std"))
+                row[f"{a} baseline"] = "–" if pd.isna(r.get(f"{a}_baseline", np.nan)) else f"{r[f'{a}_baseline']:.4f}"
+                leak, sd = _num(r.get(f"{a}_leakage")), _num(r.get(f"{a}_leakage_std"))
+                row[f"{a} leakage"] = "–" if math.isnan(leak) else f"{leak:+.4f} ± {0.0 if math.isnan(sd) else sd:.4f}"
         row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
         row["train s"] = f"{r.seconds:.1f}"
         rows.append(row)
-    return pd.DataFrame(rows).fillna("–")
+    return pd.DataFrame(rows).astype(object).fillna("–")
+
+
+def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
+    """What every column of the cell table means."""
+    d = summary[summary.dataset == dataset]
+    metric = d.metric.iloc[0] if len(d) else "utility"
+    notes = ["`seeds`: runs the cell's mean ± std rests on (each error bar in the plots, too).",
+             f"`utility ({metric})`: the federation's test {metric}, mean ± std over seeds."]
+    for a in attack_names(summary):
+        notes += [f"`{a}`: the attack's value — label inference on the passive adversary's own training rows "
+                  "(top-1 accuracy for multi-class tasks, AUC for binary ones); lower is better for privacy.",
+                  f"`{a} control`: the same attack with the same budget when the federation leaks nothing: "
+                  "model completion on the same architecture at random initialisation; gradient scoring "
+                  "against labels shuffled within each batch.",
+                  f"`{a} baseline`: the same attack on an encoder the adversary pre-trains alone (local SSL) "
+                  "on its own rows; – where the attack has none.",
+                  f"`{a} leakage`: what the federation itself leaks, value − max(control, baseline), computed "
+                  "per seed, mean ± std; ≤ 0 means nothing beyond what the adversary gets without it."]
+    notes += ["`ε`: the differential-privacy bound of the defense at the reported δ; – where the defense has "
+              "no DP accounting (no defense, ISO, sparsification), so no ε exists.",
+              "`train s`: training wall time per run on this machine (attacks excluded)."]
+    return notes
+
+
+def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list[str]:
+    """The setup a reader needs to interpret the numbers, read from the stored configs and results."""
+    ok = runs[(runs.status == "ok") & (runs.dataset == dataset)]
+    if ok.empty:
+        return []
+    cfg = json.loads(ok.config.iloc[0])
+    part = json.loads(ok.partition.iloc[0])
+    fed = ok[ok.method != "local"]
+    if len(fed):
+        part = json.loads(fed.partition.iloc[0])
+    data, spec, train, model, optim = cfg["data"], cfg["partition"], cfg["train"], cfg["model"], cfg["optim"]
+    rows = data.get("max_rows")
+    size = f"the first {rows:,} rows" if rows else "all rows"
+    per_setting = {}
+    for sw, p in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
+                     strict=True):
+        label = ", ".join(f"{k} {v}" for k, v in json.loads(sw).items() if ":" not in k)
+        p = json.loads(p)
+        per_setting[label] = f"{p.get('aligned', '?')} aligned training rows, {p.get('labeled', '?')} of them labeled"
+    aligned = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(per_setting.items()))
+    lines = [f"Data: **{dataset}**, {size}; {part.get('parties', spec.get('n_parties'))} parties "
+             f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",
+             f"Training: {train['epochs']} epochs, batch {train['batch_size']}, {optim['optimizer']} lr {optim['lr']}; "
+             f"bottom models {model['bottom']} (cut width {model['cut_dim']}); methods "
+             f"{', '.join(sorted(ok.method.unique()))}; seeds {', '.join(str(s) for s in sorted(ok.seed.unique()))}."]
+    at = attacks[(attacks.dataset == dataset) & attacks.run_id.isin(ok.run_id)] if len(attacks) else attacks
+    for name, g in at.groupby("attack") if len(at) else []:
+        params = json.loads(g.params.iloc[0])
+        if name.startswith("mc"):
+            ssl = {m: json.loads(x).get("epochs") for m, x in zip(g.method, g.baseline_ssl, strict=True)
+                   if json.loads(x)}
+            ssl_text = ", ".join(f"{m} {e}" for m, e in sorted(ssl.items())) or "–"
+            lines.append(f"Attack **{name}**: the passive party `passive1` completes its bottom model with a head "
+                         f"and trains the {g.finetunes.iloc[0]}: {params.get('steps')} steps of "
+                         f"{'MixMatch' if name != 'mc-plain' else 'supervised training'} on "
+                         f"{int(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
+                         f"local-SSL baseline: SimSiam on all the adversary's rows, as many epochs as the method's "
+                         f"own SSL stage, 10 without one ({ssl_text}).")
+        else:
+            lines.append(f"Attack **{name}**: scores the gradients the passive party `passive1` received.")
+    return lines
 
 
 def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -294,22 +490,26 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     figures: list[Path] = []
     datasets = sorted(runs.dataset.unique())
     atk = attack_names(summary) if not summary.empty else []
+    kinds = control_kinds(attacks)
     for ds in datasets:
         blocks: list = []
         # one trade-off per attack and per swept setting (e.g. each aligned fraction): comparing
         # cells across different data sizes would mix two effects in one line
         settings = sorted(summary[summary.dataset == ds].swept.unique()) if not summary.empty else []
+        blocks.append(("ul", setup_lines(runs, attacks, ds)))
         for a in atk:
             for i, sw in enumerate(settings):
-                sub = summary[summary.swept == sw]
+                # the local reference runs once per data setting, whatever the attack parameters
+                data_axes = json.dumps({k: v for k, v in json.loads(sw).items() if ":" not in k}, sort_keys=True)
+                sub = summary[(summary.swept == sw) | ((summary.method == "local") & (summary.swept == data_axes))]
                 if not sub[(sub.dataset == ds)][f"{a}_value"].notna().any():
                     continue
                 label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
                 if label:
                     blocks.append(("h3", f"{a} attack, {label}"))
-                blocks += [("ul", headline(sub, ds, a))]
+                blocks += [("ul", headline(sub, ds, a, kinds.get(a, "")))]
                 suffix = f"_{i}" if len(settings) > 1 else ""
-                fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label)
+                fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
                 figures.append(fig)
                 blocks.append(("img", fig))
         if not atk and not summary.empty:
@@ -317,7 +517,7 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
             best = d.loc[d.utility.idxmax()]
             blocks.append(("ul", [f"No attacks in this sweep. Best utility: **{best.method}** with "
                                   f"**{setting_label(best.defense)}** ({best.utility:.4f})."]))
-        for key in sorted({c[len("swept_"):] for c in runs.columns if c.startswith("swept_")}):
+        for key in sorted({c[len("swept_"):] for c in runs.columns if c.startswith("swept_") and ":" not in c}):
             fig = size_figure(summary, runs, ds, key, out / f"utility_vs_{key}_{ds}.png")
             if fig is not None:
                 figures.append(fig)
@@ -325,6 +525,7 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
         if not summary.empty:
             blocks.append(("h3", "Mean ± std over seeds, per cell"))
             blocks.append(("table", cell_table(summary, ds)))
+            blocks.append(("ul", column_notes(summary, ds)))
         sections.append((f"{ds}", blocks))
     eps = epsilon_table(runs)
     if not eps.empty:
@@ -343,7 +544,10 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
         sections.append((f"Failed runs ({len(failed)})", [("table", ft)]))
     intro = (f"Sweep {sweeps}: {n_ok} runs ok, {n_failed} failed, store `{Path(store_path).name}`. "
              "Attack performance is measured on the passive adversary's own training rows (top-1 accuracy for "
-             "multi-class tasks, AUC for binary); lower is better for privacy.")
+             "multi-class tasks, AUC for binary); lower is better for privacy. **Leakage** is what the federation "
+             "adds: the attack's value minus the larger of its control (what the same attack gets when the "
+             "federation leaks nothing: model completion on an untrained encoder of the same architecture, "
+             "gradient scoring against labels shuffled within each batch) and its local-SSL baseline.")
     md = _render_md(intro, sections, out)
     html_text = _render_html(intro, sections)
     (out / "report.md").write_text(md)

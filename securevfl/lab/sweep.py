@@ -13,7 +13,9 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
 - ``methods``: names, or one-key mappings ``{fedhssl: {ssl_epochs: 5}}`` giving method parameters.
 - ``defenses``: ``none``, a spec string (``iso:5``), or one-key mappings whose list-valued
   parameter is the strength axis: ``{iso: [1, 5, 25]}``, ``{dp: {clip: 1.0, noise: [0.5, 1.0]}}``.
-- ``attacks``: attack names; ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them;
+- ``attacks``: attack names, specs (``mc:n_aux=20``) or one-key mappings ``{mc: {n_aux: 20, steps: 600}}``;
+  a list value sweeps that parameter (``{mc: {n_aux: [20, 80]}}``: one cell per value, the swept key
+  shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them;
   ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config.
 """
 
@@ -133,6 +135,50 @@ def _validate_defenses(defenses: list[tuple[str, str, float | None]]) -> None:
             raise _fail(f"defenses ({spec})", str(e)) from None
 
 
+def expand_attacks(entries: object) -> list[tuple[list, dict]]:
+    """Sweep-file attacks → one ``(attack entries, swept values)`` pair per combination of the
+    parameter lists (``{mc: {n_aux: [20, 80]}}`` → two); each entry is validated like ``--attack``."""
+    import attacks as attack_lib  # the lab's composition layer may import the attack package
+
+    if entries is None:
+        return [([], {})]
+    if not isinstance(entries, list):
+        raise _fail("attacks", "expected a list of attack names, specs or {name: {param: value}} mappings")
+    fixed: list[tuple[str, str, dict]] = []  # (key, name, params)
+    axes: dict[tuple[int, str], list] = {}
+    for i, entry in enumerate(entries):
+        key = f"attacks[{i}]"
+        if isinstance(entry, dict) and len(entry) == 1:
+            (name, params), = entry.items()
+            params = {} if params is None else params
+            if not isinstance(params, dict):
+                raise _fail(f"{key}.{name}", "attack parameters must be a mapping")
+            for k, v in params.items():
+                if isinstance(v, list):
+                    axes[(i, str(k))] = _as_list(v, f"{key}.{name}.{k}")
+            fixed.append((key, str(name), params))
+        elif isinstance(entry, str):
+            fixed.append((key, entry, {}))
+        else:
+            raise _fail(key, "expected an attack name, a spec like 'mc:n_aux=20' or {name: {param: value}}")
+    variants = []
+    for combo in itertools.product(*axes.values()) if axes else [()]:
+        chosen = dict(zip(axes, combo, strict=True))
+        out, swept = [], {}
+        for i, (key, name, params) in enumerate(fixed):
+            entry: object = name
+            if isinstance(entries[i], dict):
+                entry = {name: {k: chosen.get((i, k), v) for k, v in params.items()}}
+            try:
+                cls, _ = attack_lib.parse_attack(entry)
+            except UserError as e:
+                raise _fail(key, str(e)) from None
+            swept.update({f"{cls.name}:{k}": v for (j, k), v in chosen.items() if j == i})
+            out.append(entry)
+        variants.append((out, swept))
+    return variants
+
+
 def _methods(entries: object) -> list[tuple[str, dict]]:
     from securevfl.methods import get_method
 
@@ -175,14 +221,7 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     methods = _methods(data.get("methods"))
     defenses = expand_defenses(data.get("defenses"))
     _validate_defenses(defenses)
-    attacks = data.get("attacks") or []
-    if not isinstance(attacks, list) or not all(isinstance(a, str) for a in attacks):
-        raise _fail("attacks", "expected a list of attack names")
-    import attacks as attack_lib
-
-    for i, a in enumerate(attacks):
-        if a not in attack_lib.ATTACKS:
-            raise _fail(f"attacks[{i}]", f"unknown attack {a!r}; available: {', '.join(attack_lib.attack_names())}")
+    attack_variants = expand_attacks(data.get("attacks"))
     he_modes = [str(h).lower() if h is not False else "off" for h in _as_list(data.get("he", "off"), "he")]
     from securevfl.cutlayer import cut_layer_names
 
@@ -196,7 +235,7 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
             raise _fail(f"seeds[{i}]", f"expected an integer, got {s!r}")
 
     # the dataset section: list values are swept axes
-    base = RunConfig(dataset=str(ds["name"]), attacks=list(attacks))
+    base = RunConfig(dataset=str(ds["name"]))
     fixed: dict[str, dict] = {"partition": {}, "data": {}}
     axes: dict[str, list] = {}
     for k, v in ds.items():
@@ -217,23 +256,23 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
             raise UserError(f"sweep file: {e}") from None
 
     cells: list[Cell] = []
-    axis_names = list(axes)
+    axis_names = list(axes) + [k for k in attack_variants[0][1]]
     for combo in itertools.product(*axes.values()) if axes else [()]:
-        swept = dict(zip(axis_names, combo, strict=True))
-        for (method, params), (spec, family, strength), he, seed in itertools.product(methods, defenses, he_modes,
-                                                                                      seeds):
+        data_swept = dict(zip(axes, combo, strict=True))
+        for (method, params), (spec, family, strength), he, (attack_list, attack_swept), seed in itertools.product(
+                methods, defenses, he_modes, attack_variants, seeds):
+            swept = {**data_swept, **attack_swept}
             if not get_method(method).uses_passives:
                 # a single-party baseline (``local``) has no cut layer to defend, encrypt or attack:
                 # one plain run per seed, shown in the report as a reference utility
-                if (spec, he) != (defenses[0][0], he_modes[0]):
+                if (spec, he, attack_list) != (defenses[0][0], he_modes[0], attack_variants[0][0]):
                     continue
-                spec, family, strength, he = "none", "none", None, "off"
+                spec, family, strength, he, attack_list, swept = "none", "none", None, "off", [], data_swept
             cfg = copy.deepcopy(base)
             cfg.method, cfg.defense, cfg.he, cfg.seed = method, spec, he, int(seed)
             cfg.method_params = dict(params)
-            if not get_method(method).uses_passives:
-                cfg.attacks = []
-            for k, v in swept.items():
+            cfg.attacks = copy.deepcopy(attack_list)
+            for k, v in data_swept.items():
                 section = cfg.data if k in _DATA_KEYS else cfg.partition
                 try:
                     apply_dict(section, {_PARTITION_ALIASES.get(k, k): v}, "dataset.")
