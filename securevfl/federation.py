@@ -26,6 +26,9 @@ class OptimConfig:
     """Learning rate of every party's optimizer."""
     weight_decay: float = 0.0
     """L2 weight decay."""
+    interactive_lr: float | None = None
+    """Learning rate of the interactive layer W_P (momentum SGD in both HE modes): None = ``lr`` under
+    ``sgd``, 0.1 under ``adam`` (see securevfl/interactive.py)."""
 
 
 def make_optimizer(params: list[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -82,7 +85,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
         p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.endpoint, active.endpoint, p.hooks, active.hooks,
                                                             model.cut_dim)
     active.combine = cut.combine
-    cut.bind(active, passives, model.cut_dim)
+    cut.bind(active, passives, model.cut_dim, seed, optim.interactive_lr)
     return Federation(channel, active, passives, cut, partition.n_classes)
 
 

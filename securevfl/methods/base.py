@@ -60,6 +60,14 @@ class Method(ABC):
     supports_he: ClassVar[bool] = True
     """False for methods whose active party reads passive representations in plaintext (e.g. to
     distil or impute them), which the HE cut layer hides; ``--he`` is then refused."""
+    he_refusal: ClassVar[str] = "reads the passive parties' representations in plaintext, which the HE cut layer hides"
+    """Why ``--he`` is refused (when ``supports_he`` is False), for the one-line error."""
+
+    @property
+    def interactive_layer(self) -> bool:
+        """Whether the head's first linear layer becomes the interactive layer (securevfl/interactive.py)
+        in both HE modes; False keeps the plain concatenation (and refuses --he)."""
+        return True
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 

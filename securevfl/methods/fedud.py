@@ -81,6 +81,10 @@ class FedUD(Method):
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
     default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
 
+    @property
+    def interactive_layer(self) -> bool:
+        return False  # Rep imitates the guest's raw representation, which the head must read whole
+
     def fit(self, fed: Federation) -> None:
         a, p = fed.active, self.params
         alpha, beta = float(p["alpha"]), float(p["beta"])
