@@ -21,8 +21,18 @@ import torch
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
-from securevfl.interactive import (Drbg, HParams, bound_activation, clip_grad, first_linear, init_factors,
-                                   interactive_hparams, split_combine, tanh_backward, velocity)
+from securevfl.interactive import (
+    Drbg,
+    HParams,
+    bound_activation,
+    clip_grad,
+    first_linear,
+    init_factors,
+    interactive_hparams,
+    split_combine,
+    tanh_backward,
+    velocity,
+)
 
 
 class PassiveEnd(ABC):
@@ -170,8 +180,8 @@ class InteractiveActiveEnd(ActiveEnd):
         t = self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION).double().numpy()
         if self.W is None:  # W_P(0) = X·Y, both factors from the run seed's streams (see interactive.py)
             h, fan_in = self.head_shape()
-            x, y = init_factors(Drbg.derived(self.seed, f"{self.passive}/X"), Drbg.derived(self.seed, f"{self.passive}/Y"),
-                                t.shape[1], h, fan_in)
+            x, y = init_factors(Drbg.derived(self.seed, f"{self.passive}/X"),
+                                Drbg.derived(self.seed, f"{self.passive}/Y"), t.shape[1], h, fan_in)
             self.W, self.b = x @ y, np.zeros((t.shape[1], h))
         self._t = t
         return torch.from_numpy(t @ self.W).float()
