@@ -192,7 +192,7 @@ class HEActiveEnd(ActiveEnd):
             h, fan_in = self.head_shape()
             y_rng = Drbg.derived(self.seed, f"{p}/Y") if self.layer.seeded_shares else Drbg()
             bound = 1.0 / np.sqrt(fan_in)
-            y = fixed(y_rng.uniform((enc_x.shape[1], h), -bound, bound), f)
+            self.Y = y = fixed(y_rng.uniform((enc_x.shape[1], h), -bound, bound), f)  # A's secret factor
             self.V = self.rng.ints(y.shape, bd.share)
             res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
