@@ -79,14 +79,20 @@ def record(monkeypatch) -> Truth:
     return truth
 
 
-def run(he: str, shape: str, monkeypatch, known_w0: bool = False, **model):
-    cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he=he, record=True,
+def run(he: str, shape: str, monkeypatch, known_w0: bool = False, n_labeled: int | None = None,
+        method: str = "splitnn", method_params: dict | None = None, epochs: int = 3, batch_size: int = 32,
+        all_labels: bool = False, **model):
+    cfg = RunConfig(dataset="digits", method=method, seed=0, he=he, record=True, method_params=method_params or {},
                     he_params={"key_bits": 2048} if he == "paillier" else {})
-    cfg.train.epochs, cfg.train.batch_size = 3, 32
-    cfg.partition.n_labeled = 128 if he == "paillier" else 256
+    cfg.train.epochs, cfg.train.batch_size = epochs, batch_size
+    if all_labels and method != "entity-aug":  # methods that need labeled rows only the active party holds
+        cfg.partition.aligned_fraction = 0.5
+    if not all_labels:
+        cfg.partition.n_labeled = n_labeled or (128 if he == "paillier" else 256)
     cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.1
     for k, v in {**SHAPES.get(shape, {}), **model}.items():
-        setattr(cfg.model, k, v)
+        if v is not None:
+            setattr(cfg.model, k, v)
     truth = record(monkeypatch)
     if known_w0:  # control: the old design's "W_P(0) known to the active party" (X = I)
         monkeypatch.setattr(Drbg, "normal", lambda self, shape: np.eye(shape[0]) * np.sqrt(shape[0]))
@@ -97,19 +103,20 @@ def run(he: str, shape: str, monkeypatch, known_w0: bool = False, **model):
     be = p.cut_end.backend
     cts = [be.loads(m.payload) for m in fed.channel.received_by(p.name) if m.kind == MessageKind.HE_CIPHERTEXT]
     masked = [load_ints(m.payload) for m in fed.channel.received_by(p.name) if m.kind == MessageKind.HE_MASKED]
-    init, cts = cts[0], cts[1:]
+    parse_view(truth, cts, masked, be)
+    return out, truth, be
+
+
+def parse_view(truth: Truth, cts: list, masked: list, be) -> None:
+    """Match P's received messages to the forward passes: [set-up], y, (training: G + M, g W_Pᵀ, F)."""
     for rec in truth.fwd:
+        if rec.pop("R_pending", False):  # a set-up (first use, or after a restore to no shares)
+            rec["R"] = (be.decrypt(cts.pop(0)) + (1 << (F - 1))) >> F
         rec["y_ct"] = cts.pop(0)
         if rec["training"]:
             rec["D_ct"], rec["dz_ct"] = cts.pop(0), cts.pop(0)
             rec["Fm"] = masked.pop(0)
     assert not cts and not masked
-    r = (be.decrypt(init) + (1 << (F - 1))) >> F
-    for rec in truth.fwd:  # the judge: P's share at each forward (R(0) from the set-up)
-        if rec.pop("R_pending", False):
-            rec["R"] = r
-        r = rec["R"]
-    return out, truth, be
 
 
 def r2(est: np.ndarray, true: np.ndarray) -> float:
@@ -143,15 +150,6 @@ def active_attacks(truth: Truth, lr: float = 0.1, mu: float = 0.9) -> dict[str, 
             w_hat = w_hat - lr * b_hat
     return {"share": max(share), "follow": max(follow), "follow_visible": max(visible),
             "follow_mean": float(np.mean(follow))}
-
-
-@pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("he", ["ckks", "paillier"])
-def test_active_party_cannot_reconstruct_activations(he, shape, monkeypatch):
-    _, truth, _ = run(he, shape, monkeypatch)
-    assert sum(r["training"] for r in truth.fwd) >= 12  # 3 epochs
-    got = active_attacks(truth)
-    assert got["share"] <= THRESH and got["follow"] <= THRESH and got["follow_visible"] <= THRESH, got
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -204,12 +202,19 @@ def passive_regressions(truth: Truth, be) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("he", ["ckks", "paillier"])
-def test_passive_party_learns_nothing_from_decrypted_slots(he, shape, monkeypatch):
+CASES = [("ckks", "h>=d"), ("ckks", "h<d"), ("paillier", "h>=d"),
+         pytest.param("paillier", "h<d", marks=pytest.mark.slow)]  # Paillier runs take ≈ 15–30 s each
+
+
+@pytest.mark.parametrize("he,shape", CASES)
+def test_attacks_on_each_party_view_fail(he, shape, monkeypatch):
+    """One recorded run, both parties' best tries on their own views (3 epochs)."""
     _, truth, be = run(he, shape, monkeypatch)
+    assert sum(r["training"] for r in truth.fwd) >= 12  # 3 epochs
+    act = active_attacks(truth)
+    assert act["share"] <= THRESH and act["follow"] <= THRESH and act["follow_visible"] <= THRESH, act
     got = passive_regressions(truth, be)
-    assert got["V_control"] > 0.999, got  # control: the regression recovers V once the mask is gone
+    assert got["V_control"] > 0.95, got  # control: the regression recovers V once the mask is gone
     if shape == "h<d":
         assert got["g_control"] > 0.999, got  # control: knowing W_P gives g from ∂L/∂t (h ≤ d)
     for k in ("V", "W", "g"):
@@ -236,7 +241,7 @@ def label_accuracy(truth: Truth, be, use_true_w: bool) -> tuple[float, float]:
     return hits / n, max(counts.values()) / n
 
 
-@pytest.mark.parametrize("he", ["ckks", "paillier"])
+@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
 def test_passive_label_recovery_through_decrypted_slots_fails(he, monkeypatch):
     """Linear softmax head (h = 10 classes ≤ d = 16): with W_P the passive party would read every label
     off ∂L/∂t (control ≥ 0.95); through what it decrypts it stays at the prior."""
@@ -244,3 +249,106 @@ def test_passive_label_recovery_through_decrypted_slots_fails(he, monkeypatch):
     acc_ctrl, prior = label_accuracy(truth, be, use_true_w=True)
     acc, _ = label_accuracy(truth, be, use_true_w=False)
     assert acc_ctrl >= 0.95 and acc <= prior + 0.05, (acc, acc_ctrl, prior)
+
+
+# --------------------------------------------------------------------- CKKS: imaginary parts
+def complex_slots(ct, ctx) -> np.ndarray:
+    """P decodes a ciphertext with its secret key to complex slots (SEAL's decoder; TenSEAL's own
+    decrypt returns real parts only)."""
+    import tenseal.sealapi as sealapi
+
+    seal_ctx = ctx.seal_context().data
+    pt = sealapi.Plaintext()
+    sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(ct.ciphertext()[0], pt)
+    return np.asarray(sealapi.CKKSEncoder(seal_ctx).decode_complex(pt))
+
+
+def imaginary_regression(truth: Truth, be, sent: list, unmasked: bool = False) -> float:
+    """Regress V_jk on Im(ε_ij) over rows i, where ε is P's own encryption error of [[t]] (which P
+    computes) and Im of the product slot is Im(ε_ij)·V_jk + noise (finding 2). ``unmasked``: the control,
+    the same regression on [[t]]·V computed here without A's masks."""
+    v_hat, v_true = [], []
+    for rec, enc_t in zip(truth.fwd, sent, strict=True):
+        t, v = real(rec["t"], F), real(rec["V"], F)
+        prod = rec["y_ct"]
+        m, n = enc_t.shape
+        r, tiles = enc_t.rows, enc_t.tiles
+        est = np.zeros_like(v)
+        for ci, ct in enumerate(enc_t.cts):
+            lo, valid = ci * r, min(r, m - ci * r)
+            eps = complex_slots(ct, be.ctx)[: tiles * r * n].reshape(tiles, r, n)[:, :valid]
+            eps = eps - np.tile(np.pad(t[lo:lo + valid], ((0, r - valid), (0, 0)))[None, :valid], (tiles, 1, 1))
+            for gi in range(len(prod.cts[ci])):
+                if unmasked:
+                    mult = np.zeros((tiles, r, n))
+                    for tau in range(tiles):
+                        k = gi * tiles + tau
+                        if k < v.shape[1]:
+                            mult[tau, :valid] = v[:, k][None, :]
+                    slots = complex_slots(ct * mult.ravel(), be.ctx)
+                else:
+                    slots = complex_slots(prod.cts[ci][gi], be.ctx)
+                im = slots[: tiles * r * n].reshape(tiles, r, n)[:, :valid].imag
+                for tau in range(tiles):
+                    k = gi * tiles + tau
+                    if k < v.shape[1]:
+                        x = eps[tau].imag
+                        est[:, k] += (im[tau] * x).sum(0) / (x * x).sum(0) / len(enc_t.cts)
+        v_hat.append(est)
+        v_true.append(v)
+    return r2(np.concatenate(v_hat), np.concatenate(v_true))
+
+
+def test_ckks_imaginary_parts_measured(monkeypatch):
+    """Finding 2 through SEAL's complex decoder. Measured: the regression of V on the imaginary parts
+    fails now (R² ≤ 0.05) because the real masks (2^28) put SEAL's double-precision decoding error
+    (≈ 2^-22) far above Im(ε)·V (≈ 2^-32); the control (the same product without masks) recovers V.
+    This is NOT flooding: an adversary decoding exactly, not in doubles, still sees Im(ε)·V (documented
+    in ckks.py and the README; Paillier has no such channel)."""
+    out, truth, be = run("ckks", "h>=d", monkeypatch, n_labeled=64)
+    p = out.federation.passives[0]
+    mine = [be.loads(m.payload) for m in out.federation.channel.transcript
+            if m.src == p.name and m.kind == MessageKind.HE_CIPHERTEXT][1:]  # [[X]] first
+    sent = []
+    for rec in truth.fwd:  # P's own [[t]] per forward, then [[Rᵀ]] after training forwards
+        sent.append(mine.pop(0))
+        if rec["training"]:
+            mine.pop(0)
+    fwd = truth.fwd[:4]
+    assert imaginary_regression(Truth(fwd), be, sent[:4], unmasked=True) > 0.9
+    assert imaginary_regression(Truth(fwd), be, sent[:4]) <= THRESH
+
+
+# ------------------------------------------------------------------------ every method under HE
+HE_METHODS = {
+    "fedlocal-simsiam": {"ssl_epochs": 1}, "vflhlp": {"pretrain_epochs": 1, "ssl_epochs": 1},
+    "risa": {"evidential": False, "self_training_epochs": 1}, "local-vfl": {}, "random-match": {},
+    "entity-aug": {},
+}
+NEEDS_LABELS = {"vflhlp", "risa", "local-vfl", "random-match"}  # labels on the active party's unaligned rows
+PASSIVE_SENDS_UNDER_HE = {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED, MessageKind.PSI,
+                          MessageKind.CONTROL, MessageKind.BATCH_IDS}  # metadata: entity-aug guests pick rows
+
+
+def test_every_method_allowed_under_he_is_listed():
+    from securevfl.methods.base import _METHODS
+
+    allowed = {k for k, m in _METHODS.items() if m.supports_he and m.uses_passives}
+    assert allowed == set(HE_METHODS) | {"splitnn", "fedlocal-byol", "fedlocal-moco", "fedlocal-scarf", "vflhlp-a",
+                                         "vflhlp-p"}
+
+
+@pytest.mark.parametrize("method", list(HE_METHODS))
+def test_methods_under_he_send_no_plaintext_representation_and_resist_attacks(method, monkeypatch):
+    """Every method that runs under --he: what the passive party sends is only HE traffic (and
+    control / alignment metadata), and both parties' attacks fail on the run's recorded views."""
+    out, truth, be = run("ckks", "h>=d", monkeypatch, method=method, method_params=HE_METHODS[method],
+                         n_labeled=128, all_labels=method in NEEDS_LABELS | {"entity-aug"}, batch_size=64)
+    fed = out.federation
+    for p in fed.passives:
+        sent = {m.kind for m in fed.channel.transcript if m.src == p.name}
+        assert sent <= PASSIVE_SENDS_UNDER_HE, (method, sent - PASSIVE_SENDS_UNDER_HE)
+    act = active_attacks(truth)
+    assert act["follow"] <= THRESH and act["share"] <= THRESH, (method, act)
+    got = passive_regressions(truth, be)
+    assert all(got[k] <= THRESH for k in ("V", "W", "g")), (method, got)
