@@ -15,7 +15,7 @@ from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_tensor
 from securevfl.cli import main
 from securevfl.config import RunConfig
-from securevfl.crypto.backend import unpack_blobs
+from securevfl.crypto.backend import load_ints, unpack_blobs
 from securevfl.crypto.ckks import CKKSBackend
 from securevfl.crypto.paillier import NaivePaillierBackend, PaillierBackend
 from securevfl.crypto.protocol import fixed, real
@@ -111,6 +111,12 @@ def test_transcript_invariants(he):
         sk = p.cut_end.backend.private_key
         for prime in (sk.p, sk.q):
             assert format(prime, "x") not in ctx_msgs[0].payload.decode()
+    # what P returns after decrypting: exact under Paillier; rounded to the 2^-f grid under CKKS, so the
+    # CKKS decryption noise (finer than 2^-20) does not reach the active party
+    returned = [load_ints(m.payload) for m in to_a if m.kind == MessageKind.HE_MASKED]
+    assert returned
+    if he == "ckks":
+        assert all(int(v) % (1 << 20) == 0 for r in returned for v in r.ravel())
     # the active party's objects hold no secret key and no plaintext W_P: only its fresh share
     a_end = a.cut_ends[p.name]
     assert not a_end.backend.has_secret() and not hasattr(a_end, "W")
@@ -159,6 +165,19 @@ def test_default_config_he_matches_plaintext_for_20_steps():
     assert len(on) == len(off) >= 20
     assert np.max(np.abs(on[:20] - off[:20]) / np.abs(off[:20])) < 1e-3 and abs(u_on - u_off) <= 0.005
     assert "momentum SGD on W_P in both modes" in res["cost"]["he"]["protocol"]
+
+
+def test_shares_come_from_os_entropy_unless_seeded():
+    """Default: W_P(0)'s factors and every mask from a CSPRNG seeded by os.urandom, not the run seed —
+    the same run seed gives a different W_P(0) (so a different first loss) than HE off."""
+    cfg = small_cfg("ckks")
+    cfg.he_params = {}
+    out = run_training(cfg, progress=False)
+    a_end = next(iter(out.federation.active.cut_ends.values()))
+    assert isinstance(a_end.rng, Drbg) and a_end.rng.seed != Drbg().seed
+    off = np.array(run_training(small_cfg("off"), progress=False).method.trainer.losses)
+    on = np.array(out.method.trainer.losses)
+    assert abs(on[0] - off[0]) > 1e-4
 
 
 def test_plaintext_interactive_layer():
