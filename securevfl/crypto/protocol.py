@@ -130,10 +130,10 @@ class HEPassiveEnd(PassiveEnd):
         if self.R is None:
             self.R = (self._recv_dec() + (1 << (f - 1))) >> f
             self.b = np.zeros(self.R.shape, dtype=object)
-        y = self._recv_dec()
-        if not be.exact:  # round to the 2^-f grid: the CKKS noise of y does not travel to A
+        y = self._recv_dec() + self._t @ self.R
+        if not be.exact:  # round to the 2^-f grid: the CKKS noise (≈ 2^-22) of y does not travel to A
             y = ((y + (1 << (f - 1))) >> f) << f
-        self.endpoint.send(self.active, MessageKind.HE_MASKED, dump_ints(y + self._t @ self.R))
+        self.endpoint.send(self.active, MessageKind.HE_MASKED, dump_ints(y))
         if self._training:
             enc_rt = be.encrypt(self.R.T, frozenset({"left"}))
             self.endpoint.send(self.active, MessageKind.HE_CIPHERTEXT, be.dumps(enc_rt))
