@@ -88,11 +88,20 @@ class Drbg:
         return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2 * np.pi * u2)
 
 
-def init_factors(x_rng: Drbg, y_rng: Drbg, d: int, h: int, fan_in: int) -> tuple[np.ndarray, np.ndarray]:
-    """X (P's secret, d×d) and Y (A's secret, d×h); W_P(0) = X·Y."""
-    x = x_rng.normal((d, d)) / math.sqrt(d)
+def draw_x(rng: Drbg, d: int) -> np.ndarray:
+    """P's secret factor X (d×d), entries N(0, 1/d)."""
+    return rng.normal((d, d)) / math.sqrt(d)
+
+
+def draw_y(rng: Drbg, d: int, h: int, fan_in: int) -> np.ndarray:
+    """A's secret factor Y (d×h), the head's default init U(±1/√fan_in)."""
     bound = 1.0 / math.sqrt(fan_in)
-    return x, y_rng.uniform((d, h), -bound, bound)
+    return rng.uniform((d, h), -bound, bound)
+
+
+def init_factors(x_rng: Drbg, y_rng: Drbg, d: int, h: int, fan_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """X (P's secret) and Y (A's secret); W_P(0) = X·Y."""
+    return draw_x(x_rng, d), draw_y(y_rng, d, h, fan_in)
 
 
 # -------------------------------------------------------------------------------- the update rule

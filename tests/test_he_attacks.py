@@ -216,6 +216,9 @@ def test_attacks_on_each_party_view_fail(he, shape, monkeypatch):
     # re-sharing: shares stay inside their fresh-draw range at every step (masks never accumulate)
     share_bits = out.federation.cut.bounds.share
     assert max(abs(int(v)) for r in truth.fwd for k in ("V", "R") for v in r[k].ravel()) < 2 ** share_bits
+    # the public bound the masks are sized for holds: |W_P| ≤ 2^weight_bits throughout
+    bd = out.federation.cut.bounds
+    assert max(np.abs(real(r["V"] + r["R"], F)).max() for r in truth.fwd) < 2 ** bd.weight_bits
     got = passive_regressions(truth, be)
     assert got["V_control"] > 0.95, got  # control: the regression recovers V once the mask is gone
     if shape == "h<d":

@@ -48,7 +48,7 @@ from securevfl.channel import Endpoint, MessageKind
 from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
-from securevfl.interactive import GRAD_BOUND, Drbg, HParams, bound_activation, clip_grad, tanh_backward
+from securevfl.interactive import GRAD_BOUND, Drbg, HParams, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ class HEPassiveEnd(PassiveEnd):
         t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx)).double().numpy()
         if self.R is None:  # set-up: [[X]] for W_P(0) = X·Y
             rng = Drbg.derived(self.seed, f"{ep.party}/X") if self.layer.seeded_shares else Drbg()
-            x = rng.normal((t.shape[1], t.shape[1])) / np.sqrt(t.shape[1])
-            ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(fixed(x, f), frozenset({"right"}))))
+            x = fixed(draw_x(rng, t.shape[1]), f)
+            ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(x, frozenset({"right"}))))
         self._t, self._training = fixed(t, f), ctx.training
         ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(self._t, frozenset({"right", "left"}))))
 
@@ -191,8 +191,7 @@ class HEActiveEnd(ActiveEnd):
             enc_x = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
             h, fan_in = self.head_shape()
             y_rng = Drbg.derived(self.seed, f"{p}/Y") if self.layer.seeded_shares else Drbg()
-            bound = 1.0 / np.sqrt(fan_in)
-            self.Y = y = fixed(y_rng.uniform((enc_x.shape[1], h), -bound, bound), f)  # A's secret factor
+            self.Y = y = fixed(draw_y(y_rng, enc_x.shape[1], h, fan_in), f)  # A's secret factor
             self.V = self.rng.ints(y.shape, bd.share)
             res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
