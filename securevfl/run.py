@@ -79,6 +79,8 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         raise UserError(f"--batch-size must be ≥ 1, got {cfg.train.batch_size}")
     if cfg.optim.lr <= 0:
         raise UserError(f"--lr must be > 0, got {cfg.optim.lr}")
+    if cfg.optim.interactive_lr is not None and cfg.optim.interactive_lr <= 0:
+        raise UserError(f"optim.interactive_lr must be > 0, got {cfg.optim.interactive_lr}")
     method_cls = get_method(cfg.method)
     apply_model_preset(cfg.model)
     cut = make_cut_layer(cfg.he, **cfg.he_params)
