@@ -191,7 +191,8 @@ class PaillierBackend(HEBackend):
         mask = rng.ints(shape, self.kappa + out_bits + 1) if hide else np.zeros(shape, dtype=object)
         total = np.asarray(addend, dtype=object) + mask
         if max(abs(int(v)) for v in total.ravel()) + (1 << out_bits) >= 1 << (self.w - 1):
-            raise RuntimeError("paillier: a masked result exceeds its slot (protocol bound violated)")
+            raise UserError(f"--he paillier: a product sums {terms} terms, more than its slots were sized for "
+                            "(batch size, cut width and head width must stay ≤ 4096)")
         return total, mask
 
     def right(self, ex, w, addend, term_bits, hide, rng):
