@@ -33,7 +33,9 @@ class Rounding(TensorHook):
 
 
 def config(he: str, epochs: int) -> RunConfig:
-    cfg = RunConfig(dataset="fashion-mnist", method="splitnn", seed=0, he=he)
+    # seeded shares (benchmark-only): W_P(0) is then the HE-off initialisation, so the runs compare step by step
+    cfg = RunConfig(dataset="fashion-mnist", method="splitnn", seed=0, he=he,
+                    he_params={"seeded_shares": True} if he != "off" else {})
     cfg.train.epochs, cfg.train.batch_size = epochs, 128
     cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.05
     cfg.model.cut_dim, cfg.model.head_hidden, cfg.model.bottom = 16, (32,), "mlp"

@@ -15,11 +15,24 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
+from securevfl.interactive import (
+    Drbg,
+    HParams,
+    bound_activation,
+    clip_grad,
+    first_linear,
+    init_factors,
+    interactive_hparams,
+    split_combine,
+    tanh_backward,
+    velocity,
+)
 
 
 class PassiveEnd(ABC):
@@ -82,11 +95,28 @@ class CutLayer(ABC):
         """Width of what the active party receives per passive party."""
         return cut_dim
 
-    def bind(self, active, passives: list, cut_dim: int) -> None:  # noqa: B027 - plaintext needs nothing
-        """Called once the parties, head and ends exist (the HE layer reads the head's shape here)."""
+    interactive: bool = True
+    """Whether the head's first linear layer is split into an interactive layer per passive party
+    (:mod:`securevfl.interactive`); methods whose head has no first linear layer, or that read passive
+    representations in plaintext, set it False (plain concatenation; refused under HE)."""
+
+    def bind(self, active, passives: list, cut_dim: int, seed: int = 0, interactive_lr: float | None = None) -> None:
+        """Called once the parties, head and ends exist: wire each interactive end to the head's shape
+        (read at first use, so methods may rebuild the head before training), the run seed and the
+        interactive layer's optimizer settings."""
+        if not self.interactive:
+            return
+        for p in passives:
+            a_end = active.cut_ends[p.name]
+            a_end.head_shape = lambda: (first_linear(active.head).out_features, first_linear(active.head).in_features)
+            a_end.hparams = interactive_hparams(active, interactive_lr)
+            a_end.seed = p.cut_end.seed = seed
+            p.cut_end.hparams = interactive_hparams(p, interactive_lr)
 
     def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         """The active party's head on its own output and what each cut-layer end delivered."""
+        if self.interactive:
+            return split_combine(head, own, received)
         return head(torch.cat([own, *received], dim=1))
 
     def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
@@ -116,12 +146,75 @@ class PlainActiveEnd(ActiveEnd):
         self.endpoint.send_tensor(self.passive, MessageKind.GRADIENT, apply_hooks(self.hooks, grad, ctx))
 
 
+class InteractivePassiveEnd(PassiveEnd):
+    """P's end of the plaintext interactive layer: sends t = tanh(z), gets ∂L/∂t back."""
+
+    seed: int = 0
+    hparams: HParams | None = None
+
+    def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
+        t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx))
+        self._t = t if ctx.training else None
+        self.endpoint.send_tensor(self.active, MessageKind.ACTIVATION, t)
+
+    def finish_backward(self) -> torch.Tensor:
+        grad_t = self.endpoint.recv_tensor(self.active, MessageKind.GRADIENT)
+        out, self._t = tanh_backward(self._t, grad_t), None
+        return out
+
+
+class InteractiveActiveEnd(ActiveEnd):
+    """A's end of the plaintext interactive layer: holds W_P (d×h) and its momentum, in float64."""
+
+    seed: int = 0
+    hparams: HParams | None = None
+    head_shape = None
+
+    def __init__(self, endpoint: Endpoint, passive: str, hooks: list[TensorHook]) -> None:
+        super().__init__(endpoint, passive, hooks)
+        self.W: np.ndarray | None = None
+        self.b: np.ndarray | None = None
+        self._t: np.ndarray | None = None
+
+    def finish_forward(self) -> torch.Tensor:
+        t = self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION).double().numpy()
+        if self.W is None:  # W_P(0) = X·Y, both factors from the run seed's streams (see interactive.py)
+            h, fan_in = self.head_shape()
+            x, y = init_factors(Drbg.derived(self.seed, f"{self.passive}/X"),
+                                Drbg.derived(self.seed, f"{self.passive}/Y"), t.shape[1], h, fan_in)
+            self.W, self.b = x @ y, np.zeros((t.shape[1], h))
+        self._t = t
+        return torch.from_numpy(t @ self.W).float()
+
+    def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
+        g = clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy())
+        self.endpoint.send_tensor(self.passive, MessageKind.GRADIENT, torch.from_numpy(g @ self.W.T).float())
+        lr, mu, wd = self.hparams()
+        self.b = velocity(self.b, self._t.T @ g, self.W, mu, wd)
+        self.W = self.W - lr * self.b
+        self._t = None
+
+    def state_dict(self) -> dict:
+        return {"W": None if self.W is None else self.W.copy(), "b": None if self.b is None else self.b.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.W, self.b = state["W"], state["b"]
+
+    def reset_optimizer_state(self) -> None:
+        if self.b is not None:
+            self.b = np.zeros_like(self.b)
+
+
 class PlainCutLayer(CutLayer):
-    """No encryption: r^k crosses as float32 bytes, ∂L/∂r^k comes back the same way."""
+    """No encryption. Interactive (default): t = tanh(z) crosses as float32 bytes and A applies W_P;
+    otherwise z crosses and the head concatenates. ∂L/∂(what crossed) comes back the same way."""
 
     name = "off"
 
     def make_ends(self, passive, active, hooks_passive, hooks_active, cut_dim):
+        if self.interactive:
+            return (InteractivePassiveEnd(passive, active.party, hooks_passive),
+                    InteractiveActiveEnd(active, passive.party, hooks_active))
         return (PlainPassiveEnd(passive, active.party, hooks_passive),
                 PlainActiveEnd(active, passive.party, hooks_active))
 

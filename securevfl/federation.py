@@ -27,6 +27,9 @@ class OptimConfig:
     adam 1e-3, sgd 0.05 — Adam's rate leaves momentum SGD at chance on small data)."""
     weight_decay: float = 0.0
     """L2 weight decay."""
+    interactive_lr: float | None = None
+    """Learning rate of the interactive layer W_P (momentum SGD in both HE modes): None = ``lr`` under
+    ``sgd``, 0.1 under ``adam`` (see securevfl/interactive.py)."""
 
 
 DEFAULT_LR = {"adam": 1e-3, "sgd": 0.05}
@@ -93,7 +96,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
         p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.endpoint, active.endpoint, p.hooks, active.hooks,
                                                             model.cut_dim)
     active.combine = cut.combine
-    cut.bind(active, passives, model.cut_dim)
+    cut.bind(active, passives, model.cut_dim, seed, optim.interactive_lr)
     return Federation(channel, active, passives, cut, partition.n_classes)
 
 

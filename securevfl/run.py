@@ -108,8 +108,7 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
         raise UserError(f"--he {cfg.he}: method {cfg.method} sends no passive activations, so there is nothing "
                         "to encrypt")
     if cfg.he != "off" and not method_cls.supports_he:
-        raise UserError(f"--he {cfg.he}: method {cfg.method} reads the passive parties' representations in plaintext, "
-                        "which the HE cut layer hides")
+        raise UserError(f"--he {cfg.he}: method {cfg.method} {method_cls.he_refusal}")
     for hook in hooks or []:
         if not hook.acts_on & method_cls.sends:
             sent = ", ".join(sorted(method_cls.sends)) or "no cut-layer messages"
@@ -125,6 +124,11 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     method = method_cls(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, cut=cut,
                                       hooks=hooks or [], record=cfg.record, progress=progress,
                                       params=cfg.method_params))
+    if not method.interactive_layer:  # no first linear layer to split (e.g. RISA's evidential heads)
+        if cfg.he != "off":
+            raise UserError(f"--he {cfg.he}: method {cfg.method} with these parameters has no linear first head "
+                            "layer to run the encrypted interactive layer on (risa: --method-param evidential=false)")
+        cut.interactive = False
     partition = build_partition(cfg)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()

@@ -4,6 +4,7 @@ import torch
 
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_tensor
+from securevfl.cutlayer import PlainCutLayer
 from securevfl.errors import UserError
 from securevfl.methods import MethodContext
 from securevfl.methods.entity_aug import (
@@ -93,8 +94,10 @@ def test_feature_holding_host_with_two_guests(ea_cfg):
 
 def _manual_trainer(cfg, queue: bool):
     cfg.record = True
+    cut = PlainCutLayer()
+    cut.interactive = False  # the head reads the guests' activations as sent, so the transcript shows them
     method = EntityAugmentation(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
-                                              record=True, params={"queue": queue}))
+                                              record=True, params={"queue": queue}, cut=cut))
     fed = method.build(build_partition(cfg))
     for k, p in enumerate(fed.passives, start=1):
         p.entity_aug = GuestState(p, 100 + k, 0.0)

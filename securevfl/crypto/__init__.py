@@ -20,7 +20,7 @@ def make_ckks(**params: object) -> CutLayer:
 def make_paillier(**params: object) -> CutLayer:
     from securevfl.crypto import paillier
 
-    checked = paillier.validate_params({k: v for k, v in params.items() if k != "mask_scale"})
+    checked = paillier.validate_params({k: v for k, v in params.items() if k != "seeded_shares"})
     backend = paillier.PaillierBackend if checked["packing"] else paillier.NaivePaillierBackend
     cls = type("PaillierCutLayer", (HECutLayer,), {"name": "paillier", "backend_cls": backend,
                                                     "validate": staticmethod(paillier.validate_params)})

@@ -18,14 +18,10 @@ import json
 import struct
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
-
-Noise = Callable[[tuple[int, ...]], np.ndarray]
-"""Mask generator of the non-key party: ``noise(shape)`` returns fresh random reals of that shape."""
 
 
 class Encrypted(ABC):
@@ -75,23 +71,34 @@ class HEBackend(ABC):
     def public_bytes(self) -> bytes:
         """What leaves the key owner: the public context / key, never the secret key."""
 
+    exact: bool = True
+    """Whether decryption returns the exact integers (Paillier) or carries scheme noise (CKKS)."""
+    kappa: int = 0
+    """Statistical hiding of every mask this backend draws or is sized for (bits)."""
+
     # ---- key owner
     @abstractmethod
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
-        """Encrypt a real matrix for the products named in ``ops`` (``right``: X @ W, ``left``: W @ X)."""
+        """Encrypt an integer matrix (fixed point at 2^frac_bits; object array of Python ints) for the
+        products named in ``ops`` (``right``: X @ W, ``left``: W @ X)."""
 
     @abstractmethod
     def decrypt(self, e: Encrypted) -> np.ndarray:
-        """The masked product as reals."""
+        """The product as integers at 2^(2·frac_bits) (object array)."""
 
-    # ---- other party (plaintext-side products)
+    # ---- other party (plaintext-side products), integers throughout
     @abstractmethod
-    def right(self, ex: Encrypted, w: np.ndarray, noise: Noise) -> tuple[Encrypted, np.ndarray]:
-        """[[X @ W + E]] and the mask E (drawn with ``noise``; only the caller learns it)."""
+    def right(self, ex: Encrypted, w: np.ndarray, addend: np.ndarray, term_bits: int, hide: bool,
+              rng) -> tuple[Encrypted, np.ndarray]:
+        """[[X @ W + addend + mask]] and the mask. ``term_bits`` bounds |X_ij W_jk|; with ``hide`` each
+        output gets a fresh uniform mask ``kappa`` bits above its bound (drawn from ``rng``), without,
+        the mask is 0 — a scheme whose slots hold single terms (CKKS) still blinds every term with
+        masks that cancel in each output."""
 
     @abstractmethod
-    def left(self, w: np.ndarray, ex: Encrypted, noise: Noise) -> tuple[Encrypted, np.ndarray]:
-        """[[W @ X + E]] and the mask E."""
+    def left(self, w: np.ndarray, ex: Encrypted, addend: np.ndarray, term_bits: int, hide: bool,
+             rng) -> tuple[Encrypted, np.ndarray]:
+        """[[W @ X + addend + mask]] and the mask (as :meth:`right`)."""
 
     # ---- wire format
     @abstractmethod
@@ -123,3 +130,23 @@ def unpack_blobs(buf: bytes) -> tuple[dict, list[bytes]]:
         blobs.append(buf[off + 8:off + 8 + bl])
         off += 8 + bl
     return head, blobs
+
+
+def dump_ints(a: np.ndarray) -> bytes:
+    """An integer matrix (any size) as fixed-width signed little-endian integers."""
+    flat = [int(v) for v in np.asarray(a, dtype=object).ravel()]
+    nb = max([(abs(v).bit_length() + 8) // 8 for v in flat] + [1])
+    return pack_blobs({"shape": list(np.shape(a)), "nbytes": nb}, [b"".join(v.to_bytes(nb, "little", signed=True)
+                                                                              for v in flat)])
+
+
+def load_ints(buf: bytes) -> np.ndarray:
+    head, (blob,) = unpack_blobs(buf)
+    nb, n = head["nbytes"], len(blob) // head["nbytes"]
+    vals = [int.from_bytes(blob[i * nb:(i + 1) * nb], "little", signed=True) for i in range(n)]
+    return np.array(vals + [0], dtype=object)[:n].reshape(head["shape"])
+
+
+def bits_of(n: int) -> int:
+    """ceil(log2 n) for n ≥ 1: the bits a sum of n bounded terms adds."""
+    return max(0, (int(n) - 1).bit_length())

@@ -1,26 +1,35 @@
 """CKKS backend (TenSEAL).
 
-Parameters (defaults): ``poly_modulus_degree`` N = 8192, ``coeff_mod_bit_sizes`` [60, 40, 60],
-``global_scale_bits`` 40. The total modulus (160 bits) is below the 218 bits the HomomorphicEncryption.org
-standard allows at N = 8192 for 128-bit classical security (ternary secret), and one 40-bit rescaling
-prime is the single level the protocol needs: every HE product in SPEC §5 is one plaintext ×
-ciphertext multiplication followed by additions. After the rescale the 60-bit prime leaves 19 bits
-of integer headroom (|value| < 2^19), above any single product
-of two operands |x|, |w| < 2^9 (checked) plus its mask. Only the encryption key leaves
-the owner: no Galois or relinearisation keys are generated because the protocol never rotates or
-multiplies two ciphertexts, which keeps the public context small.
+Parameters (defaults): ``poly_modulus_degree`` N = 16384, ``coeff_mod_bit_sizes`` [60, 60, 60, 60],
+``global_scale_bits`` 60: 240 bits, below the 438 the HomomorphicEncryption.org standard allows at
+N = 16384 for 128-bit classical security (ternary secret). Every HE product of the protocol is one
+plaintext × ciphertext multiplication followed by additions (depth 1); after its rescale 120 bits
+of modulus remain, 60 above the scale.
 
-Packing ("row-major tiles, reduction after decryption"): a real matrix X (m×n) is cut into row
-chunks of r = min(m, slots // n) rows; each chunk is flattened row-major and tiled t = slots // (r·n)
+What limits hiding here is precision, measured (OMP_NUM_THREADS=1, this backend, N 16384): a slot
+of magnitude 2^m decrypts with error ≈ 2^(m − scale + 10) (SEAL decodes through double-precision
+FFTs, and the noise of a product grows with the plaintext multiplier). The protocol needs results
+to ≈ 2^-20, so a slot may hold at most 2^(scale − 30): with masks κ bits above a share that is itself
+κ bits above |W_P| ≤ 2^weight_bits, κ = ⌊(scale − 12 − frac_bits − weight_bits)/2⌋ = 12 bits of
+statistical hiding at the defaults (:attr:`kappa`, reported in ``cost.he``). The old default
+(N 8192, scale 2^40) would give 2 bits and is refused.
+
+Known leak, not fixed (no noise flooding is possible here, measured in tests/test_he_attacks.py):
+the key owner can compute its own encryption error ε of [[z]]; the decrypted product slot carries
+ε·w for the active party's plaintext multiplier w (real and imaginary parts). TenSEAL encodes only
+real plaintexts (no complex masks) and exposes no noise flooding, and flooding to 2^κ above ε·w
+would destroy the precision above. An adversary that decodes the slots exactly (not through
+TenSEAL's double-precision decoder) can therefore regress the active party's shares on ε.
+Paillier is exact and re-randomised: use it where that matters.
+
+Packing ("row-major tiles, reduction after decryption"): a matrix X (m×n) is cut into row chunks
+of r = min(m, slots // n) rows; each chunk is flattened row-major and tiled t = slots // (r·n)
 times to fill one ciphertext. A product with a plaintext matrix multiplies the ciphertext slot-wise
 by a plaintext laid out so that tile τ holds the terms of output column (``X @ W``) or output row
-(``W @ X``) number g·t + τ; no rotation is needed. The ciphertext of products is blinded slot by slot
-with fresh random reals that sum to the output's mask over the terms the key owner adds up after
-decryption, so it sees every individual term only masked (at the mask scale) and each output masked
-by one draw of the mask distribution. For the
-benchmark shape (B = 256, d = 16, h = 32; 4096 slots) z is one ciphertext and each of the three
-products is 32 ciphertexts. Limitation: no noise flooding, so (as in FATE) circuit privacy against
-the key owner rests on the masks of the plaintext values, not on the CKKS noise distribution.
+(``W @ X``) number g·t + τ; no rotation is needed. Each slot holds one term, so every term is blinded
+with its own fresh uniform mask κ bits above the term bound: with ``hide`` the output mask is the
+sum of its terms' masks; without, the term masks cancel in each output (the key owner learns the
+exact sum, never a term).
 """
 
 from __future__ import annotations
@@ -30,20 +39,20 @@ from dataclasses import dataclass
 import numpy as np
 import tenseal as ts
 
-from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, Noise, pack_blobs, unpack_blobs
-from securevfl.errors import TrainingDiverged, UserError
+from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, pack_blobs, unpack_blobs
+from securevfl.errors import UserError
 
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
-MAX_ABS = 2.0 ** 9  # per-operand bound, see CKKSBackend._check
-DEFAULTS = {"poly_modulus_degree": 8192, "coeff_mod_bit_sizes": [60, 40, 60], "global_scale_bits": 40}
+DEFAULTS = {"poly_modulus_degree": 16384, "coeff_mod_bit_sizes": [60, 60, 60, 60], "global_scale_bits": 60}
+MIN_KAPPA = 8
 
 
 def validate_params(params: dict) -> dict:
-    unknown = set(params) - set(DEFAULTS) - {"mask_scale"}
+    unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise UserError(f"--he ckks has no parameter {sorted(unknown)[0]!r}; known: {', '.join(sorted(DEFAULTS))}, "
-                        "mask_scale")
+                        "seeded_shares")
     p = {**DEFAULTS, **{k: v for k, v in params.items() if k in DEFAULTS}}
     n, bits, scale = p["poly_modulus_degree"], p["coeff_mod_bit_sizes"], p["global_scale_bits"]
     if isinstance(bits, str):
@@ -60,9 +69,9 @@ def validate_params(params: dict) -> dict:
                         f"{MAX_COEFF_BITS_128[n]} bits that give 128-bit security at poly_modulus_degree {n}")
     if len(bits) < 3 or any(not 20 <= b <= 60 for b in bits):
         raise UserError("--he ckks: coeff_mod_bit_sizes needs ≥ 3 primes of 20..60 bits (one rescaling level)")
-    if not 20 <= scale <= min(bits[1:-1]) or bits[0] - scale < 10:
-        raise UserError(f"--he ckks: global_scale_bits {scale} must be ≤ the middle primes and ≥ 10 bits below "
-                        "the first prime (integer headroom)")
+    if not 20 <= scale <= min(bits[1:-1]) or sum(bits[:-2]) - scale < 40:
+        raise UserError(f"--he ckks: global_scale_bits {scale} must be ≤ the middle primes and ≥ 40 bits below "
+                        "the primes left after one rescale (integer headroom)")
     return {"poly_modulus_degree": n, "coeff_mod_bit_sizes": bits, "global_scale_bits": scale}
 
 
@@ -88,12 +97,25 @@ class CKKSProducts(Encrypted):
     tiles: int
 
 
+def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int) -> int:
+    """Bits of statistical hiding the precision budget leaves (module docstring)."""
+    return (scale_bits - 12 - frac_bits - weight_bits) // 2
+
+
 class CKKSBackend(HEBackend):
     scheme = "ckks"
+    exact = False
 
-    def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None) -> None:
+    def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
+                 frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
         super().__init__(timer)
         self.params = validate_params(params)
+        self.f = frac_bits
+        self.kappa = ckks_kappa(self.params["global_scale_bits"], frac_bits, weight_bits)
+        if self.kappa < MIN_KAPPA:
+            raise UserError(f"--he ckks: global_scale_bits {self.params['global_scale_bits']} leaves {self.kappa} bits "
+                            f"of mask hiding (< {MIN_KAPPA}); use the default 60 with coeff_mod_bit_sizes "
+                            "[60,60,60,60] at poly_modulus_degree 16384")
         if context is None:  # key owner
             with self.timer.time("keygen"):
                 context = ts.context(ts.SCHEME_TYPE.CKKS, self.params["poly_modulus_degree"],
@@ -103,9 +125,9 @@ class CKKSBackend(HEBackend):
         self.slots = self.params["poly_modulus_degree"] // 2
 
     @classmethod
-    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None) -> CKKSBackend:
+    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
         ctx = ts.context_from(blob)
-        return cls(params, ctx, timer)
+        return cls(params, ctx, timer, **kw)
 
     def has_secret(self) -> bool:
         return self.ctx.is_private()
@@ -122,18 +144,11 @@ class CKKSBackend(HEBackend):
         r = min(m, self.slots // n)
         return r, self.slots // (r * n)
 
-    def _check(self, x: np.ndarray, what: str) -> None:
-        # each slot holds one product (reduction happens after decryption): |x|,|w| < 2^9 keeps
-        # |x·w + mask| inside the 2^19 headroom left after the rescale
-        if not np.isfinite(x).all():
-            raise TrainingDiverged(f"training diverged: non-finite {what}; lower the learning rate or the defense "
-                                   "strength")
-        if x.size and np.abs(x).max() >= MAX_ABS:
-            raise TrainingDiverged(f"--he ckks: {what} reaches |{np.abs(x).max():.3g}| ≥ {MAX_ABS:g}, beyond the CKKS "
-                                   "headroom; lower the learning rate or mask_scale, or normalise the bottom output")
+    def _real(self, x: np.ndarray, scale_bits: int) -> np.ndarray:
+        return np.asarray(x, dtype=object).astype(np.float64) / 2.0 ** scale_bits
 
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> CKKSMatrix:
-        self._check(x, "value to encrypt")
+        x = self._real(x, self.f)
         m, n = x.shape
         r, t = self._layout(m, n)
         cts = []
@@ -144,12 +159,16 @@ class CKKSBackend(HEBackend):
                 cts.append(ts.ckks_vector(self.ctx, np.tile(block.ravel(), t).tolist()))
         return CKKSMatrix(cts, (m, n), r, t)
 
-    def _product(self, ex: CKKSMatrix, w: np.ndarray, side: str, noise: Noise) -> tuple[CKKSProducts, np.ndarray]:
+    def _product(self, ex: CKKSMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
+                 rng) -> tuple[CKKSProducts, np.ndarray]:
         m, n = ex.shape
         r, t = ex.rows, ex.tiles
+        w = self._real(w, self.f)
+        add = self._real(addend, 2 * self.f)
         p = w.shape[1] if side == "right" else w.shape[0]
         out_shape = (m, p) if side == "right" else (p, n)
         mask = np.zeros(out_shape)
+        s = 2.0 ** (self.kappa + term_bits - 2 * self.f)  # term masks: κ bits above the term bound
         out = []
         with self.timer.time("matmul"):
             for ci, ct in enumerate(ex.cts):
@@ -160,39 +179,38 @@ class CKKSBackend(HEBackend):
                     ks = list(range(g, min(g + t, p)))
                     mult = np.zeros((t, r, n))
                     terms = np.zeros((t, r, n))
+                    u = rng.uniform((len(ks), valid, n), -s, s)
                     for tau, k in enumerate(ks):
                         if side == "right":  # term (i, j) = X[i, j] W[j, k]; reduce over j
                             mult[tau, :valid] = w[:, k][None, :]
                         else:  # term (i, j) = W[k, i] X[i, j]; reduce over i (and chunks)
                             mult[tau, :valid] = w[k, lo:lo + valid][:, None]
-                    # term masks sum to zero over what the key owner adds up, plus the output mask e
-                    # spread evenly: each term is blinded at the mask scale and so is each output
-                    # (iid term masks would give outputs a √terms larger mask that V, R then accumulate)
-                    u = noise((len(ks), valid, n))
                     if side == "right":
-                        e = noise((len(ks), valid))
-                        u += (e[:, :, None] - u.sum(2, keepdims=True)) / n
-                        mask[lo:lo + valid, g:g + len(ks)] = e.T
-                    else:  # reduced over rows of every chunk: chunk 0 carries the output mask
-                        e = noise((len(ks), n)) if ci == 0 else np.zeros((len(ks), n))
-                        u += (e[:, None, :] - u.sum(1, keepdims=True)) / valid
-                        mask[g:g + len(ks)] += e
+                        if not hide:
+                            u -= u.mean(2, keepdims=True)
+                        u += add[lo:lo + valid, g:g + len(ks)].T[:, :, None] / n
+                        mask[lo:lo + valid, g:g + len(ks)] = u.sum(2).T - add[lo:lo + valid, g:g + len(ks)]
+                    else:
+                        if not hide:
+                            u -= u.mean(1, keepdims=True)
+                        if ci == 0:
+                            u += add[g:g + len(ks)][:, None, :] / valid
+                        mask[g:g + len(ks)] += u.sum(1) - (add[g:g + len(ks)] if ci == 0 else 0)
                     terms[: len(ks), :valid] = u
                     prod = ct * mult.ravel()  # numpy in, in-place mask add: ≈ 0.4 ms less per ciphertext
                     prod.add_(terms.ravel())
                     row_out.append(prod)
                 out.append(row_out)
-        return CKKSProducts(out, out_shape, side, (m, n), r, t), mask
+        mask_int = np.rint(mask * 2.0 ** (2 * self.f)).astype(object) if hide else np.zeros(out_shape, dtype=object)
+        return CKKSProducts(out, out_shape, side, (m, n), r, t), mask_int
 
-    def right(self, ex, w, noise):
-        self._check(w, "plaintext weight")
-        return self._product(ex, np.asarray(w, dtype=np.float64), "right", noise)
+    def right(self, ex, w, addend, term_bits, hide, rng):
+        return self._product(ex, w, "right", addend, term_bits, hide, rng)
 
-    def left(self, w, ex, noise):
-        self._check(w, "plaintext weight")
-        return self._product(ex, np.asarray(w, dtype=np.float64), "left", noise)
+    def left(self, w, ex, addend, term_bits, hide, rng):
+        return self._product(ex, w, "left", addend, term_bits, hide, rng)
 
-    def decrypt(self, e: CKKSProducts) -> np.ndarray:
+    def decrypt_real(self, e: CKKSProducts) -> np.ndarray:
         m, n = e.x_shape
         r, t = e.rows, e.tiles
         y = np.zeros(e.shape)
@@ -210,6 +228,11 @@ class CKKSBackend(HEBackend):
                     else:
                         y[g:g + nk] += v.sum(1)
         return y
+
+    def decrypt(self, e: CKKSProducts) -> np.ndarray:
+        """Integers at 2^(2f), still carrying the CKKS noise; the protocol rounds what crosses back."""
+        return np.array([int(v) for v in np.rint(self.decrypt_real(e) * 2.0 ** (2 * self.f)).ravel()] + [0],
+                        dtype=object)[:-1].reshape(e.shape)
 
     # ------------------------------------------------------------------ wire format
     def dumps(self, e: Encrypted) -> bytes:
@@ -237,6 +260,7 @@ class CKKSBackend(HEBackend):
                                 head["tiles"])
 
     def describe(self) -> dict:
-        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "max_abs_operand": MAX_ABS,
+        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "mask_bits": self.kappa,
+                "exact": False, "noise_flooding": False,
                 "packing": "row-major tiles, one ciphertext per row chunk; reduction after decryption"}
 

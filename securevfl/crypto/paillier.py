@@ -1,14 +1,13 @@
 """Paillier backends (``phe`` keys and decryption, ``gmpy2`` arithmetic).
 
-Packed (default). Real values are fixed-point integers q = round(x · 2^f) (``frac_bits`` f = 20, so
-each operand carries an absolute rounding error ≤ 2^-21) with |x| < 2^``int_bits`` (16) checked
-before encryption. Several values share one plaintext in slots of
-w = 2(f + int_bits) + ``max_terms_bits`` + 2 bits: room for a product of two operands summed over up to
-2^``max_terms_bits`` terms, the additive mask and a sign offset (w = 86, 35 slots per 3072-bit
-plaintext). Paillier multiplies a whole plaintext by one scalar, so a matrix is packed along the
-axis the product keeps: columns of X for ``X @ W``, rows for ``W @ X``. Negative slot values simply
-borrow from the next slot; the integer identity Σ_s v_s 2^{ws} is linear, and the active party adds
-2^{w-1} to every slot with its mask so every slot of the decrypted result is non-negative.
+Packed (default). The protocol hands over fixed-point *integers* (:mod:`securevfl.crypto.protocol`);
+Paillier computes on them exactly, so nothing is rounded and decryption carries no noise. Several
+values share one plaintext in slots of ``slot_bits`` w (set by the protocol from its public bounds:
+room for the largest masked result, its ``mask_bits`` κ ≥ 40 of statistical hiding and a sign
+offset). Paillier multiplies a whole plaintext by one scalar, so a matrix is packed along the axis
+the product keeps: columns of X for ``X @ W``, rows for ``W @ X``. The packing is linear over the
+integers (Σ_s v_s 2^{ws}), so inputs of any sign and size combine exactly; only a *result* must lie
+in its slot, which the active party ensures by adding 2^{w-1} to every slot with its addend.
 
 Encryption uses the Damgård–Jurik–Nielsen short-exponent obfuscator: the public key carries
 h = r0^n mod n² and each encryption multiplies by h^α for a fresh 256-bit α, computed from a
@@ -35,32 +34,31 @@ import gmpy2
 import numpy as np
 from phe import paillier
 
-from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, Noise, pack_blobs, unpack_blobs
-from securevfl.errors import TrainingDiverged, UserError
+from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, pack_blobs, unpack_blobs
+from securevfl.errors import UserError
 
-DEFAULTS = {"key_bits": 3072, "frac_bits": 20, "int_bits": 16, "max_terms_bits": 12, "packing": True}
+DEFAULTS = {"key_bits": 3072, "packing": True, "mask_bits": 40}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
 ALPHA_BITS = 256
 
 
 def validate_params(params: dict) -> dict:
-    unknown = set(params) - set(DEFAULTS) - {"mask_scale"}
+    unknown = set(params) - set(DEFAULTS)
     if unknown:
         raise UserError(f"--he paillier has no parameter {sorted(unknown)[0]!r}; known: "
-                        f"{', '.join(sorted(DEFAULTS))}, mask_scale")
-    p = {**DEFAULTS, **{k: v for k, v in params.items() if k in DEFAULTS}}
+                        f"{', '.join(sorted(DEFAULTS))}, seeded_shares")
+    p = {**DEFAULTS, **params}
     try:
-        for k in ("key_bits", "frac_bits", "int_bits", "max_terms_bits"):
-            p[k] = int(p[k])
+        p["key_bits"], p["mask_bits"] = int(p["key_bits"]), int(p["mask_bits"])
     except (TypeError, ValueError):
-        raise UserError("--he paillier: key_bits, frac_bits, int_bits, max_terms_bits must be integers") from None
+        raise UserError("--he paillier: key_bits and mask_bits must be integers") from None
     if isinstance(p["packing"], str):
         p["packing"] = p["packing"].lower() in ("1", "true", "yes", "on")
     if p["key_bits"] < 2048:
         raise UserError(f"--he paillier: key_bits {p['key_bits']} is insecure; use ≥ 2048 (112-bit) or the "
                         "default 3072 (128-bit)")
-    if not 8 <= p["frac_bits"] <= 40 or not 4 <= p["int_bits"] <= 40:
-        raise UserError("--he paillier: frac_bits must be in 8..40 and int_bits in 4..40")
+    if not 40 <= p["mask_bits"] <= 128:
+        raise UserError(f"--he paillier: mask_bits must be in 40..128 (statistical hiding), got {p['mask_bits']}")
     return p
 
 
@@ -111,9 +109,13 @@ class PackedResult(Encrypted):
 class PaillierBackend(HEBackend):
     scheme = "paillier"
 
-    def __init__(self, params: dict, public: tuple[int, int] | None = None, timer: HETimer | None = None) -> None:
+    exact = True
+
+    def __init__(self, params: dict, public: tuple[int, int] | None = None, timer: HETimer | None = None,
+                 slot_bits: int = 160, **_) -> None:
         super().__init__(timer)
         self.params = validate_params(params)
+        self.kappa = self.params["mask_bits"]
         self.private_key = None
         if public is None:  # key owner
             with self.timer.time("keygen"):
@@ -126,20 +128,18 @@ class PaillierBackend(HEBackend):
             n, h = public
             pk = paillier.PaillierPublicKey(n)
         self.public_key, self.n, self.nn, self.h = pk, gmpy2.mpz(n), gmpy2.mpz(n) * n, h
-        f, ib = self.params["frac_bits"], self.params["int_bits"]
-        self.f, self.ib = f, ib
-        self.w = 2 * (f + ib) + self.params["max_terms_bits"] + 2
+        self.w = slot_bits
         self.slots = (int(self.n).bit_length() - 2) // self.w
         if self.slots < 1:
-            raise UserError("--he paillier: the key is too short for one slot; raise key_bits or lower frac_bits")
+            raise UserError("--he paillier: the key is too short for one slot; raise key_bits")
         with self.timer.time("precompute"):
             self.obf = _Obfuscators(h, int(self.nn))
         self.nbytes = (int(self.nn).bit_length() + 7) // 8
 
     @classmethod
-    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None) -> PaillierBackend:
+    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> PaillierBackend:
         head, _ = unpack_blobs(blob)
-        return cls(params, (int(head["n"], 16), int(head["h"], 16)), timer)
+        return cls(params, (int(head["n"], 16), int(head["h"], 16)), timer, **kw)
 
     def has_secret(self) -> bool:
         return self.private_key is not None
@@ -148,14 +148,6 @@ class PaillierBackend(HEBackend):
         return pack_blobs({"n": format(int(self.n), "x"), "h": format(self.h, "x")}, [])
 
     # ------------------------------------------------------------------ encoding
-    def _quantise(self, x: np.ndarray, what: str) -> np.ndarray:
-        if not np.isfinite(x).all():
-            raise TrainingDiverged(f"training diverged: non-finite {what}; lower the learning rate or the defense "
-                                   "strength")
-        if x.size and np.abs(x).max() >= 2.0 ** self.ib:
-            raise UserError(f"--he paillier: {what} reaches |{np.abs(x).max():.3g}| ≥ 2^{self.ib}; raise int_bits")
-        return np.rint(x * 2.0 ** self.f).astype(np.int64)
-
     def _pack(self, values) -> int:
         acc = 0
         for s, v in enumerate(values):
@@ -167,8 +159,7 @@ class PaillierBackend(HEBackend):
 
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> PackedMatrix:
         with self.timer.time("encrypt"):
-            q = self._quantise(np.asarray(x, dtype=np.float64), "a value to encrypt")
-            S = self.slots
+            q, S = np.asarray(x, dtype=object), self.slots
             cols = rows = None
             if "right" in ops:
                 cols = [[self._enc_int(self._pack(q[c:c + S, j])) for c in range(0, q.shape[0], S)]
@@ -178,11 +169,12 @@ class PaillierBackend(HEBackend):
                         for i in range(q.shape[0])]
         return PackedMatrix(q.shape, cols, rows)
 
-    def _combine(self, cts: list, coeffs: np.ndarray, mask_slots: np.ndarray) -> gmpy2.mpz:
-        """Π ct_i^{coeff_i} · Enc(mask + offset), re-randomised."""
+    def _combine(self, cts: list, coeffs, addend_slots) -> gmpy2.mpz:
+        """Π ct_i^{coeff_i} · Enc(addend + offset), re-randomised with a fresh obfuscator."""
         nn = self.nn
         pos, neg = gmpy2.mpz(1), gmpy2.mpz(1)
-        for ct, k in zip(cts, coeffs.tolist(), strict=True):
+        for ct, k in zip(cts, coeffs, strict=True):
+            k = int(k)
             if k > 0:
                 pos = pos * gmpy2.powmod(ct, k, nn) % nn
             elif k < 0:
@@ -190,46 +182,40 @@ class PaillierBackend(HEBackend):
         if neg != 1:
             pos = pos * gmpy2.invert(neg, nn) % nn
         off = 1 << (self.w - 1)
-        m = self._pack(int(v) + off for v in mask_slots)
+        m = self._pack(int(v) + off for v in addend_slots) % self.n
         return pos * ((1 + m * self.n) % nn) % nn * self.obf.draw() % nn
 
-    def _mask(self, noise: Noise, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        e = noise(shape)
-        if e.size and np.abs(e).max() >= 2.0 ** (2 * self.ib):
-            raise UserError("--he paillier: mask_scale too large for the slot width; raise int_bits")
-        eq = np.rint(e * 2.0 ** (2 * self.f)).astype(object)
-        return eq, eq.astype(np.float64) / 2.0 ** (2 * self.f)
+    def _mask(self, shape: tuple[int, int], addend: np.ndarray, term_bits: int, terms: int, hide: bool,
+              rng) -> tuple[np.ndarray, np.ndarray]:
+        out_bits = term_bits + bits_of(terms) + 1
+        mask = rng.ints(shape, self.kappa + out_bits + 1) if hide else np.zeros(shape, dtype=object)
+        total = np.asarray(addend, dtype=object) + mask
+        if max(abs(int(v)) for v in total.ravel()) + (1 << out_bits) >= 1 << (self.w - 1):
+            raise UserError(f"--he paillier: a product sums {terms} terms, more than its slots were sized for "
+                            "(batch size, cut width and head width must stay ≤ 4096)")
+        return total, mask
 
-    def _check_terms(self, terms: int) -> None:
-        if terms > 2 ** self.params["max_terms_bits"]:
-            raise UserError(f"--he paillier: a product sums {terms} terms, above 2^max_terms_bits; raise "
-                            "max_terms_bits")
-
-    def right(self, ex: PackedMatrix, w: np.ndarray, noise: Noise) -> tuple[PackedResult, np.ndarray]:
+    def right(self, ex, w, addend, term_bits, hide, rng):
         m, n = ex.shape
-        self._check_terms(n)
-        wq = self._quantise(np.asarray(w, dtype=np.float64), "a plaintext weight")
-        S, p = self.slots, wq.shape[1]
-        eq, e = self._mask(noise, (m, p))
+        S, p, w = self.slots, w.shape[1], np.asarray(w, dtype=object)
+        add, mask = self._mask((m, p), addend, term_bits, n, hide, rng)
         with self.timer.time("matmul"):
-            cts = [[self._combine([ex.cols[j][ci] for j in range(n)], wq[:, k], eq[c:c + S, k])
+            cts = [[self._combine([ex.cols[j][ci] for j in range(n)], w[:, k], add[c:c + S, k])
                     for ci, c in enumerate(range(0, m, S))] for k in range(p)]
-        return PackedResult((m, p), "right", cts), e
+        return PackedResult((m, p), "right", cts), mask
 
-    def left(self, w: np.ndarray, ex: PackedMatrix, noise: Noise) -> tuple[PackedResult, np.ndarray]:
+    def left(self, w, ex, addend, term_bits, hide, rng):
         m, n = ex.shape
-        self._check_terms(m)
-        wq = self._quantise(np.asarray(w, dtype=np.float64), "a plaintext weight")
-        S, p = self.slots, wq.shape[0]
-        eq, e = self._mask(noise, (p, n))
+        S, p, w = self.slots, w.shape[0], np.asarray(w, dtype=object)
+        add, mask = self._mask((p, n), addend, term_bits, m, hide, rng)
         with self.timer.time("matmul"):
-            cts = [[self._combine([ex.rows[i][ci] for i in range(m)], wq[k, :], eq[k, c:c + S])
+            cts = [[self._combine([ex.rows[i][ci] for i in range(m)], w[k, :], add[k, c:c + S])
                     for ci, c in enumerate(range(0, n, S))] for k in range(p)]
-        return PackedResult((p, n), "left", cts), e
+        return PackedResult((p, n), "left", cts), mask
 
     def decrypt(self, e: PackedResult) -> np.ndarray:
-        y = np.zeros(e.shape)
-        S, w, off, scale = self.slots, self.w, 1 << (self.w - 1), 2.0 ** (2 * self.f)
+        y = np.zeros(e.shape, dtype=object)
+        S, w, off = self.slots, self.w, 1 << (self.w - 1)
         full = (1 << w) - 1
         with self.timer.time("decrypt"):
             for k, row in enumerate(e.cts):
@@ -237,7 +223,7 @@ class PaillierBackend(HEBackend):
                     raw = self.private_key.raw_decrypt(int(ct))
                     lo = ci * S
                     cnt = min(S, (e.shape[0] if e.side == "right" else e.shape[1]) - lo)
-                    vals = [(((raw >> (w * s)) & full) - off) / scale for s in range(cnt)]
+                    vals = [((raw >> (w * s)) & full) - off for s in range(cnt)]
                     if e.side == "right":
                         y[lo:lo + cnt, k] = vals
                     else:
@@ -277,7 +263,7 @@ class PaillierBackend(HEBackend):
 
     def describe(self) -> dict:
         return {"key_bits": self.params["key_bits"], "security_bits": security_bits(self.params["key_bits"]),
-                "frac_bits": self.f, "int_bits": self.ib, "slot_bits": self.w, "slots": self.slots,
+                "mask_bits": self.kappa, "slot_bits": self.w, "slots": self.slots, "exact": True,
                 "packing": "fixed-point slots per plaintext (columns for X@W, rows for W@X)",
                 "obfuscators": f"DJN h^alpha, {ALPHA_BITS}-bit alpha, 4-bit fixed-base comb, fresh per ciphertext"}
 
@@ -293,9 +279,12 @@ class NaivePaillierBackend(HEBackend):
 
     scheme = "paillier"
 
-    def __init__(self, params: dict, public: int | None = None, timer: HETimer | None = None) -> None:
+    exact = True
+
+    def __init__(self, params: dict, public: int | None = None, timer: HETimer | None = None, **_) -> None:
         super().__init__(timer)
         self.params = validate_params(params)
+        self.kappa = self.params["mask_bits"]
         self.private_key = None
         if public is None:
             with self.timer.time("keygen"):
@@ -306,7 +295,7 @@ class NaivePaillierBackend(HEBackend):
         self.nbytes = (self.public_key.nsquare.bit_length() + 7) // 8
 
     @classmethod
-    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None) -> NaivePaillierBackend:
+    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> NaivePaillierBackend:
         head, _ = unpack_blobs(blob)
         return cls(params, int(head["n"], 16), timer)
 
@@ -318,24 +307,30 @@ class NaivePaillierBackend(HEBackend):
 
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> NaiveMatrix:
         with self.timer.time("encrypt"):
-            enc = np.array([self.public_key.encrypt(float(v)) for v in np.asarray(x).ravel()], dtype=object)
+            enc = np.array([self.public_key.encrypt(int(v)) for v in np.asarray(x, dtype=object).ravel()], dtype=object)
         return NaiveMatrix(x.shape, enc.reshape(x.shape))
 
-    def right(self, ex, w, noise):
-        e = noise((ex.shape[0], w.shape[1]))
-        with self.timer.time("matmul"):
-            y = np.dot(ex.values, np.asarray(w, dtype=np.float64).astype(object)) + e.astype(object)
-        return NaiveMatrix(y.shape, y), e
+    def _add(self, y: np.ndarray, addend, term_bits: int, terms: int, hide: bool, rng) -> tuple[np.ndarray, np.ndarray]:
+        mask = (rng.ints(y.shape, self.kappa + term_bits + bits_of(terms) + 2) if hide
+                else np.zeros(y.shape, dtype=object))
+        return y + (np.asarray(addend, dtype=object) + mask), mask
 
-    def left(self, w, ex, noise):
-        e = noise((w.shape[0], ex.shape[1]))
+    def right(self, ex, w, addend, term_bits, hide, rng):
         with self.timer.time("matmul"):
-            y = np.dot(np.asarray(w, dtype=np.float64).astype(object), ex.values) + e.astype(object)
-        return NaiveMatrix(y.shape, y), e
+            y, mask = self._add(np.dot(ex.values, np.asarray(w, dtype=object)), addend, term_bits, ex.shape[1], hide,
+                                rng)
+        return NaiveMatrix(y.shape, y), mask
+
+    def left(self, w, ex, addend, term_bits, hide, rng):
+        with self.timer.time("matmul"):
+            y, mask = self._add(np.dot(np.asarray(w, dtype=object), ex.values), addend, term_bits, ex.shape[0], hide,
+                                rng)
+        return NaiveMatrix(y.shape, y), mask
 
     def decrypt(self, e: NaiveMatrix) -> np.ndarray:
         with self.timer.time("decrypt"):
-            return np.array([self.private_key.decrypt(v) for v in e.values.ravel()]).reshape(e.shape)
+            vals = [int(self.private_key.decrypt(v)) for v in e.values.ravel()]
+            return np.array(vals + [0], dtype=object)[:-1].reshape(e.shape)
 
     def dumps(self, e: NaiveMatrix) -> bytes:
         with self.timer.time("serialize"):  # ciphertext(be_secure=True): phe re-randomises results here
@@ -352,4 +347,5 @@ class NaivePaillierBackend(HEBackend):
 
     def describe(self) -> dict:
         return {"key_bits": self.params["key_bits"], "security_bits": security_bits(self.params["key_bits"]),
+                "mask_bits": self.kappa, "exact": True,
                 "packing": "none (one phe.EncryptedNumber per value, standard encrypt)"}

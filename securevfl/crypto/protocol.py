@@ -1,82 +1,102 @@
-"""The HE-protected interactive layer of SPEC §5, scheme-agnostic (CKKS and Paillier share it).
+"""The HE-protected interactive layer of SPEC §5 / §5.1, scheme-agnostic (CKKS and Paillier share it).
 
-For a passive party P with bottom output z (B×d) the interactive weights W_P (d×h) — the columns of
-the head's first linear layer that multiply z — are additively shared: the active party A holds V,
-P holds R, W_P = V + R. P owns the key pair; only the public context/key crosses the channel.
+The layer is :mod:`securevfl.interactive` (t = tanh(z), a_P = t W_P, clip of g, momentum SGD on W_P)
+computed on additive shares: the active party A holds V, the passive party P holds R, W_P = V + R,
+and the velocity likewise (b = b_A + b_P). P owns the key pair; only the public context/key crosses.
+Everything is fixed point: t, g, W at 2^f (``frac_bits`` f = 20), products and velocities at 2^2f,
+as Python integers — Paillier computes on them exactly, CKKS approximately.
 
-Forward (training step t):
-  P → A  [[z]], [[Rᵀ]]              (Rᵀ re-encrypted fresh each step, see below)
-  A → P  [[zV + E]]                  (E: A's random mask)
-  P → A  zV + E + zR                 (P decrypts and adds its own share's term)
-  A: a_P = (that) − E = z W_P; A's head computes own·W_ownᵀ + b + Σ_P a_P, then the rest of the head.
-Backward, with g = ∂L/∂a_P (B×h) after A's defense hooks:
-  A → P  [[Gᵀ + Mᵀ]]  = gᵀ[[z]] + Mᵀ  (G = zᵀg, the gradient of W_P; M: A's mask)
-  A → P  [[gRᵀ + N]]  = g[[Rᵀ]] + N,  and gVᵀ − N in plaintext
-  P: ∂L/∂z = (gVᵀ − N) + (gRᵀ + N) = g W_Pᵀ, exactly the plaintext gradient.
-  Weight update by momentum SGD, split: P: b_P ← μ b_P + (G + M) + λR, R ← R − η b_P;
-  A: b_A ← μ b_A − M + λV, V ← V − η b_A. The sums are torch's SGD on W_P (same lr η, momentum μ,
-  weight decay λ as the party optimizers), so W_P moves by −η·(velocity of G) and neither party
-  ever holds G. With ``--optimizer adam`` the head's other weights use Adam but W_P is updated by
-  this momentum SGD (μ = 0.9) at the configured lr: Adam's per-coordinate G² cannot be split into
-  additive shares. Only ``sgd`` runs match HE-off step for step.
+Public bounds size every mask (so the hiding is a number, κ = the backend's ``kappa``: Paillier's
+``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_P| ≤
+2^``weight_bits`` (an assumption: trained first-layer weights stay far below 16; if they exceed it the
+hiding of W_P from P shrinks by the excess bits), sums over ≤ 2^``max_terms_bits`` terms (B, d, h).
+Every mask and share comes fresh from a CSPRNG (:class:`securevfl.interactive.Drbg`).
 
-Deviation from SPEC §5's "[[R]] sent once, then updated homomorphically": with momentum and weight
-decay, A would multiply [[velocity]] by μ and λ every step — one CKKS level (or a growing Paillier
-fixed-point exponent) per step, i.e. unbounded depth. P re-encrypts Rᵀ (d·h values, one CKKS
-ciphertext) with each forward instead, which keeps every product at depth 1.
+Set-up (first use): W_P(0) = X·Y, X (d×d) P's secret, Y (d×h) A's (interactive.py).
+  P → A  [[X]];  A → P  [[X·Y − U·2^f]] (U uniform, κ bits above |W|: A's share V = U)
+  P: R = round((X·Y)/2^f) − U. Neither party learns W_P(0).
+Forward:
+  P → A  [[t]]
+  A → P  [[t V + E]]          E: fresh uniform, κ bits above |tV|
+  P → A  t V + E + t R        (rounded to the 2^-f grid under CKKS, so raw noise does not travel)
+  A: a_P = (that) − E = t W_P.   In training P also sends [[Rᵀ]] (fresh encryption).
+Backward, g = clip(hooks(∂L/∂a_P)), re-sharing every step so no mask accumulates in a share:
+  A → P  [[Gᵀ + Mᵀ]], G = tᵀg, M = μ b_A + λ V − U_b   (U_b fresh, κ bits above the velocity bound)
+  P: b_P ← (G + M) + μ b_P + λ R  = b' − U_b,  A: b_A ← U_b     (b' = μ b + G + λ W: torch's SGD)
+  A → P  F = V − η U_b − U'   (U' fresh, κ bits above |W|): P: R ← R − η b_P + F,  A: V ← U'
+         so W' = V' + R' = W − η b' and P's new share is W' − U' (masked by a fresh draw)
+  A → P  [[g Rᵀ + g Vᵀ]] = [[g W_Pᵀ]]: P decrypts ∂L/∂t exactly as with HE off, and ∂L/∂z = ∂L/∂t ⊙ (1−t²).
+What each party sees: A — [[·]] under P's key, t W_P (= a_P, by design: with W_P unknown to A; its
+consequence is measured by the feature-reconstruction attacks of SPEC §6.2), its own draws. P —
+values each masked by a fresh uniform κ bits above the secret (tV + E, G + M, its shares R and b_P,
+F) and ∂L/∂t = g W_Pᵀ, which it receives with HE off too. HE does not protect labels from P: that
+is what the defenses are for; the defense point is g in both modes (interactive.py).
 
-Shares at the start: V = the head's initial passive-column slice (transposed), R = 0, so W_P(0) is
-exactly the HE-off initialisation. The active party knows W_P(0) — it is data-independent (a
-seeded random init, or zero for VFLHLP) — and after the first update W_P is hidden from A because
-G never appears in plaintext; R and V drift apart as A's masks M accumulate.
-
-Masks E, M, N are fresh uniform reals in [−s, s] (``mask_scale`` s, default 1) from A's generator
-(OS entropy): statistical blinding of real values, as in FATE's Hetero-NN — not information-
-theoretic. Typical blinded quantities (G = zᵀg with g = ∂(mean loss)/∂a_P, entries ~1e-2) are
-one to two orders below s. A larger s hides better but V and R random-walk faster (momentum
-amplifies each step's ηM about 1/(1−μ) = 10×) and must stay inside the scheme's range (CKKS
-operands < 2^9, Paillier < 2^int_bits, both checked). Shares are float64.
-
-Defenses (SPEC §4 "act on the gradient P receives"): the active party's gradient hooks run on
-g = ∂L/∂a_P before the backward protocol, so everything P receives (G + M, both halves of ∂L/∂z)
-is a function of the defended g̃ and A's label-independent randomness — a DP guarantee on g̃ carries
-over by post-processing. Consequence: under HE, W_P is also trained with g̃ (under HE-off only the
-passive bottom sees the noise). A passive party's activation hooks run on z before encryption.
-
-Invariants (tests/test_he.py): A never holds z, R or W_P in plaintext; P never holds labels, g, G;
-the context/public key that leaves P has no secret key; same seed ⇒ HE-on matches HE-off.
+Paillier results are re-randomised (fresh obfuscator) and exact. CKKS results carry the key owner's
+encryption error times A's plaintext (ckks.py: a known, documented leak; no flooding in TenSEAL).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
-from securevfl.crypto.backend import HEBackend, HETimer
+from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
-from securevfl.errors import UserError
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
-
-OptimParams = Callable[[], tuple[float, float, float]]
-"""(lr, momentum, weight decay) of the owning party's optimizer, read at update time."""
+from securevfl.interactive import GRAD_BOUND, Drbg, HParams, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
 
 
-def optim_params(party) -> OptimParams:
-    """The party's current optimizer settings; Adam has no momentum, so 0.9 (the codebase's SGD μ)."""
-    def read() -> tuple[float, float, float]:
-        g = party.optimizer.param_groups[0]
-        mu = float(g["momentum"]) if "momentum" in g else 0.9
-        return float(g["lr"]), mu, float(g.get("weight_decay", 0.0))
-    return read
+@dataclass(frozen=True)
+class Bounds:
+    """Public bit bounds (integers at 2^f or 2^2f) that size masks and Paillier slots."""
+
+    kappa: int
+    f: int = 20
+    weight_bits: int = 4
+    grad_bits: int = 0  # GRAD_BOUND = 1
+    terms_bits: int = 12
+
+    @property
+    def share(self) -> int:  # V, R, U: uniform, κ above |W| at 2^f
+        return self.kappa + self.weight_bits + self.f
+
+    @property
+    def velocity(self) -> int:  # |b| ≤ (B·C + λ|W|)/(1 − μ) at 2^2f (μ 0.9: × 10 < 16, λ ≤ 1)
+        return 2 * self.f + max(self.grad_bits + self.terms_bits, self.weight_bits) + 5
+
+    @property
+    def slot_bits(self) -> int:  # the largest masked result: t V + E (E κ above t V) or G + M
+        fwd = self.kappa + self.f + self.share + self.terms_bits + 2
+        bwd = self.kappa + self.velocity + 3
+        return max(fwd, bwd) + 4
+
+
+def mul_real(q: np.ndarray, c: float, f: int, shift: int = 0) -> np.ndarray:
+    """round(q · c / 2^shift) for integers q (object array) and a real c quantised to 2^-f."""
+    cq, k = int(round(c * 2 ** f)), f + shift
+    if k <= 0:
+        return np.asarray(q, dtype=object) * (cq << -k)
+    return (np.asarray(q, dtype=object) * cq + (1 << (k - 1))) >> k
+
+
+def fixed(x: np.ndarray, f: int) -> np.ndarray:
+    return np.rint(np.asarray(x, dtype=np.float64) * 2.0 ** f).astype(np.int64).astype(object)
+
+
+def real(q: np.ndarray, bits: int) -> np.ndarray:
+    return np.asarray(q, dtype=object).astype(np.float64) / 2.0 ** bits
 
 
 class HEPassiveEnd(PassiveEnd):
-    """P's end: owns the key pair and the share R (d×h) with its velocity share."""
+    """P's end: owns the key pair, the factor X and the shares R (d×h, 2^f) and b_P (2^2f)."""
+
+    seed: int = 0
+    hparams: HParams | None = None
 
     def __init__(self, endpoint: Endpoint, active: str, hooks: list[TensorHook], layer: HECutLayer) -> None:
         super().__init__(endpoint, active, hooks)
@@ -85,42 +105,52 @@ class HEPassiveEnd(PassiveEnd):
         self.context_sent = False
         self.R: np.ndarray | None = None
         self.b: np.ndarray | None = None
-        self._z: np.ndarray | None = None
+        self._t: np.ndarray | None = None  # t at 2^f (integers)
         self._training = False
-        self.optim: OptimParams | None = None
 
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
-        ep, a = self.endpoint, self.active
+        ep, a, be, f = self.endpoint, self.active, self.backend, self.layer.bounds.f
         if not self.context_sent:
             ep.send(a, MessageKind.HE_CONTEXT, self.backend.public_bytes())
             self.context_sent = True
-        zt = apply_hooks(self.hooks, z.detach(), ctx).double().numpy()
-        if self.R is None:
-            self.R = np.zeros((zt.shape[1], self.layer.h))
-            self.b = np.zeros_like(self.R)
-        self._z, self._training = zt, ctx.training
-        be = self.backend
-        ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(zt, frozenset({"right", "left"}))))
-        if ctx.training:
-            ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(self.R.T, frozenset({"left"}))))
+        t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx)).double().numpy()
+        if self.R is None:  # set-up: [[X]] for W_P(0) = X·Y
+            rng = Drbg.derived(self.seed, f"{ep.party}/X") if self.layer.seeded_shares else Drbg()
+            x = fixed(draw_x(rng, t.shape[1]), f)
+            ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(x, frozenset({"right"}))))
+        self._t, self._training = fixed(t, f), ctx.training
+        ep.send(a, MessageKind.HE_CIPHERTEXT, be.dumps(be.encrypt(self._t, frozenset({"right", "left"}))))
+
+    def _recv_dec(self) -> np.ndarray:
+        return self.backend.decrypt(self.backend.loads(self.endpoint.recv(self.active, MessageKind.HE_CIPHERTEXT)))
 
     def return_masked_forward(self) -> None:
-        """Decrypt [[zV + E]], add zR, send the still-masked sum."""
-        masked = self.backend.decrypt(self.backend.loads(self.endpoint.recv(self.active, MessageKind.HE_CIPHERTEXT)))
-        self.endpoint.send_tensor(self.active, MessageKind.HE_MASKED, torch.from_numpy(masked + self._z @ self.R))
-        if not self._training:
-            self._z = None
+        """(Set-up: take R(0).) Decrypt [[tV + E]], add tR, send the still-masked sum; in training, [[Rᵀ]]."""
+        f, be = self.layer.bounds.f, self.backend
+        if self.R is None:
+            self.R = (self._recv_dec() + (1 << (f - 1))) >> f
+            self.b = np.zeros(self.R.shape, dtype=object)
+        y = self._recv_dec() + self._t @ self.R
+        if not be.exact:  # round to the 2^-f grid: the CKKS noise (≈ 2^-22) of y does not travel to A
+            y = ((y + (1 << (f - 1))) >> f) << f
+        self.endpoint.send(self.active, MessageKind.HE_MASKED, dump_ints(y))
+        if self._training:
+            enc_rt = be.encrypt(self.R.T, frozenset({"left"}))
+            self.endpoint.send(self.active, MessageKind.HE_CIPHERTEXT, be.dumps(enc_rt))
+        else:
+            self._t = None
 
     def finish_backward(self) -> torch.Tensor:
-        ep, a, be = self.endpoint, self.active, self.backend
-        g_masked = be.decrypt(be.loads(ep.recv(a, MessageKind.HE_CIPHERTEXT))).T  # G + M (d×h)
-        gr = be.decrypt(be.loads(ep.recv(a, MessageKind.HE_CIPHERTEXT)))  # gRᵀ + N
-        gv = ep.recv_tensor(a, MessageKind.HE_MASKED).numpy()  # gVᵀ − N
-        lr, mu, wd = self.optim()
-        self.b = mu * self.b + g_masked + wd * self.R
-        self.R = self.R - lr * self.b
-        self._z = None
-        return torch.from_numpy(gv + gr).float()
+        f = self.layer.bounds.f
+        d = self._recv_dec().T  # G + M (d×h)
+        masked_f = load_ints(self.endpoint.recv(self.active, MessageKind.HE_MASKED))  # F = V − η U_b − U'
+        grad_t = real(self._recv_dec(), 2 * f)  # g W_Pᵀ
+        lr, mu, wd = self.hparams()
+        self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
+        self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
+        out = tanh_backward(real(self._t, f), torch.from_numpy(grad_t))
+        self._t = None
+        return out.float()
 
     # party state (snapshot/restore, fresh optimizer)
     def state_dict(self) -> dict:
@@ -131,11 +161,15 @@ class HEPassiveEnd(PassiveEnd):
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
-            self.b = np.zeros_like(self.b)
+            self.b = np.zeros(self.b.shape, dtype=object)
 
 
 class HEActiveEnd(ActiveEnd):
-    """A's end: holds V (d×h) with its velocity share, the public context and this step's masks."""
+    """A's end: the public context, the factor Y, the shares V (2^f) and b_A (2^2f), this step's masks."""
+
+    seed: int = 0
+    hparams: HParams | None = None
+    head_shape = None
 
     def __init__(self, endpoint: Endpoint, passive: str, hooks: list[TensorHook], layer: HECutLayer) -> None:
         super().__init__(endpoint, passive, hooks)
@@ -143,49 +177,53 @@ class HEActiveEnd(ActiveEnd):
         self.backend: HEBackend | None = None
         self.V: np.ndarray | None = None
         self.b: np.ndarray | None = None
-        self.initial_weight: Callable[[], torch.Tensor] | None = None  # the head's W_P slice (h×d) at first use
-        self.optim: OptimParams | None = None
-        self.rng = np.random.default_rng()  # A's masks: OS entropy, never derived from the run seed
-        self._enc_z = self._enc_rt = self._E = None
-
-    def noise(self, shape: tuple[int, ...]) -> np.ndarray:
-        s = self.layer.mask_scale
-        return self.rng.uniform(-s, s, size=shape)
+        self.rng = Drbg()  # masks and share refreshes: OS entropy, never the run seed
+        self._enc_t = self._enc_rt = self._E = None
 
     def send_masked_forward(self) -> None:
-        ep, p = self.endpoint, self.passive
+        ep, p, bd = self.endpoint, self.passive, self.layer.bounds
         if self.backend is None:
             self.backend = self.layer.make_backend(ep.recv(p, MessageKind.HE_CONTEXT))
             if self.backend.has_secret():
                 raise RuntimeError("the received HE context carries a secret key")
-        self._enc_z = self.backend.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
-        if self.V is None:
-            self.V = self.initial_weight().detach().double().numpy().T.copy()
-            self.b = np.zeros_like(self.V)
-        res, self._E = self.backend.right(self._enc_z, self.V, self.noise)
-        ep.send(p, MessageKind.HE_CIPHERTEXT, self.backend.dumps(res))
+        be, f = self.backend, bd.f
+        if self.V is None:  # set-up: [[X·Y − U·2^f]]
+            enc_x = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
+            h, fan_in = self.head_shape()
+            y_rng = Drbg.derived(self.seed, f"{p}/Y") if self.layer.seeded_shares else Drbg()
+            self.Y = y = fixed(draw_y(y_rng, enc_x.shape[1], h, fan_in), f)  # A's secret factor
+            self.V = self.rng.ints(y.shape, bd.share)
+            res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
+            ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
+            self.b = np.zeros(self.V.shape, dtype=object)
+        self._enc_t = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
+        zero = np.zeros((self._enc_t.shape[0], self.V.shape[1]), dtype=object)
+        res, self._E = be.right(self._enc_t, self.V, zero, f + bd.share, True, self.rng)
+        ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
 
-    def receive_rt(self) -> None:
-        self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
-
-    def finish_forward(self) -> torch.Tensor:
-        y = self.endpoint.recv_tensor(self.passive, MessageKind.HE_MASKED).numpy()
-        out = torch.from_numpy(y - self._E).float()
+    def finish_forward(self, training: bool) -> torch.Tensor:
+        y = load_ints(self.endpoint.recv(self.passive, MessageKind.HE_MASKED))
+        if training:
+            self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
+        out = torch.from_numpy(real(y - self._E, 2 * self.layer.bounds.f)).float()
         self._E = None
         return out
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
-        ep, p, be = self.endpoint, self.passive, self.backend
-        g = apply_hooks(self.hooks, grad, ctx).double().numpy()
-        gm, M_t = be.left(g.T, self._enc_z, self.noise)  # [[Gᵀ + Mᵀ]]
+        ep, p, be, bd = self.endpoint, self.passive, self.backend, self.layer.bounds
+        f = bd.f
+        g = fixed(clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy()), f)
+        lr, mu, wd = self.hparams()
+        u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
+        m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f) - u_b
+        gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng)  # [[Gᵀ + Mᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gm))
-        gr, N = be.left(g, self._enc_rt, self.noise)  # [[gRᵀ + N]]
-        ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gr))
-        ep.send_tensor(p, MessageKind.HE_MASKED, torch.from_numpy(g @ self.V.T - N))
-        lr, mu, wd = self.optim()
-        self.b = mu * self.b - M_t.T + wd * self.V
-        self.V = self.V - lr * self.b
-        self._enc_z = self._enc_rt = None
+        v_next = self.rng.ints(self.V.shape, bd.share)
+        ep.send(p, MessageKind.HE_MASKED, dump_ints(self.V - mul_real(u_b, lr, f, f) - v_next))
+        gw, _ = be.left(g, self._enc_rt, g @ self.V.T, f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
+        ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gw))
+        self.V, self.b = v_next, u_b
+        self._enc_t = self._enc_rt = None
 
     def state_dict(self) -> dict:
         return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy()}
@@ -195,33 +233,36 @@ class HEActiveEnd(ActiveEnd):
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
-            self.b = np.zeros_like(self.b)
+            self.b = np.zeros(self.b.shape, dtype=object)
 
 
 class HECutLayer(CutLayer):
-    """SPEC §5 interactive layer with a pluggable scheme (``backend_cls``)."""
+    """SPEC §5.1 interactive layer on shares, with a pluggable scheme (``backend_cls``)."""
 
     backend_cls: type[HEBackend]
     validate: Callable[[dict], dict]
 
     def __init__(self, **params: object) -> None:
         params = dict(params)
-        try:
-            self.mask_scale = float(params.pop("mask_scale", 1.0))
-        except (TypeError, ValueError):
-            raise UserError(f"--he {self.name}: mask_scale must be a number") from None
-        if not self.mask_scale > 0:
-            raise UserError(f"--he {self.name}: mask_scale must be > 0")
+        seeded = params.pop("seeded_shares", False)
+        self.seeded_shares = str(seeded).lower() in ("1", "true", "yes", "on")
         self.scheme_params = type(self).validate(params)
-        super().__init__(**self.scheme_params, mask_scale=self.mask_scale)
+        super().__init__(**self.scheme_params, **({"seeded_shares": True} if self.seeded_shares else {}))
         self.timer = HETimer()
-        self.h: int = 0
         self.ends: list[tuple[HEPassiveEnd, HEActiveEnd]] = []
+        kappa = self.scheme_params["mask_bits"] if "mask_bits" in self.scheme_params else self._kappa()
+        self.bounds = Bounds(kappa=kappa)
+
+    def _kappa(self) -> int:
+        from securevfl.crypto.ckks import ckks_kappa
+
+        return ckks_kappa(self.scheme_params["global_scale_bits"], Bounds.f, Bounds.weight_bits)
 
     def make_backend(self, public: bytes | None) -> HEBackend:
+        kw = {"slot_bits": self.bounds.slot_bits, "frac_bits": self.bounds.f, "weight_bits": self.bounds.weight_bits}
         if public is None:
-            return self.backend_cls(self.scheme_params, timer=self.timer)
-        return self.backend_cls.from_public(public, self.scheme_params, timer=self.timer)
+            return self.backend_cls(self.scheme_params, timer=self.timer, **kw)
+        return self.backend_cls.from_public(public, self.scheme_params, timer=self.timer, **kw)
 
     def make_ends(self, passive, active, hooks_passive, hooks_active, cut_dim):
         p_end = HEPassiveEnd(passive, active.party, hooks_passive, self)
@@ -229,45 +270,25 @@ class HECutLayer(CutLayer):
         self.ends.append((p_end, a_end))
         return p_end, a_end
 
-    def bind(self, active, passives: list, cut_dim: int) -> None:
-        """Wire each end to its owner: the head's passive-column slice (read at first use, so methods
-        may re-initialise the head before training) and the owner's optimizer settings."""
-        self.h = first_linear(active.head).out_features
-        for k, p in enumerate(passives):
-            p_end, a_end = p.cut_end, active.cut_ends[p.name]
-            lo = cut_dim + k * cut_dim  # head input = [own (cut_dim), passive 1, passive 2, ...]
-            a_end.initial_weight = (lambda lo=lo: first_linear(active.head).weight[:, lo:lo + cut_dim])
-            a_end.optim, p_end.optim = optim_params(active), optim_params(p)
-
     def complete_forward(self, p_end: HEPassiveEnd, a_end: HEActiveEnd) -> torch.Tensor:
+        training = p_end._training
         a_end.send_masked_forward()
-        if p_end._training:
-            a_end.receive_rt()
         p_end.return_masked_forward()
-        return a_end.finish_forward()
-
-    def combine(self, head: nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
-        """The head with its first layer split: own·W_ownᵀ + b + Σ_P z_P W_P (delivered as a_P)."""
-        first = first_linear(head)
-        pre = F.linear(own, first.weight[:, : own.shape[1]], first.bias)
-        for a in received:
-            pre = pre + a
-        return head[1:](pre) if isinstance(head, nn.Sequential) else pre
+        return a_end.finish_forward(training)
 
     def describe(self) -> dict:
         be = self.ends[0][0].backend.describe() if self.ends else {}
-        return {"scheme": self.name, "params": {**be, "mask_scale": self.mask_scale},
-                "protocol": "SPEC §5 secret-shared interactive layer (V at active, R at passive); W_P updated by "
-                            "split momentum SGD (matches sgd; under adam W_P still uses momentum SGD at the lr)",
+        bd = self.bounds
+        return {"scheme": self.name, "params": {**be, **({"seeded_shares": True} if self.seeded_shares else {})},
+                "hiding_bits": bd.kappa,
+                "bounds": {"frac_bits": bd.f, "activation": "tanh, |t| ≤ 1", "grad_clip": GRAD_BOUND,
+                           "weight_bound": 2 ** bd.weight_bits, "max_terms": 2 ** bd.terms_bits},
+                "protocol": "SPEC §5.1 interactive layer on re-shared additive shares (V at active, R at passive), "
+                            "W_P(0) = X·Y from both parties' secret factors, momentum SGD on W_P in both modes",
+                "leaks": ("the active party learns a_P = tanh(z)·W_P with W_P unknown to it"
+                          + ("" if be.get("exact", True) else "; CKKS: decrypted slots carry the key owner's "
+                             "encryption error × the active party's plaintext (no noise flooding in TenSEAL)")),
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
                 "seconds": round(self.timer.total, 4), "seconds_by_op": self.timer.as_dict()["by_op"],
                 "calls": self.timer.as_dict()["calls"]}
-
-
-def first_linear(head: nn.Module) -> nn.Linear:
-    first = head[0] if isinstance(head, nn.Sequential) else head
-    if not isinstance(first, nn.Linear):
-        raise UserError("--he needs a head whose first layer is a linear layer (RISA's evidential heads are not: "
-                        "run risa with evidential: false, or without --he)")
-    return first

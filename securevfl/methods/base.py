@@ -64,6 +64,14 @@ class Method(ABC):
     passive_features_outside_loop: ClassVar[bool] = False
     """True when passive parties use their features outside the supervised loop (local pre-training,
     cross-party SSL, imputation statistics): a feature-level DP defense cannot bound that."""
+    he_refusal: ClassVar[str] = "reads the passive parties' representations in plaintext, which the HE cut layer hides"
+    """Why ``--he`` is refused (when ``supports_he`` is False), for the one-line error."""
+
+    @property
+    def interactive_layer(self) -> bool:
+        """Whether the head's first linear layer becomes the interactive layer (securevfl/interactive.py)
+        in both HE modes; False keeps the plain concatenation (and refuses --he)."""
+        return True
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 

@@ -184,6 +184,11 @@ class FedHSSL(Method):
     use_pma: ClassVar[bool] = True
     default_params = {**SSL_PARAMS, "gamma": 0.5}
     sends = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT, MessageKind.SSL_REPRESENTATION})
+    # cross-party SSL exchanges the parties' representations z_c in plaintext (Eq. 2 needs them at
+    # both ends); encrypting that exchange is not implemented, so --he is refused rather than implied
+    supports_he = False
+    he_refusal = ("exchanges the passive parties' SSL representations in plaintext during cross-party "
+                  "pre-training, which --he would not protect")
 
     def fit(self, fed: Federation) -> None:
         cfg = ssl_config(self.params, "simsiam")

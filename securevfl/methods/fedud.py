@@ -101,6 +101,10 @@ class FedUD(Method):
         k, s = self.finetune_plan()  # two supervised stages; step 2's unaligned rows once per epoch too
         return 2 * k, 2 * s
 
+    @property
+    def interactive_layer(self) -> bool:
+        return False  # Rep imitates the guest's raw representation, which the head must read whole
+
     def fit(self, fed: Federation) -> None:
         a, p = fed.active, self.params
         alpha, beta = float(p["alpha"]), float(p["beta"])

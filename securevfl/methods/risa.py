@@ -254,6 +254,10 @@ class RISA(Method):
     fill: ClassVar[str] = "mean"
     random_match: ClassVar[bool] = False
 
+    @property
+    def interactive_layer(self) -> bool:
+        return not self.params["evidential"]  # the evidential heads read each party's block whole
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         p = self.params

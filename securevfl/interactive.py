@@ -1,0 +1,150 @@
+"""The interactive layer (SPEC §5.1), shared by the plaintext and the HE cut layers.
+
+For a passive party P with bottom output z (B×d) the head's first linear layer has P's block W_P
+(d×h) taken out of the head and made a layer of its own between the parties, in both modes:
+
+    t   = tanh(z)                     P: bounds every value that crosses (|t| ≤ 1, public)
+    a_P = t W_P                       what the active party A receives (its leaf for ∂L/∂a_P)
+    g   = clip(hooks(∂L/∂a_P), ±C)    A's defense hooks act here, then a public clip (C = GRAD_BOUND)
+    ∂L/∂t = g W_Pᵀ, ∂L/∂z = ∂L/∂t ⊙ (1 − t²)   what P receives (post-processing of g)
+    W_P is trained by momentum SGD (μ 0.9): b ← μ b + tᵀg + λ W_P,  W_P ← W_P − η b.
+
+With HE off the active party holds W_P in plaintext inside its cut-layer end; with HE on W_P exists
+only as additive shares (:mod:`securevfl.crypto.protocol`). Either way W_P is not among the active
+party's own parameters, its optimizer is this momentum SGD (never the parties' Adam: Adam's per-
+coordinate G² cannot be split into shares), and the defense point is g — so toggling HE changes only
+the encryption. The head's own columns for P stay in the head but are unused (they multiply zeros in
+``logits_alone``).
+
+Initialisation: W_P(0) = X·Y with X (d×d, entries N(0, 1/d)) the passive party's secret draw and Y
+(d×h, U(±1/√fan_in), the head's default init) the active party's, so neither party knows W_P(0): A
+knowing Y learns at most t·X (t mixed by P's secret X), P knowing X learns W_P only up to A's Y.
+Under HE the product is computed once under encryption; with HE off the active end draws both
+factors from the same streams, so with the same seed both modes start from the same W_P(0).
+
+Randomness: :class:`Drbg`, SHAKE-256 in counter mode. Seeded from ``os.urandom`` by default (a
+CSPRNG); HE-off seeds the factor streams from the run seed (reproducible runs); HE-on does so only
+with the test/benchmark-only ``seeded_shares`` parameter.
+
+Learning rate of W_P: the party's lr under ``sgd``; under ``adam`` the optimizer's lr is an Adam
+step size, far too small for SGD, so W_P uses ``OptimConfig.interactive_lr`` (default 0.1, FATE
+Hetero-NN's ``interactive_layer_lr`` default).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from securevfl.errors import UserError
+
+GRAD_BOUND = 1.0
+"""Public per-entry clip of g = ∂L/∂a_P (both modes). g of a mean loss is ≪ 1 in practice, so the clip
+only binds under heavy defense noise; it is what lets HE masks be sized from a public bound."""
+MOMENTUM = 0.9
+DEFAULT_INTERACTIVE_LR = 0.1
+
+HParams = Callable[[], tuple[float, float, float]]
+"""(lr, momentum, weight decay) of the interactive layer, read at update time (lr search changes lr)."""
+
+
+# ------------------------------------------------------------------------------------- randomness
+class Drbg:
+    """SHAKE-256 in counter mode over a 32-byte seed (``os.urandom`` unless given)."""
+
+    def __init__(self, seed: bytes | None = None) -> None:
+        self.seed = os.urandom(32) if seed is None else hashlib.sha256(seed).digest()
+        self.counter = 0
+
+    @classmethod
+    def derived(cls, run_seed: int, label: str) -> Drbg:
+        return cls(f"securevfl/{run_seed}/{label}".encode())
+
+    def bytes(self, n: int) -> bytes:
+        out = hashlib.shake_256(self.seed + self.counter.to_bytes(8, "little")).digest(n)
+        self.counter += 1
+        return out
+
+    def ints(self, shape: tuple[int, ...], bits: int) -> np.ndarray:
+        """Uniform integers in [−2^(bits−1), 2^(bits−1)) (object array of Python ints)."""
+        n, nb = math.prod(shape), (bits + 7) // 8
+        buf, mask, off = self.bytes(n * nb), (1 << bits) - 1, 1 << (bits - 1)
+        vals = [(int.from_bytes(buf[i * nb:(i + 1) * nb], "little") & mask) - off for i in range(n)]
+        return np.array(vals + [0], dtype=object)[:n].reshape(shape)
+
+    def uniform(self, shape: tuple[int, ...], lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
+        u = np.frombuffer(self.bytes(8 * math.prod(shape)), dtype="<u8") >> np.uint64(11)
+        return lo + (hi - lo) * (u.astype(np.float64) / 2.0 ** 53).reshape(shape)
+
+    def normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        u1, u2 = self.uniform(shape), self.uniform(shape)
+        return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2 * np.pi * u2)
+
+
+def draw_x(rng: Drbg, d: int) -> np.ndarray:
+    """P's secret factor X (d×d), entries N(0, 1/d)."""
+    return rng.normal((d, d)) / math.sqrt(d)
+
+
+def draw_y(rng: Drbg, d: int, h: int, fan_in: int) -> np.ndarray:
+    """A's secret factor Y (d×h), the head's default init U(±1/√fan_in)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return rng.uniform((d, h), -bound, bound)
+
+
+def init_factors(x_rng: Drbg, y_rng: Drbg, d: int, h: int, fan_in: int) -> tuple[np.ndarray, np.ndarray]:
+    """X (P's secret) and Y (A's secret); W_P(0) = X·Y."""
+    return draw_x(x_rng, d), draw_y(y_rng, d, h, fan_in)
+
+
+# -------------------------------------------------------------------------------- the update rule
+def velocity(b, grad, w, mu: float, wd: float):
+    """Momentum SGD (torch's): b ← μ b + (grad + λ w). Linear, so it applies to shares."""
+    return mu * b + grad + wd * w
+
+
+def clip_grad(g: np.ndarray) -> np.ndarray:
+    return np.clip(g, -GRAD_BOUND, GRAD_BOUND)
+
+
+def interactive_hparams(party, interactive_lr: float | None) -> HParams:
+    def read() -> tuple[float, float, float]:
+        group = party.optimizer.param_groups[0]
+        adam = "betas" in group
+        lr = (interactive_lr or DEFAULT_INTERACTIVE_LR) if adam else float(interactive_lr or group["lr"])
+        return float(lr), MOMENTUM, float(group.get("weight_decay", 0.0))
+    return read
+
+
+def bound_activation(z: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(z)
+
+
+def tanh_backward(t: np.ndarray | torch.Tensor, grad_t: torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(t, dtype=grad_t.dtype)
+    return grad_t * (1.0 - t * t)
+
+
+# ------------------------------------------------------------------------------------- the head
+def first_linear(head: nn.Module) -> nn.Linear:
+    first = head[0] if isinstance(head, nn.Sequential) else head
+    if not isinstance(first, nn.Linear):
+        raise UserError("--he needs a head whose first layer is a linear layer (RISA's evidential heads are not: "
+                        "run risa with evidential: false, or without --he)")
+    return first
+
+
+def split_combine(head: nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
+    """The head with its first layer split: own·W_ownᵀ + b + Σ_P a_P, then the rest of the head."""
+    first = first_linear(head)
+    pre = F.linear(own, first.weight[:, : own.shape[1]], first.bias)
+    for a in received:
+        pre = pre + a
+    return head[1:](pre) if isinstance(head, nn.Sequential) else pre
