@@ -138,8 +138,9 @@ def run_training(cfg: RunConfig, hooks: list[TensorHook] | None = None, progress
     if 0 < fed.active.step < MIN_STEPS:  # a first try that "trains" for a handful of steps misleads
         warnings.append(f"training ran only {fed.active.step} supervised steps in all; the model is likely "
                         f"undertrained — raise --epochs or lower --batch-size (≥ {MIN_STEPS} steps)")
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
+    if progress is not False:  # interactive use; sweeps keep them in the stored JSON instead
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
     stats = fed.channel.stats.as_dict()
     # a file source aligns before the federation exists (its own setup channel): that traffic is part
     # of the run's cost too, under the alignment kind
