@@ -1,4 +1,5 @@
-"""Label-inference attacks against a trained federation (SPEC §6), organised by family.
+"""Attacks against a trained federation, organised by family: label inference by a passive party
+(model completion, gradient scoring) and feature reconstruction by the active party.
 
 Only securevfl's composition layer (``securevfl.lab``, the CLI) imports this package."""
 
@@ -13,6 +14,7 @@ from attacks.base import (
                           parse_attack,
                           register_attack,
 )
+from attacks.feature import fr  # noqa: F401  (registration)
 from attacks.gradient import scoring  # noqa: F401  (registration)
 from attacks.model_completion import mc  # noqa: F401  (registration)
 

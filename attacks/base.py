@@ -62,6 +62,9 @@ class AttackTarget:
     ssl_epochs: int | None = None
     """Epochs of the federation's own SSL pre-training stage, if it has one (the adversary took part
     in it, so it knows); the local-SSL baseline trains as long."""
+    method: object = None
+    """The trained method (active attacks make inference requests through its trainer, as the active
+    party may)."""
     cache: dict = field(default_factory=dict)
     """The adversary's own artefacts shared by the attacks of one run (e.g. the local-SSL encoder,
     pre-trained once however many attacks use it)."""

@@ -48,7 +48,7 @@ def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:
     # the adversary took part in the federation's SSL stage, so it knows how long it was
     ssl_epochs = out.method.params.get("ssl_epochs") if out.method.params else None
     target = attack_lib.AttackTarget(out.federation, out.partition, ADVERSARY,
-                                     ssl_epochs=int(ssl_epochs) if ssl_epochs else None)
+                                     ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=out.method)
     malicious = [a.name for a in built if a.during_training]
     for attack in built:
         res = attack.run(target)

@@ -191,7 +191,9 @@ def adversary_exposes(fed: Federation) -> set[str]:
     """What a passive adversary can observe in this federation (attacks check it at construction)."""
     out = {"own_rows", "aux_labels"}
     if fed.passives:
-        out |= {"bottom_model", "received_gradients"}
+        # passive adversary: its model and gradients; active adversary (feature attacks): the passive
+        # messages it receives, and aux feature rows the simulator hands it
+        out |= {"bottom_model", "received_gradients", "passive_messages", "aux_features"}
     if fed.channel.record:
         out.add("transcript")
     if fed.n_classes == 2:

@@ -1,0 +1,1 @@
+"""Feature-inference attacks by the active party against a passive party's features."""
