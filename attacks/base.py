@@ -38,7 +38,7 @@ class AttackResult:
 
     @property
     def leakage(self) -> float | None:
-        """What the federation leaked: value − max(control, baseline), where either is defined (SPEC §6.1)."""
+        """What the federation leaked: value − max(control, baseline), where either is defined."""
         refs = [r for r in (self.control, self.baseline) if r is not None]
         return self.value - max(refs) if refs else None
 

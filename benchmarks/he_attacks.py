@@ -1,4 +1,4 @@
-"""The attacks of tests/test_he_attacks.py, printed as numbers (SPEC §5.1; issue 15): each party's
+"""The attacks of tests/test_he_attacks.py, printed as numbers (issue 15): each party's
 best try on its own recorded view of a 3-epoch digits run, with the controls (the same attack with
 the protection removed). The attack code lives in the test module; this script only reports it.
 

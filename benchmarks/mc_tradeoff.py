@@ -1,7 +1,7 @@
 """Model-completion leakage vs utility under ISO (FedHSSL Fig. 4 / Table 6 setting): Fashion-MNIST,
 2 parties, 200 labeled aligned rows, 20 % aligned, 40 auxiliary labels for the adversary. Every MC
 result comes with its control (the same attack on the same architecture at random init) and the
-local-SSL baseline; leakage = value − max(control, baseline) (SPEC §6.1).
+local-SSL baseline; leakage = value − max(control, baseline).
 
     python benchmarks/mc_tradeoff.py --out runs/mc_tradeoff.jsonl --seeds 0 1 2
 

@@ -32,7 +32,7 @@ class RunConfig:
     seed: int = 0
     """Fixes partition, initialisation and batching."""
     he: str = "off"
-    """Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier`` (SPEC §5)."""
+    """Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier``."""
     he_params: dict = field(default_factory=dict)
     """HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``."""
     defense: str = "none"

@@ -6,7 +6,7 @@ active party); they talk only through the channel. The protocol object itself is
 calls the two ends in order: it never sees a tensor except the one it hands back to its owner
 (``complete_forward`` returns the active party's input to the head; ``complete_backward`` returns
 the passive party's gradient for its bottom output). Multi-round protocols such as the HE layer of
-SPEC §5 override these two scripts. Hooks (defenses) run at the sending end.
+the HE layer (securevfl/crypto/) override these two scripts. Hooks (defenses) run at the sending end.
 """
 
 from __future__ import annotations

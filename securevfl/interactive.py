@@ -1,4 +1,4 @@
-"""The interactive layer (SPEC §5.1), shared by the plaintext and the HE cut layers.
+"""The interactive layer, shared by the plaintext and the HE cut layers.
 
 For a passive party P with bottom output z (B×d) the head's first linear layer has P's block W_P
 (d×h) taken out of the head and made a layer of its own between the parties, in both modes:

@@ -30,7 +30,7 @@ MIN_STEPS = 50
 @dataclass
 class RunOutput:
     result: dict
-    """The JSON object ``train --json`` prints (SPEC §8)."""
+    """The JSON object ``train --json`` prints."""
     federation: Federation
     partition: Partition
     method: Method

@@ -1,4 +1,4 @@
-"""HE-protected cut layer (SPEC §5, §5.1): backends, transcript invariants, HE-on vs HE-off
+"""HE-protected cut layer: backends, transcript invariants, HE-on vs HE-off
 equivalence (same interactive layer, same optimizer, same defense point), cost reporting and user
 errors. The semantic privacy checks (attacks on each party's view) are tests/test_he_attacks.py."""
 

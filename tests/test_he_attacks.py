@@ -1,4 +1,4 @@
-"""SPEC §5.1: the HE layer's privacy claims as attacks on each party's own recorded view.
+"""The HE layer's privacy claims as attacks on each party's own recorded view.
 
 Each run records the transcript (``record=True``). The *attacker* uses only its party's view: the
 messages it received (for the passive party P: decrypted with its own key) plus what it holds (its
@@ -14,7 +14,7 @@ Attacks (both schemes, h ≥ d and h < d, 3 epochs):
   secret linear map (t X for h ≥ d at the first step): a guess t̂ = t·M with M random; its R² is
   judged per feature (sklearn's multi-output R²). Without auxiliary rows A cannot tell M from −M
   (the run with (−t, −W_P) gives A the same view), so no estimator beats 0 in expectation;
-  reconstruction *with* auxiliary rows is SPEC §6.2's measurement (``fr`` attacks).
+  reconstruction *with* auxiliary rows is the ``fr`` attack's measurement.
 - P, regression of V, W_P and g on decrypted slots (real parts; CKKS imaginary parts too), the
   correlation of every masked value with the secret it masks over the run, and label recovery
   through the recovered W_P. Controls: the same regressions on the unmasked values.

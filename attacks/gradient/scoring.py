@@ -8,7 +8,7 @@ labeled rows when one is in the batch, otherwise the largest-norm example, the n
 guess). The leak AUC of the scores against "is minority class" is averaged over batches that hold
 both classes.
 
-Control (SPEC §6.1): the same scores against the batch's labels shuffled within the batch, i.e.
+Control: the same scores against the batch's labels shuffled within the batch, i.e.
 what the scoring reaches when the gradients carry no label information (with no federation the
 adversary receives no gradients at all); it measures the chance level of this batch structure.
 """

@@ -12,7 +12,7 @@ model and trains it on ``n_aux`` labeled rows of its own, drawn balanced by clas
 
 Label inference is scored on the adversary's training rows (minus the aux rows, at most
 ``eval_rows``) — the headline ``value`` — and on test rows (``test``): accuracy for multi-class
-tasks, AUC for binary ones. Beside every result (SPEC §6.1): the prior (majority-class accuracy, or
+tasks, AUC for binary ones. Beside every result: the prior (majority-class accuracy, or
 AUC 0.5); the control, the same attack with the same budget on the same architecture at random
 initialisation (what the adversary has with no federation); and the local-SSL baseline, the same
 attack on an encoder of the same architecture that the adversary pre-trains alone with SimSiam on

@@ -1,4 +1,4 @@
-"""Homomorphic encryption for the cut layer (SPEC §5): a scheme-agnostic protocol
+"""Homomorphic encryption for the cut layer: a scheme-agnostic protocol
 (:mod:`securevfl.crypto.protocol`) over CKKS (:mod:`securevfl.crypto.ckks`, TenSEAL) and Paillier
 (:mod:`securevfl.crypto.paillier`, phe + gmpy2) backends. Registers ``--he ckks`` and
 ``--he paillier``; the scheme libraries are imported only when a layer is built."""

@@ -1,4 +1,4 @@
-"""The interface every HE scheme implements for the interactive layer of SPEC §5.
+"""The interface every HE scheme implements for the interactive layer.
 
 The protocol (:mod:`securevfl.crypto.protocol`) only ever needs three things from a scheme:
 encrypt a real matrix under the key owner's key, multiply an encrypted matrix by a *plaintext*

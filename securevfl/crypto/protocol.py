@@ -1,4 +1,4 @@
-"""The HE-protected interactive layer of SPEC §5 / §5.1, scheme-agnostic (CKKS and Paillier share it).
+"""The HE-protected interactive layer, scheme-agnostic (CKKS and Paillier share it).
 
 The layer is :mod:`securevfl.interactive` (t = tanh(z), a_P = t W_P, clip of g, momentum SGD on W_P)
 computed on additive shares: the active party A holds V, the passive party P holds R, W_P = V + R,
@@ -27,7 +27,7 @@ Backward, g = clip(hooks(∂L/∂a_P)), re-sharing every step so no mask accumul
          so W' = V' + R' = W − η b' and P's new share is W' − U' (masked by a fresh draw)
   A → P  [[g Rᵀ + g Vᵀ]] = [[g W_Pᵀ]]: P decrypts ∂L/∂t exactly as with HE off, and ∂L/∂z = ∂L/∂t ⊙ (1−t²).
 What each party sees: A — [[·]] under P's key, t W_P (= a_P, by design: with W_P unknown to A; its
-consequence is measured by the feature-reconstruction attacks of SPEC §6.2), its own draws. P —
+consequence is measured by the feature-reconstruction attack ``fr``), its own draws. P —
 values each masked by a fresh uniform κ bits above the secret (tV + E, G + M, its shares R and b_P,
 F) and ∂L/∂t = g W_Pᵀ, which it receives with HE off too. HE does not protect labels from P: that
 is what the defenses are for; the defense point is g in both modes (interactive.py).
@@ -237,7 +237,7 @@ class HEActiveEnd(ActiveEnd):
 
 
 class HECutLayer(CutLayer):
-    """SPEC §5.1 interactive layer on shares, with a pluggable scheme (``backend_cls``)."""
+    """The interactive layer on shares, with a pluggable scheme (``backend_cls``)."""
 
     backend_cls: type[HEBackend]
     validate: Callable[[dict], dict]
@@ -283,7 +283,7 @@ class HECutLayer(CutLayer):
                 "hiding_bits": bd.kappa,
                 "bounds": {"frac_bits": bd.f, "activation": "tanh, |t| ≤ 1", "grad_clip": GRAD_BOUND,
                            "weight_bound": 2 ** bd.weight_bits, "max_terms": 2 ** bd.terms_bits},
-                "protocol": "SPEC §5.1 interactive layer on re-shared additive shares (V at active, R at passive), "
+                "protocol": "interactive layer on re-shared additive shares (V at active, R at passive), "
                             "W_P(0) = X·Y from both parties' secret factors, momentum SGD on W_P in both modes",
                 "leaks": ("the active party learns a_P = tanh(z)·W_P with W_P unknown to it"
                           + ("" if be.get("exact", True) else "; CKKS: decrypted slots carry the key owner's "

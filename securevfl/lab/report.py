@@ -1,9 +1,9 @@
-"""Reports (SPEC §7): store → tidy DataFrames → figures and tables → ``report.md`` + ``report.html``.
+"""Reports: store → tidy DataFrames → figures and tables → ``report.md`` + ``report.html``.
 
 The first screen answers "which method leaks least, at what utility cost": the setup that was
 measured, then a few computed sentences (led by a caution when the cells are within seed noise;
 which defense settings move the attack beyond noise; best utility, least leakage) above the
-privacy–utility trade-off plot. Leakage is what the federation adds (SPEC §6.1): the attack value
+privacy–utility trade-off plot. Leakage is what the federation adds: the attack value
 minus the larger of its control (the same attack on the same architecture, untrained) and the
 local-SSL baseline; the plot shows the raw values with prior, control and baseline beside the
 leakage, one line per method across defense strengths, error bars over seeds, Pareto front ringed.

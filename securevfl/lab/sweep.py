@@ -1,4 +1,4 @@
-"""Sweep files (SPEC §7): YAML → a grid of resolved run configurations, one per (cell, seed).
+"""Sweep files: YAML → a grid of resolved run configurations, one per (cell, seed).
 
 Pure functions only: parsing and expansion. Running the cells lives in :mod:`engine`, keeping
 their results in :mod:`store`.

@@ -1,4 +1,4 @@
-"""FedHSSL (He et al., papers/fedhssl.txt) and its ablations FedCSSL and FedGSSL (SPEC §3.3).
+"""FedHSSL (He et al.; docs/methods.md) and its ablations FedCSSL and FedGSSL.
 
 Per party i: a cross-party encoder f_c^i (with SimSiam projector + predictor h_c^i) and a local
 encoder f_l^i = (f_lb^i, f_lt^i) (with projector + predictor h_l^i). Pre-training alternates, one

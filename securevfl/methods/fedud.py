@@ -1,4 +1,4 @@
-"""FedUD (papers/fedud.txt; SPEC §3.5): federated learning with the host's unaligned rows.
+"""FedUD (Ouyang et al. 2024; docs/methods.md): federated learning with the host's unaligned rows.
 
 Two roles: the host H is the active party (features and labels on all its rows, aligned and
 unaligned), the guest G a passive party (features on aligned rows only).

@@ -1,4 +1,4 @@
-"""RISA — Reliable Imputed-Sample Assisted VFL (papers/risa.txt; SPEC §3.6), its ablations and the
+"""RISA — Reliable Imputed-Sample Assisted VFL (docs/methods.md), its ablations and the
 paper's two imputation baselines ``local-vfl`` (Local+VFL) and ``random-match``.
 
 Which rows exist where (the paper's Fig. 1 setting, our partition with ``active_labels_unaligned``
@@ -38,7 +38,7 @@ passive-only                the active party's and the   pseudo-label (self-trai
 3. **Evidential VFL** (§II-D): per-party evidential heads *at the active party* map each party's
    cut-layer representation to evidence e^k = softplus(head_k(r^k)); opinions b^k = e^k/S^k,
    u^k = C/S^k are fused with the reduced Yager rule (:mod:`securevfl.methods.evidential`); the
-   prediction is the fused Dirichlet's mean α/S. Loss (Eq. 6 was lost; SPEC §3.6): the EDL loss of
+   prediction is the fused Dirichlet's mean α/S. Loss (Eq. 6 was lost in extraction): the EDL loss of
    the fused opinion plus that of every party's opinion, KL term weighted min(1, t/T) with
    T = ``anneal_epochs``. The heads replace the concatenation head, so the passive parties' side
    of the protocol is unchanged. ``evidential: false`` trains the usual concatenation head with
