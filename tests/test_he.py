@@ -246,7 +246,7 @@ def test_cli_json_cost_carries_he(capsys):
     (["--he", "ckks", "--method", "fedhssl"], "SSL representations in plaintext"),
     (["--he", "ckks", "--method", "fedcssl"], "SSL representations in plaintext"),
     (["--he", "ckks", "--method", "fedgssl"], "SSL representations in plaintext"),
-    (["--he", "ckks", "--method", "risa"], "evidential: false"),
+    (["--he", "ckks", "--method", "risa"], "--method-param evidential=false"),
     (["--he-param", "key_bits=2048"], "needs --he"),
     (["--he", "ckks", "--method", "local"], "nothing to encrypt"),
 ])
