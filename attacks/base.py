@@ -21,6 +21,16 @@ from securevfl.spec import check_params, parse_args, split_name
 
 ATTACKS: dict[str, type[Attack]] = {}
 
+NEEDS = {
+    "bottom_model": "a passive party with a bottom model (this method trains the active party alone)",
+    "received_gradients": "gradients returned to a passive party (this method sends none)",
+    "passive_messages": "a passive party whose messages the active party receives (this method has none)",
+    "aux_features": "a passive party whose auxiliary feature rows the attacker knows (this method has none)",
+    "binary_task": "a binary task (this dataset has more than two classes)",
+    "transcript": "the recorded messages (run with --record)",
+}
+"""What each observation an attack can require means, in the user's terms (for the refusal)."""
+
 
 @dataclass
 class AttackResult:
@@ -91,8 +101,8 @@ class Attack(ABC):
     def __init__(self, exposes: frozenset[str], seed: int = 0, **params: object) -> None:
         missing = self.requires - exposes
         if missing:
-            raise UserError(f"attack {self.name} needs {', '.join(sorted(missing))}, which this run does not "
-                            f"expose (it exposes {', '.join(sorted(exposes)) or 'nothing'})")
+            need = "; ".join(NEEDS.get(m, m) for m in sorted(missing))
+            raise UserError(f"attack {self.name} cannot run here: it needs {need}")
         self.config = {**self.params, **self.check(params)}
         self.seed = seed
 

@@ -162,3 +162,15 @@ def check_params(owner: str, defaults: dict, given: dict) -> None:
             raise UserError(f"{owner}: {key}={value!r} must be {want}")
         if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
             raise UserError(f"{owner}: {key} must be ≥ 0, got {value}")
+
+
+def whole_number(owner: str, key: str, value: object) -> int:
+    """``value`` as an int if it is a whole number (an int, or a float/str with no fractional part);
+    a one-line UserError otherwise — never a silent truncation."""
+    try:
+        f = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        f = math.nan
+    if not math.isfinite(f) or f != int(f):
+        raise UserError(f"{owner}: {key} must be a whole number, got {value!r}")
+    return int(f)

@@ -193,8 +193,8 @@ def test_norm_attack_on_imbalanced_binary_and_dp(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--method", "local", "--attack", "mc"], "needs bottom_model"),
-    (["--attack", "norm"], "needs binary_task"),
+    (["--method", "local", "--attack", "mc"], "needs a passive party with a bottom model"),
+    (["--attack", "norm"], "needs a binary task"),
     (["--attack", "nosuch"], "unknown attack 'nosuch'"),
 ])
 def test_attack_requirements_checked_before_training(args, needle, capsys):

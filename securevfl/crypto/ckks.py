@@ -41,6 +41,7 @@ import tenseal as ts
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
+from securevfl.validate import whole_number
 
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
@@ -56,12 +57,12 @@ def validate_params(params: dict) -> dict:
     p = {**DEFAULTS, **{k: v for k, v in params.items() if k in DEFAULTS}}
     n, bits, scale = p["poly_modulus_degree"], p["coeff_mod_bit_sizes"], p["global_scale_bits"]
     if isinstance(bits, str):
-        bits = [int(b) for b in bits.replace("[", "").replace("]", "").split(",") if b.strip()]
-    try:
-        n, bits, scale = int(n), [int(b) for b in bits], int(scale)
-    except (TypeError, ValueError):
-        raise UserError("--he ckks: poly_modulus_degree, coeff_mod_bit_sizes and global_scale_bits must be "
-                        "integers") from None
+        bits = [b for b in bits.replace("[", "").replace("]", "").split(",") if b.strip()]
+    if not isinstance(bits, list | tuple):
+        raise UserError(f"--he ckks: coeff_mod_bit_sizes must be a list of integers, got {bits!r}")
+    n = whole_number("--he ckks", "poly_modulus_degree", n)
+    scale = whole_number("--he ckks", "global_scale_bits", scale)
+    bits = [whole_number("--he ckks", "coeff_mod_bit_sizes", b) for b in bits]
     if n not in MAX_COEFF_BITS_128:
         raise UserError(f"--he ckks: poly_modulus_degree must be one of {sorted(MAX_COEFF_BITS_128)}, got {n}")
     if sum(bits) > MAX_COEFF_BITS_128[n]:

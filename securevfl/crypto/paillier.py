@@ -36,6 +36,7 @@ from phe import paillier
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
+from securevfl.validate import whole_number
 
 DEFAULTS = {"key_bits": 3072, "packing": True, "mask_bits": 40}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
@@ -48,10 +49,8 @@ def validate_params(params: dict) -> dict:
         raise UserError(f"--he paillier has no parameter {sorted(unknown)[0]!r}; known: "
                         f"{', '.join(sorted(DEFAULTS))}, seeded_shares")
     p = {**DEFAULTS, **params}
-    try:
-        p["key_bits"], p["mask_bits"] = int(p["key_bits"]), int(p["mask_bits"])
-    except (TypeError, ValueError):
-        raise UserError("--he paillier: key_bits and mask_bits must be integers") from None
+    p["key_bits"] = whole_number("--he paillier", "key_bits", p["key_bits"])
+    p["mask_bits"] = whole_number("--he paillier", "mask_bits", p["mask_bits"])
     if isinstance(p["packing"], str):
         p["packing"] = p["packing"].lower() in ("1", "true", "yes", "on")
     if p["key_bits"] < 2048:
