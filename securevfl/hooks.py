@@ -30,13 +30,6 @@ class HookContext:
     """Training step counter of the sending party (0-based)."""
     training: bool
     batch_ids: np.ndarray | None = None
-    n_examples: int | None = None
-    """Size of the population batches are drawn from (e.g. labeled aligned rows), for accounting."""
-    sample_rate: float | None = None
-    """Nominal batch size / ``n_examples`` of the current training run."""
-    planned_releases: int | None = None
-    """How many messages of this kind the sender will emit in the current training run (steps ×
-    receivers): lets a defense calibrate noise to a target ε before the first release."""
 
 
 class TensorHook(ABC):

@@ -138,10 +138,6 @@ class ActiveParty(Party):
         self._received: list[torch.Tensor] = []
         self.own_output: torch.Tensor | None = None
         self.passive_widths: list[int] = []  # width of each passive party's input to the head
-        # the current training run's plan, handed to hooks for privacy accounting
-        self.n_examples: int | None = None
-        self.sample_rate: float | None = None
-        self.planned_steps: int | None = None
         # label defenses: a step privatizer (DP-SGD) replaces how gradients are computed; a label
         # randomizer replaces the training labels once, here, so nothing downstream sees the originals
         self.privatizer: StepPrivatizer | None = find_hook(hooks, StepPrivatizer)
@@ -166,13 +162,6 @@ class ActiveParty(Party):
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {**super().modules_to_snapshot(), "head": self.head}
-
-    def plan(self, n_examples: int, batch_size: int, steps: int) -> None:
-        """Record the coming training run (population, nominal batch size, steps) for the hooks."""
-        self.n_examples, self.sample_rate, self.planned_steps = n_examples, min(1.0, batch_size / n_examples), steps
-
-    def _planned_releases(self) -> int | None:
-        return None if self.planned_steps is None else self.planned_steps * len(self.passive_names)
 
     def request(self, ids: np.ndarray, split: str, training: bool) -> None:
         """Ask every passive party for its bottom output on ``ids`` (one control byte: split, mode)."""
@@ -245,8 +234,7 @@ class ActiveParty(Party):
 
     def _send_gradients(self, grads: list[torch.Tensor], ids: np.ndarray) -> None:
         for name, g in zip(self.passive_names, grads, strict=True):
-            ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, ids, self.n_examples,
-                              self.sample_rate, self._planned_releases())
+            ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, ids)
             self.cut_ends[name].send_backward(g, ctx)
         self._received = []
         self.step += 1

@@ -145,9 +145,7 @@ class SplitTrainer:
         ids = np.asarray(ids)
         epochs = self.cfg.epochs if epochs is None else epochs
         bs = self.cfg.batch_size
-        per_epoch = -(-len(ids) // bs)
-        n_steps = epochs * per_epoch
-        self.fed.active.plan(len(ids), bs, n_steps)
+        n_steps = epochs * -(-len(ids) // bs)
         if self.fed.active.privatizer is not None:  # one ledger entry per training run
             self.fed.active.privatizer.begin_run(desc, len(ids), bs, n_steps, participations=epochs)
         with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:

@@ -9,7 +9,7 @@ from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext
 
-CTX = HookContext(MessageKind.GRADIENT, "active", "passive1", 0, True, None, 1000, 0.064, 100)
+CTX = HookContext(MessageKind.GRADIENT, "active", "passive1", 0, True, None)
 
 
 def one(text, seed=0):
@@ -52,7 +52,7 @@ def test_zero_strength_training_run_is_bitwise_identical(digits_cfg):
 def test_defenses_keep_shape_and_dtype(text, shape, dtype):
     t = torch.randn(shape, dtype=dtype)
     for kind in (MessageKind.GRADIENT, MessageKind.SSL_REPRESENTATION):
-        ctx = HookContext(kind, "a", "b", 0, True, None, 1000, 0.016, 10)
+        ctx = HookContext(kind, "a", "b", 0, True, None)
         for d in parse_defense(text):
             if kind in d.acts_on:
                 out = d(t, ctx)

@@ -147,8 +147,7 @@ def host_backward(active: ActiveParty, loss: torch.Tensor, live: dict[str, np.nd
     active.optimizer.step()
     for name, r in zip(active.passive_names, active._received, strict=True):
         if name in live:
-            ctx = HookContext(MessageKind.GRADIENT, active.name, name, active.step, True, live[name],
-                              active.n_examples, active.sample_rate, active._planned_releases())
+            ctx = HookContext(MessageKind.GRADIENT, active.name, name, active.step, True, live[name])
             active.cut_ends[name].send_backward(r.grad, ctx)
     active._received = []
     active.step += 1
