@@ -80,7 +80,6 @@ def _add_train(sub) -> None:
 
 def _build_config(args: argparse.Namespace):
     from securevfl.config import RunConfig, apply_dict, load_config_file
-    from securevfl.validate import validate_config
 
     cfg = RunConfig()
     if args.config:
@@ -127,8 +126,7 @@ def _build_config(args: argparse.Namespace):
             setattr(cfg.data, k, [c.strip() for c in getattr(args, k).split(",") if c.strip()])
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UserError(f"--data-dir {args.data_dir}: no such directory")
-    validate_config(cfg)  # the same checks as every other entry point, before any data is read
-    return cfg
+    return cfg  # validated by run_training, the one entry every run passes through
 
 
 
