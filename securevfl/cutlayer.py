@@ -18,7 +18,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from securevfl.channel import Endpoint, MessageKind
+from securevfl.channel import Endpoint, Message, MessageKind
+from securevfl.channel.codec import decode_array
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
 from securevfl.interactive import (
@@ -46,6 +47,21 @@ class PassiveEnd(ABC):
     @abstractmethod
     def finish_backward(self) -> torch.Tensor:
         """Last backward step: ∂L/∂z as the passive party receives it."""
+
+    def received_gradient(self, msg: Message, previous: Message | None) -> np.ndarray | None:
+        """The gradient rows (per example) a message this party *received* carries, as the party
+        reads them with what it holds (under HE: decrypted with its own key), or None if the message
+        carries none. ``previous`` is the message the party received before it from the same sender.
+
+        Args:
+            msg: a recorded message with ``dst`` = this party.
+            previous: the message received just before it from ``msg.src`` (None at the start).
+        Returns:
+            A (batch, width) array, or None.
+        """
+        if msg.kind == MessageKind.GRADIENT:
+            return decode_array(msg.payload)
+        return None
 
     # protocol state the owning party snapshots with its models (e.g. HE weight shares)
     def state_dict(self) -> dict:

@@ -236,3 +236,22 @@ def test_default_mc_sees_the_encoder_on_fashion_mnist_halves():
             gaps[name].append(res[name]["value"] - res[name]["control"])
     assert np.mean(gaps["mc"]) >= 0.05 and min(gaps["mc"]) > 0, gaps
     assert np.mean(gaps["mc-full"]) < np.mean(gaps["mc"]) - 0.03, gaps
+
+
+def test_norm_and_direction_under_he_read_what_the_passive_party_decrypts(tmp_path):
+    """HE does not protect labels from the passive party: under CKKS it decrypts ∂L/∂t, the same rows
+    it receives with HE off, and the label attacks score them with the same result."""
+    files = imbalanced_files(tmp_path, n=1500)
+    res = {}
+    for he in ("off", "ckks"):
+        cfg = RunConfig(dataset="csv", method="splitnn", he=he, attacks=["norm", "direction"])
+        cfg.data.party_files = files
+        cfg.partition.alignment = "plain"
+        cfg.train.epochs = 2
+        if he != "off":
+            cfg.he_params = {"seeded_shares": True}  # same W_P(0) as HE off: the same training step for step
+        res[he] = execute(cfg).result["attacks"]
+    for name in ("norm", "direction"):
+        off, on = res["off"][name], res["ckks"][name]
+        assert on["batches"] == off["batches"] > 10
+        assert on["value"] == pytest.approx(off["value"], abs=0.01) and on["value"] > 0.8

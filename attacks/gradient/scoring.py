@@ -1,5 +1,7 @@
 """``norm`` and ``direction`` scoring (Li et al. 2022, "Label leakage and protection in two-party
-split learning"), binary tasks, on the gradients the adversary received (its channel transcript).
+split learning"), binary tasks, on the gradients the adversary received (its channel transcript). Under ``--he`` they are the
+rows ∂L/∂t it decrypts with its own key (the protocol hands it exactly what it gets with HE off):
+encryption does not protect labels from the passive party.
 
 For every training batch: ``norm`` scores example i by ‖g_i‖₂ (with an imbalanced task, the
 minority class gets larger gradients); ``direction`` scores it by cos(g_i, g_ref), where g_ref is
@@ -21,7 +23,7 @@ from sklearn.metrics import roc_auc_score
 from attacks.base import Attack, AttackResult, AttackTarget, register_attack
 from attacks.model_completion.mc import balanced_draw
 from securevfl.channel import MessageKind
-from securevfl.channel.codec import decode_array, decode_ids, decode_json
+from securevfl.channel.codec import decode_ids, decode_json
 
 
 def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -30,21 +32,22 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
     from the active party belongs to it. Where the adversary picks its own batches and sends their
     IDs (entity-aug's guests), the IDs it sent are the batch of the next gradient."""
     adv = target.adversary
+    end = target.party.cut_end  # reads gradients as the adversary can: under HE, decrypting with its own key
     view = [m for m in target.federation.channel.transcript if m.dst == adv or m.src == adv]
-    pairs, pending_control, batch = [], None, None
+    pairs, pending_control, batch, previous = [], None, None, {}
     for m in view:
         if m.src == adv:
             if m.kind == MessageKind.BATCH_IDS:
                 batch = decode_ids(m.payload)
             continue
+        prev, previous[m.src] = previous.get(m.src), m
         if m.kind == MessageKind.CONTROL:
             pending_control = int(decode_json(m.payload))
         elif m.kind == MessageKind.BATCH_IDS and pending_control is not None:
             batch = decode_ids(m.payload) if pending_control % 2 == 1 else None
             pending_control = None
-        elif m.kind == MessageKind.GRADIENT and batch is not None:
-            g = decode_array(m.payload).reshape(len(batch), -1)
-            pairs.append((batch, g))
+        elif batch is not None and (g := end.received_gradient(m, prev)) is not None:
+            pairs.append((batch, np.asarray(g, dtype=np.float64).reshape(len(batch), -1)))
             batch = None
     return pairs
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from securevfl.channel import Endpoint, MessageKind
+from securevfl.channel import Endpoint, Message, MessageKind
 from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
@@ -144,13 +144,20 @@ class HEPassiveEnd(PassiveEnd):
         f = self.layer.bounds.f
         d = self._recv_dec().T  # G + M (d×h)
         masked_f = load_ints(self.endpoint.recv(self.active, MessageKind.HE_MASKED))  # F = V − η U_b − U'
-        grad_t = real(self._recv_dec(), 2 * f)  # g W_Pᵀ
+        grad_t = real(self._recv_dec(), 2 * f)  # g W_Pᵀ = ∂L/∂t
         lr, mu, wd = self.hparams()
         self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
         self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
         out = tanh_backward(real(self._t, f), torch.from_numpy(grad_t))
         self._t = None
         return out.float()
+
+    def received_gradient(self, msg: Message, previous: Message | None) -> np.ndarray | None:
+        """∂L/∂t as this party decrypts it: the ciphertext [[g W_Pᵀ]] is the one that follows the
+        active party's masked share refresh F (the only HE_MASKED message it sends)."""
+        if msg.kind == MessageKind.HE_CIPHERTEXT and previous is not None and previous.kind == MessageKind.HE_MASKED:
+            return real(self.backend.decrypt(self.backend.loads(msg.payload)), 2 * self.layer.bounds.f)
+        return None
 
     # party state (snapshot/restore, fresh optimizer)
     def state_dict(self) -> dict:

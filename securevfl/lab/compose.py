@@ -27,11 +27,6 @@ def execute(cfg: RunConfig, progress: bool | None = None) -> RunOutput:
                         "sweeps a parameter)")
     if sum(cls.during_training for cls in classes) > 1:
         raise UserError("at most one attack may act during training (each replaces the adversary's optimizer)")
-    if cfg.he != "off" and any("transcript" in c.requires for c in classes):
-        # under HE the passive party's gradient is assembled from a decrypted and a masked part, not
-        # sent as one plaintext message; the transcript attacks read plaintext gradient messages
-        raise UserError(f"attacks {', '.join(c.name for c in classes if 'transcript' in c.requires)} read plaintext "
-                        f"gradient messages and do not support --he {cfg.he} yet")
     if any("transcript" in c.requires for c in classes):
         cfg.record = True
     built: list = []
