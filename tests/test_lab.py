@@ -209,3 +209,21 @@ def test_he_sweep_gets_a_cost_table(tmp_path):
     write_report(store, tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "Encrypted activations: cost" in md and "ckks" in md and "does not" in md
+
+
+def test_he_sweep_with_a_feature_attack_shows_what_encryption_buys_first(tmp_path):
+    """A sweep that varies HE and runs ``fr``: the dataset's first block is the feature-leakage plot
+    beside the label attack, each HE cell with its cost against its HE-off twin, and the image grid."""
+    f = write(tmp_path, he=["off", "ckks"], attacks=["fr:epochs=50"],
+              dataset={"name": "digits", "aligned_fraction": 0.3})
+    store = tmp_path / "s.sqlite"
+    assert run_sweep(str(f), str(store), progress=False)["ok"] == 2
+    paths = write_report(store, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    section = md.split("## digits", 1)[1]
+    first = section.index("What encryption buys: fr")
+    assert first < section.index("![") and first < section.index("Mean ± std over seeds")
+    line = next(x for x in section.splitlines() if "HE **ckks** moves fr R²" in x)
+    assert "× s/step" in line and "MB/step" in line
+    names = {p.name for p in paths}
+    assert {"encryption_digits_fr.png", "reconstructions_digits_fr.png"} <= names

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from securevfl.errors import UserError  # noqa: E402
+from securevfl.federation import DEFAULT_LR  # noqa: E402
 from securevfl.lab.store import Store  # noqa: E402
 
 UTILITY_BUDGET = 0.02
@@ -58,6 +59,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         runs.append({**base, "status": r["status"], "error": r["error"], "utility": r["utility"],
                      "metric": r["utility_metric"], "epsilon": r["epsilon"], "seconds": r["seconds"],
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
+                     "train_steps": cost.get("train_steps"),
                      "he_bytes": he.get("bytes"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
@@ -71,7 +73,8 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "leakage": leakage, "utility": r["utility"], "n_aux": a.get("n_aux"),
                             "finetunes": a.get("finetunes"), "params": json.dumps(a.get("params") or {}),
                             "control_kind": a.get("control_kind"),
-                            "baseline_ssl": json.dumps(a.get("baseline_ssl") or {})})
+                            "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}),
+                            "examples": json.dumps(a["examples"]) if a.get("examples") else None})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
 
 
@@ -84,10 +87,12 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
     ok = runs[runs.status == "ok"]
     if ok.empty:
         return pd.DataFrame()
+    steps = pd.to_numeric(ok.get("train_steps"), errors="coerce").where(lambda x: x > 0)
+    ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
     g = ok.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
                 metric=("metric", "first"), epsilon=("epsilon", "mean"), seconds=("seconds", "mean"),
-                bytes_sent=("bytes_sent", "mean")).reset_index()
+                bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
         okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage")})
@@ -160,7 +165,7 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
 
     seeds = int(d[f"{attack}_attack_seeds"].min()) if f"{attack}_attack_seeds" in d else int(d.seeds.min())
     effects = defense_effects(d, attack)
-    clear = effects[effects.clear].sort_values("delta")
+    clear = effects[effects.clear.astype(bool)].sort_values("delta")
     value, leak = f"{attack}_value", f"{attack}_leakage"
     has_leak = leak in d and d[leak].notna().any()
     score = leak if has_leak else value
@@ -199,8 +204,9 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
         parts = ", ".join(f"{r.method} {r[leak]:+.3f} ± {_num(r[f'{leak}_std']):.3f}" for _, r in undefended.iterrows())
         ctl = d[f"{attack}_control"].mean()
         base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
+        base_name = "mean predictor" if attack.startswith("fr") else "local-SSL baseline"
         refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
-                                                                        f", local-SSL baseline {base:.3f}")
+                                                                        f", {base_name} {base:.3f}")
         out.append(f"Leakage without a defense (attack − max(control, baseline), mean ± std over {seeds} seeds): "
                    f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3f}.")
     ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
@@ -228,6 +234,7 @@ def _place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: floa
         cx, cy = ax.transData.transform((x, y))
         taken.append((cx - 9 * px, cy - 9 * px, cx + 9 * px, cy + 9 * px))
     offsets = [(12, 4), (12, -15), (-12, 4), (-12, -15), (12, 16), (-12, 16), (12, -27), (-12, -27)]
+    frame = ax.get_window_extent()
     for x, y, text, color in items:
         cx, cy = ax.transData.transform((x, y))
         w, h = len(text) * fontsize * 0.6 * px, fontsize * 1.3 * px
@@ -235,7 +242,8 @@ def _place_labels(ax, items: list[tuple[float, float, str, str]], fontsize: floa
         for dx, dy in offsets:
             x0 = cx + dx * px - (w if dx < 0 else 0)
             box = (x0, cy + dy * px, x0 + w, cy + dy * px + h)
-            if not any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3] for t in taken):
+            inside = frame.x0 <= box[0] and box[2] <= frame.x1 and frame.y0 <= box[1] and box[3] <= frame.y1
+            if inside and not any(box[0] < t[2] and t[0] < box[2] and box[1] < t[3] and t[1] < box[3] for t in taken):
                 choice = (dx, dy)
                 break
         dx, dy = choice
@@ -274,7 +282,8 @@ def _reference_lines(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, a
                    label=f"control: {control_kind or 'same attack, untrained encoder'} ({ctl:.3f})")
     if f"{attack}_baseline" in d and d[f"{attack}_baseline"].notna().any():
         base = d[f"{attack}_baseline"].mean()
-        ax.axhline(base, color="gray", ls=":", lw=1.2, label=f"local-SSL baseline ({base:.3f})")
+        name = "mean predictor" if attack.startswith("fr") else "local-SSL baseline"
+        ax.axhline(base, color="gray", ls=":", lw=1.2, label=f"{name} ({base:.3f})")
     _local_line(ax, summary, dataset)
 
 
@@ -316,7 +325,9 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     for ax in (full, zoom):
         ax.set_xlabel(f"utility: test {metric} (higher is better) →")
         ax.grid(alpha=0.3)
-    full.set_ylabel(f"{attack} attack: label inference {metric} on the adversary's rows")
+    feature = attack.startswith("fr")
+    full.set_ylabel(f"{attack} attack: feature reconstruction R² by the active party" if feature
+                    else f"{attack} attack: label inference {metric} on the adversary's rows")
     zoom.set_ylabel(f"{attack} leakage = attack − max(control, baseline)" if has_leak else f"{attack} attack")
     full.set_title("attack values, with prior, control and baseline", fontsize=10)
     zoom.set_title("leakage per cell (lower leaks less), labelled by defense", fontsize=10)
@@ -347,6 +358,189 @@ def size_figure(summary: pd.DataFrame, runs: pd.DataFrame, dataset: str, key: st
     ax.set_title(f"{dataset}: utility vs {key} (no defense)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------- what encryption buys (features)
+FEATURE_DEFENSES = ("embedding-dp", "noise")
+"""Defense families that act on what passive parties release (their features' protection)."""
+_HE_MARKERS = {"off": "o", "ckks": "s", "paillier": "^"}
+
+
+def feature_attacks(attacks: pd.DataFrame) -> list[str]:
+    """Attacks on the passive parties' features (scored by reconstruction R² or field accuracy)."""
+    if attacks.empty:
+        return []
+    feat = attacks[attacks.attack.str.startswith("fr")]
+    return sorted(feat.attack.unique())
+
+
+def label_attacks(attacks: pd.DataFrame) -> list[str]:
+    if attacks.empty:
+        return []
+    names = sorted(set(attacks.attack.unique()) - set(feature_attacks(attacks)))
+    return sorted(names, key=lambda a: (not a.startswith("mc"), a))  # model completion first
+
+
+def shows_encryption(summary: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> bool:
+    """The encryption view applies when a feature attack ran and the sweep varies HE or a
+    feature-side defense."""
+    d = summary[summary.dataset == dataset]
+    return bool(feature_attacks(attacks)) and (d.he.nunique() > 1 or d.family.isin(FEATURE_DEFENSES).any())
+
+
+def he_cost_label(r, d: pd.DataFrame) -> str:
+    """`ckks 9.8× s/step, 3.1 MB/step`: a cell's HE cost beside the same cell without HE."""
+    if r.he == "off":
+        return ""
+    ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
+    ratio = (f"{r.step_s / ref.step_s.iloc[0]:.1f}× s/step" if len(ref) and _num(ref.step_s.iloc[0]) > 0
+             and not math.isnan(_num(r.step_s)) else f"{_num(r.step_s):.3f} s/step")
+    return f"{r.he} {ratio}, {_num(r.mb_step):.2g} MB/step"
+
+
+def _encryption_panel(ax, d: pd.DataFrame, attack: str, summary_all: pd.DataFrame, dataset: str,
+                      with_cost: bool) -> list[tuple[float, float, str, str]]:
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels = []
+    col = f"{attack}_value"
+    for i, (method, g) in enumerate(d.groupby("method", sort=True)):
+        color = colors[i % len(colors)]
+        for he, gh in g.groupby("he"):
+            pts = gh[gh.family.isin(("none", *FEATURE_DEFENSES))].sort_values("strength", na_position="last")
+            pts = pts[pts[col].notna()]
+            if pts.empty:
+                continue
+            ax.errorbar(pts.utility, pts[col], xerr=pts.utility_std.fillna(0), yerr=pts[f"{col}_std"].fillna(0),
+                        color=color, ls="-" if he == "off" else "--", marker=_HE_MARKERS.get(he, "D"), ms=6,
+                        capsize=2, lw=1.2, alpha=0.9, zorder=3)
+            for _, r in pts.iterrows():
+                text = _short(r) if r.defense != "none" else ""
+                if with_cost and r.he != "off":
+                    text = (text + ", " if text else "") + he_cost_label(r, summary_all[summary_all.dataset == dataset])
+                if text:
+                    labels.append((r.utility, r[col], text, color))
+        ax.plot([], [], color=color, marker="o", ls="-", label=method)
+    for he in sorted(d.he.unique()):
+        ax.plot([], [], color="gray", marker=_HE_MARKERS.get(he, "D"), ls="-" if he == "off" else "--",
+                label=f"HE {he}")
+    return labels
+
+
+def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: str | None, path: Path,
+                      kinds: dict[str, str]) -> Path:
+    """Left: how well the active party reconstructs a passive party's features (``feature``) against
+    utility, one marker per HE mode, lines across feature-side defense strengths, every HE point
+    labelled with its cost beside the same cell without HE. Right: the label attack on the same
+    cells (HE does not protect labels from a passive party)."""
+    d = summary[(summary.dataset == dataset) & summary[f"{feature}_value"].notna()]
+    panels = 2 if label and f"{label}_value" in d else 1
+    fig, axes = plt.subplots(1, panels, figsize=(7.2 * panels, 5.6), dpi=100, squeeze=False)
+    ax = axes[0][0]
+    labels = _encryption_panel(ax, d, feature, summary, dataset, True)
+    prior, ctl = d[f"{feature}_prior"].mean(), d[f"{feature}_control"].mean()
+    ax.axhline(prior, color="black", ls="--", lw=1, label=f"prior: mean of the aux rows ({prior:.3f})")
+    ax.axhline(ctl, color="tab:purple", ls=(0, (1, 1)), lw=1.6,
+               label=f"control: {kinds.get(feature, 'same attack on noise')} ({ctl:.3f})")
+    metric = d.metric.iloc[0] if len(d) else "utility"
+    ax.set_xlabel(f"utility: test {metric} (higher is better) →")
+    ax.set_ylabel(f"{feature}: feature reconstruction R² on aligned rows (lower leaks less)")
+    ax.set_title("passive features → active party: what encryption and feature-side defenses buy", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="best")
+    if panels == 2:
+        lx = axes[0][1]
+        dl = summary[(summary.dataset == dataset) & summary[f"{label}_value"].notna()]
+        _encryption_panel(lx, dl, label, summary, dataset, False)
+        lx.axhline(dl[f"{label}_prior"].mean(), color="black", ls="--", lw=1,
+                   label=f"prior, guessing ({dl[f'{label}_prior'].mean():.3f})")
+        if dl[f"{label}_control"].notna().any():
+            lx.axhline(dl[f"{label}_control"].mean(), color="tab:purple", ls=(0, (1, 1)), lw=1.6,
+                       label=f"control: {kinds.get(label, 'same attack, untrained')} "
+                             f"({dl[f'{label}_control'].mean():.3f})")
+        lx.set_xlabel(f"utility: test {metric} (higher is better) →")
+        lx.set_ylabel(f"{label}: label inference by passive1 (lower leaks less)")
+        lx.set_title("labels → passive party, same cells (HE does not protect labels)", fontsize=10)
+        lx.grid(alpha=0.3)
+        lx.legend(fontsize=7.5, loc="best")
+    seeds = int(d.seeds.min()) if len(d) else 0
+    fig.suptitle(f"{dataset}: feature leakage and label leakage vs utility, HE off / on (mean ± std over "
+                 f"{seeds} seeds)")
+    fig.tight_layout()
+    _place_labels(ax, labels, fontsize=8)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label: str | None) -> list[str]:
+    """What encryption buys and costs, per method, computed from the cell means."""
+    d = summary[(summary.dataset == dataset) & summary[f"{feature}_value"].notna()]
+    out = []
+    for _, r in d[d.he != "off"].sort_values(["method", "he"]).iterrows():
+        ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
+        if ref.empty:
+            continue
+        ref = ref.iloc[0]
+        move = r[f"{feature}_value"] - ref[f"{feature}_value"]
+        noise = max(_num(r[f"{feature}_value_std"]), _num(ref[f"{feature}_value_std"]))
+        beyond = "" if math.isnan(noise) or noise == 0 else (" (beyond 2× seed std)" if abs(move) > 2 * noise
+                                                             else " (within 2× seed std)")
+        lab = ""
+        if label and f"{label}_value" in d and not pd.isna(r.get(f"{label}_value")):
+            lab = (f"; {label} label attack {ref[f'{label}_value']:.3f} → {r[f'{label}_value']:.3f} "
+                   "(HE does not protect labels)")
+        out.append(f"**{r.method}**, defense {setting_label(r.defense)}: HE **{r.he}** moves {feature} R² "
+                   f"{ref[f'{feature}_value']:.3f} → {r[f'{feature}_value']:.3f} ({move:+.3f}{beyond}; control "
+                   f"{r[f'{feature}_control']:.3f}, mean predictor {r[f'{feature}_prior']:.3f}) at "
+                   f"{he_cost_label(r, d)}, utility {ref.utility:.4f} → {r.utility:.4f}{lab}.")
+    feat = d[d.family.isin(FEATURE_DEFENSES)]
+    for (method, he), g in feat.groupby(["method", "he"]):
+        strongest = g.loc[g[f"{feature}_value"].idxmin()]
+        ref = d[(d.method == method) & (d.he == he) & (d.defense == "none") & (d.swept == strongest.swept)]
+        if ref.empty:
+            continue
+        ref = ref.iloc[0]
+        eps = "" if pd.isna(strongest.epsilon) else f", ε {strongest.epsilon:.3g}"
+        out.append(f"**{method}**, HE {he}: **{setting_label(strongest.defense)}**{eps} brings {feature} R² "
+                   f"{ref[f'{feature}_value']:.3f} → {strongest[f'{feature}_value']:.3f} (control "
+                   f"{strongest[f'{feature}_control']:.3f}) at utility {ref.utility:.4f} → {strongest.utility:.4f}.")
+    return out or [f"No cell pairs an HE mode or a feature-side defense with its undefended, unencrypted twin "
+                   f"for {feature}."]
+
+
+def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> Path | None:
+    """Originals (top row) and each cell's reconstruction of the same rows (seed of the first run;
+    every cell draws the same aux/scored split from the seed), for image datasets."""
+    at = attacks[(attacks.dataset == dataset) & (attacks.attack == attack) & attacks.examples.notna()]
+    if at.empty:
+        return None
+    at = at[at.seed == at.seed.min()].drop_duplicates(["method", "defense", "he", "swept"]).head(8)
+
+    def images(ex: dict, key: str) -> np.ndarray:  # uint8 rows as the attack stored them, in [0, 1]
+        return np.frombuffer(base64.b64decode(ex[key]), dtype=np.uint8).reshape(-1, *ex["shape"]) / 255.0
+
+    first = json.loads(at.examples.iloc[0])
+    truth = images(first, "truth")
+    rows = [("original", truth)] + [
+        (f"{r.method}, {setting_label(r.defense)}, HE {r.he}", images(json.loads(r.examples), "reconstruction"))
+        for r in at.itertuples()]
+    k = min(len(truth), *(len(x) for _, x in rows))
+    h, w = truth.shape[1:3]
+    fig, axes = plt.subplots(len(rows), k, figsize=(max(6.0, 0.9 * k * w / h + 2.2), 0.9 * len(rows) + 0.8),
+                             dpi=100, squeeze=False)
+    for i, (name, x) in enumerate(rows):
+        for j in range(k):
+            ax = axes[i][j]
+            ax.imshow(x[j], cmap="gray", vmin=0, vmax=1)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[i][0].set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
+    fig.suptitle(f"{dataset}: the passive party's image halves (top) and the active party's {attack} "
+                 "reconstructions", fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -393,6 +587,13 @@ def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
     notes = ["`seeds`: runs the cell's mean ± std rests on (each error bar in the plots, too).",
              f"`utility ({metric})`: the federation's test {metric}, mean ± std over seeds."]
     for a in attack_names(summary):
+        if a.startswith("fr"):
+            notes += [f"`{a}`: the active party's reconstruction of `passive1`'s features, mean per-feature R² "
+                      "(accuracy where all fields are categorical); lower is better for privacy.",
+                      f"`{a} control`: the same reconstruction trained on noise observations of the same shape.",
+                      f"`{a} baseline`: the mean predictor (mean of the rows the attacker knows).",
+                      f"`{a} leakage`: value − max(control, baseline)."]
+            continue
         notes += [f"`{a}`: the attack's value — label inference on the passive adversary's own training rows "
                   "(top-1 accuracy for multi-class tasks, AUC for binary ones); lower is better for privacy.",
                   f"`{a} control`: the same attack with the same budget when the federation leaks nothing: "
@@ -430,7 +631,8 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
     aligned = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(per_setting.items()))
     lines = [f"Data: **{dataset}**, {size}; {part.get('parties', spec.get('n_parties'))} parties "
              f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",
-             f"Training: {train['epochs']} epochs, batch {train['batch_size']}, {optim['optimizer']} lr {optim['lr']}; "
+             f"Training: {train['epochs']} epochs, batch {train['batch_size']}, {optim['optimizer']} lr "
+             f"{optim['lr'] if optim['lr'] is not None else DEFAULT_LR.get(optim['optimizer'], 'default')}; "
              f"bottom models {model['bottom']} (cut width {model['cut_dim']}); methods "
              f"{', '.join(sorted(ok.method.unique()))}; seeds {', '.join(str(s) for s in sorted(ok.seed.unique()))}."]
     at = attacks[(attacks.dataset == dataset) & attacks.run_id.isin(ok.run_id)] if len(attacks) else attacks
@@ -446,8 +648,16 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
                          f"{int(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
                          f"local-SSL baseline: SimSiam on all the adversary's rows, as many epochs as the method's "
                          f"own SSL stage, 10 without one ({ssl_text}).")
+        elif name.startswith("fr"):
+            aux = (f"knows the passive features of {int(g.n_aux.iloc[0])} aligned rows and trains a decoder from"
+                   if name == "fr" else "knows no passive row; fits a generator from its own features and a "
+                   "surrogate of the passive bottom model to")
+            lines.append(f"Attack **{name}**: the active party attacks `passive1`'s features: it {aux} what it "
+                         "observes per row (the released rows with HE off, a_P = t·W_P with HE on); scored by "
+                         "R² on the other aligned training rows.")
         else:
-            lines.append(f"Attack **{name}**: scores the gradients the passive party `passive1` received.")
+            lines.append(f"Attack **{name}**: scores the gradients the passive party `passive1` received "
+                         "(under HE: the rows it decrypts with its own key).")
     return lines
 
 
@@ -464,8 +674,11 @@ def he_table(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs[runs.status == "ok"]
     if ok.empty or (ok.he == "off").all():
         return pd.DataFrame()
+    steps = pd.to_numeric(ok.train_steps, errors="coerce").where(lambda x: x > 0)
+    ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
     g = ok.groupby(["dataset", "method", "defense", "he"]).agg(
         seconds=("seconds", "mean"), bytes_sent=("bytes_sent", "mean"), he_seconds=("he_seconds", "mean"),
+        s_per_step=("step_s", "mean"), mb_per_step=("mb_step", "mean"),
         parameters=("he_params", "first")).reset_index()
     off = g[g.he == "off"].set_index(["dataset", "method", "defense"])
     g["× off (seconds)"] = [f"{r.seconds / off.loc[(r.dataset, r.method, r.defense), 'seconds']:.1f}"
@@ -497,6 +710,22 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
         # cells across different data sizes would mix two effects in one line
         settings = sorted(summary[summary.dataset == ds].swept.unique()) if not summary.empty else []
         blocks.append(("ul", setup_lines(runs, attacks, ds)))
+        if not summary.empty and shows_encryption(summary, attacks, ds):
+            labels_ = label_attacks(attacks)
+            for f in feature_attacks(attacks):
+                if not summary[summary.dataset == ds][f"{f}_value"].notna().any():
+                    continue
+                blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
+                                     f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
+                blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
+                fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
+                                        out / f"encryption_{ds}_{f}.png", kinds)
+                figures.append(fig)
+                blocks.append(("img", fig))
+                grid = image_grid(attacks, ds, f, out / f"reconstructions_{ds}_{f}.png")
+                if grid is not None:
+                    figures.append(grid)
+                    blocks.append(("img", grid))
         for a in atk:
             for i, sw in enumerate(settings):
                 # the local reference runs once per data setting, whatever the attack parameters
