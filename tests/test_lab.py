@@ -227,3 +227,11 @@ def test_he_sweep_with_a_feature_attack_shows_what_encryption_buys_first(tmp_pat
     assert "× s/step" in line and "MB/step" in line
     names = {p.name for p in paths}
     assert {"encryption_digits_fr.png", "reconstructions_digits_fr.png"} <= names
+
+
+def test_he_modes_in_sweep_files_take_parameters():
+    sw = parse_sweep({**BASE, "methods": ["splitnn", "local"], "he": ["off", {"paillier": {"key_bits": 2048}}]}, "f")
+    assert [(c.method, c.he, c.config["he_params"]) for c in sw.cells] == [
+        ("splitnn", "off", {}), ("splitnn", "paillier", {"key_bits": 2048}), ("local", "off", {})]
+    with pytest.raises(UserError, match=r"he\[0\]"):
+        parse_sweep({**BASE, "he": [{"paillier": 3}]}, "f")

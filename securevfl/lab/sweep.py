@@ -15,7 +15,8 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   parameter is the strength axis: ``{iso: [1, 5, 25]}``, ``{dp: {clip: 1.0, noise: [0.5, 1.0]}}``.
 - ``attacks``: attack names, specs (``mc:n_aux=20``) or one-key mappings ``{mc: {n_aux: 20, steps: 600}}``;
   a list value sweeps that parameter (``{mc: {n_aux: [20, 80]}}``: one cell per value, the swept key
-  shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them;
+  shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them, each optionally
+  with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
   ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config.
 """
 
@@ -222,13 +223,7 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     defenses = expand_defenses(data.get("defenses"))
     _validate_defenses(defenses)
     attack_variants = expand_attacks(data.get("attacks"))
-    he_modes = [str(h).lower() if h is not False else "off" for h in _as_list(data.get("he", "off"), "he")]
-    from securevfl.cutlayer import cut_layer_names
-
-    for i, h in enumerate(he_modes):
-        if h not in cut_layer_names():
-            raise _fail(f"he[{i}]" if isinstance(data.get("he"), list) else "he",
-                        f"{h!r} is not available; available: {', '.join(cut_layer_names())}")
+    he_modes = _he_modes(data.get("he", "off"))
     seeds = _as_list(data.get("seeds", [0]), "seeds")
     for i, s in enumerate(seeds):
         if isinstance(s, bool) or not isinstance(s, int):
@@ -259,17 +254,19 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     axis_names = list(axes) + [k for k in attack_variants[0][1]]
     for combo in itertools.product(*axes.values()) if axes else [()]:
         data_swept = dict(zip(axes, combo, strict=True))
-        for (method, params), (spec, family, strength), he, (attack_list, attack_swept), seed in itertools.product(
-                methods, defenses, he_modes, attack_variants, seeds):
+        for (method, params), (spec, family, strength), (he, he_params), (attack_list, attack_swept), seed in \
+                itertools.product(methods, defenses, he_modes, attack_variants, seeds):
             swept = {**data_swept, **attack_swept}
             if not get_method(method).uses_passives:
                 # a single-party baseline (``local``) has no cut layer to defend, encrypt or attack:
                 # one plain run per seed, shown in the report as a reference utility
-                if (spec, he, attack_list) != (defenses[0][0], he_modes[0], attack_variants[0][0]):
+                if (spec, (he, he_params), attack_list) != (defenses[0][0], he_modes[0], attack_variants[0][0]):
                     continue
-                spec, family, strength, he, attack_list, swept = "none", "none", None, "off", [], data_swept
+                spec, family, strength, he, he_params, attack_list, swept = ("none", "none", None, "off", {}, [],
+                                                                             data_swept)
             cfg = copy.deepcopy(base)
             cfg.method, cfg.defense, cfg.he, cfg.seed = method, spec, he, int(seed)
+            cfg.he_params = dict(he_params)
             cfg.method_params = dict(params)
             cfg.attacks = copy.deepcopy(attack_list)
             for k, v in data_swept.items():
@@ -280,6 +277,28 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
                     raise UserError(f"sweep file: {e}") from None
             cells.append(Cell(method, spec, family, strength, int(seed), he, cfg.to_dict(), swept))
     return Sweep(name, cells, axis_names)
+
+
+def _he_modes(value: object) -> list[tuple[str, dict]]:
+    """``he``: a scheme, or a list of schemes each a name or ``{paillier: {key_bits: 2048}}``."""
+    from securevfl.cutlayer import cut_layer_names
+
+    out = []
+    for i, h in enumerate(_as_list(value, "he")):
+        key = f"he[{i}]" if isinstance(value, list) else "he"
+        params: dict = {}
+        if isinstance(h, dict):
+            if len(h) != 1 or not isinstance(next(iter(h.values())) or {}, dict):
+                raise _fail(key, "expected a scheme name or a one-key mapping {scheme: {param: value}}")
+            (h, params), = h.items()
+            params = dict(params or {})
+        name = str(h).lower() if h is not False else "off"
+        if name not in cut_layer_names():
+            raise _fail(key, f"{name!r} is not available; available: {', '.join(cut_layer_names())}")
+        if params and name == "off":
+            raise _fail(key, "off takes no parameters")
+        out.append((name, params))
+    return out
 
 
 def load_sweep(path: str | Path) -> Sweep:
