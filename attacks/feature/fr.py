@@ -113,6 +113,9 @@ def observe(target: AttackTarget, ids: np.ndarray, split: str, batch: int = 512)
     return np.concatenate(out).reshape(len(ids), -1).astype(np.float32)
 
 
+DRAWS = 16
+"""Noise draws fr-grn averages per row for its reconstruction."""
+
 MAX_CARDINALITY = 1000
 """Categorical fields with more values are left out of the scoring (a decoder head per value)."""
 
@@ -368,10 +371,13 @@ class GenerativeRegression(FeatureAttack):
         cards = [c for c in t.cards if c <= MAX_CARDINALITY]
 
         def predict(g: nn.Module, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            # the point estimate under squared loss: the generator's mean over noise draws
             with torch.no_grad():
                 xa = torch.from_numpy(((x - a_mu) / a_sd).astype(np.float32))
-                r = torch.randn(len(xa), int(self.config["noise_dim"]))
-                return decode(self.bounded(g(torch.cat([xa, r], 1)), t.num.shape[1], cards).double().numpy(), t)
+                k = int(self.config["noise_dim"])
+                outs = [self.bounded(g(torch.cat([xa, torch.randn(len(xa), k)], 1)), t.num.shape[1], cards)
+                        for _ in range(DRAWS)]
+                return decode(torch.stack(outs).mean(0).double().numpy(), t)
 
         pred = {k: predict(gen, x) for k, x in x_eval.items()}
         res = self.result(target, pred, predict(ctrl_gen, x_eval["rest"]), truth, 0,
