@@ -110,7 +110,7 @@ class ImputingView:
         if split != "train":  # test rows are aligned: no imputation
             return self._data.rows(ids, split)
         ids = np.asarray(ids)
-        if self._alias is not None:
+        if self._alias is not None and len(self._alias[1]):  # no alias when every row is aligned
             index, targets = self._alias
             pos = index.positions(ids)
             ids = np.where(pos >= 0, targets[np.maximum(pos, 0)], ids)
