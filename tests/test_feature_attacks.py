@@ -117,3 +117,13 @@ def test_fr_grn_fits_its_surrogate_and_reports_against_its_control(plain):
     assert a["n_aux"] == 0 and a["surrogate_fit"] < 0.5
     assert {"value", "control", "prior", "leakage", "ssim", "control_ssim"} <= set(a)
     assert a["leakage"] == a["value"] - max(a["control"], a["prior"])
+
+
+@pytest.mark.slow
+def test_fr_under_paillier_runs_on_a_p_only():
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he="paillier", attacks=["fr:epochs=200,eval_rows=300"])
+    cfg.he_params = {"key_bits": 2048, "seeded_shares": True}
+    cfg.data.max_rows, cfg.model.cut_dim, cfg.train.epochs = 600, 8, 1
+    a = execute(cfg).result["attacks"]["fr"]
+    assert a["observes"] == "a_P = t·W_P" and a["rows_scored"] == 300
+    assert a["value"] == a["value"] and a["control"] < a["value"]  # measured: the decoder undoes W_P
