@@ -14,13 +14,24 @@ to ≈ 2^-20, so a slot may hold at most 2^(scale − 30): with masks κ bits ab
 statistical hiding at the defaults (:attr:`kappa`, reported in ``cost.he``). The old default
 (N 8192, scale 2^40) would give 2 bits and is refused.
 
-Known leak, not fixed (no noise flooding is possible here, measured in tests/test_he_attacks.py):
-the key owner can compute its own encryption error ε of [[z]]; the decrypted product slot carries
-ε·w for the active party's plaintext multiplier w (real and imaginary parts). TenSEAL encodes only
-real plaintexts (no complex masks) and exposes no noise flooding, and flooding to 2^κ above ε·w
-would destroy the precision above. An adversary that decodes the slots exactly (not through
-TenSEAL's double-precision decoder) can therefore regress the active party's shares on ε.
-Paillier is exact and re-randomised: use it where that matters.
+Circuit privacy (noise flooding). The key owner P can compute its own encryption error ε of a
+ciphertext it sent; a decrypted product slot carries ε·w (+ the rescale and encoding errors) for the
+active party's plaintext multiplier w, in its real AND imaginary parts. The real part of every slot
+is covered by the term masks (κ bits above the term bound, which dominates |ε·w|); the imaginary
+part carries no value anyone needs, so the active party floods it: before a product leaves, it adds
+(through ``tenseal.sealapi``, since TenSEAL encodes only real vectors) a complex plaintext whose real
+part is the term masks and whose imaginary part is a fresh uniform draw of half-width
+S = 2^(2κ + weight_bits) (the size of the largest term mask, so the double-precision decoding budget
+above is unchanged). Its hiding is κ_f = ⌊log2(S / B)⌋ bits per slot (:func:`flooding_bits`,
+``cost.he.flooding_bits``), B a public bound on the imaginary noise of a product slot:
+B = B_clean·M + M·N/2/Δ + B_scale, with B_clean = (8√2 σ N + 6 σ √N + 16 σ √(hN) + N/2)/Δ the
+fresh-encryption bound of Cheon–Kim–Kim–Song 2017 (Lemma 1, plus the encoding rounding N/2; σ 3.2,
+h = N the worst-case Hamming weight of the ternary secret), B_scale = √(N/3)(3 + 8√h)/Δ their
+rescaling bound (Lemma 2), and M = 2^(κ + weight_bits) the public bound on |w| and on the encrypted
+values (t, shares). Measured ε (N 16384, 2^60): max |Im ε| ≈ 2^-45.8 against B_clean ≈ 2^-39.6.
+The flooded ciphertexts travel as raw SEAL ciphertexts (TenSEAL cannot wrap a modified one).
+What remains: the *sum* of an output's slots is not masked where the protocol does not mask it (the
+passive party's own ∂L/∂t = g W_Pᵀ): it reads g (W_P + ε)ᵀ, ε its own error, with W_P unknown to it.
 
 Packing ("row-major tiles, reduction after decryption"): a matrix X (m×n) is cut into row chunks
 of r = min(m, slots // n) rows; each chunk is flattened row-major and tiled t = slots // (r·n)
@@ -34,10 +45,17 @@ exact sum, never a term).
 
 from __future__ import annotations
 
+import atexit
+import math
+import os
+import shutil
+import tempfile
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 import tenseal as ts
+import tenseal.sealapi as sealapi
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
@@ -90,7 +108,7 @@ class CKKSMatrix(Encrypted):
 class CKKSProducts(Encrypted):
     """Masked terms of a product, one ciphertext per (chunk, output group); reduced after decryption."""
 
-    cts: list  # [chunk][group]
+    cts: list  # [chunk][group]: raw sealapi Ciphertexts (flooded)
     shape: tuple[int, int]  # the product's shape
     side: str  # "right" (X @ W) or "left" (W @ X)
     x_shape: tuple[int, int]
@@ -103,9 +121,68 @@ def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int) -> int:
     return (scale_bits - 12 - frac_bits - weight_bits) // 2
 
 
+SIGMA = 3.2  # SEAL's error standard deviation (3.19), clipped at 6σ
+
+
+def fresh_noise_bound(n: int, scale_bits: int) -> float:
+    """Public high-probability bound on |ε| of a fresh public-key encryption, per slot, in value units."""
+    h = n  # worst-case Hamming weight of the ternary secret
+    b_clean = 8 * math.sqrt(2) * SIGMA * n + 6 * SIGMA * math.sqrt(n) + 16 * SIGMA * math.sqrt(h * n)
+    return (b_clean + n / 2) / 2.0 ** scale_bits
+
+
+def product_noise_bound(n: int, scale_bits: int, value_bits: int) -> float:
+    """Bound on the noise of one product slot (x + ε)(w + ρ_w) after rescaling, |x|, |w| ≤ 2^value_bits."""
+    m = 2.0 ** value_bits
+    rescale = math.sqrt(n / 3) * (3 + 8 * math.sqrt(n)) / 2.0 ** scale_bits
+    return fresh_noise_bound(n, scale_bits) * m + m * (n / 2) / 2.0 ** scale_bits + rescale
+
+
+def flood_width_bits(kappa: int, weight_bits: int) -> int:
+    """Half-width of the imaginary flood: the largest term mask (2^(2κ + weight_bits))."""
+    return 2 * kappa + weight_bits
+
+
+def flooding_bits(n: int, scale_bits: int, kappa: int, weight_bits: int) -> int:
+    """κ_f: bits by which the imaginary flood exceeds the public bound on a slot's noise."""
+    return math.floor(flood_width_bits(kappa, weight_bits)
+                      - math.log2(product_noise_bound(n, scale_bits, kappa + weight_bits)))
+
+
+# ---------------------------------------------------------------- raw SEAL ciphertexts (bytes via a file)
+_SCRATCH: list[str] = []
+
+
+def _scratch() -> str:
+    """A per-thread file in a private (0700) temp directory, on /dev/shm where it exists: sealapi
+    saves and loads only through paths."""
+    if not _SCRATCH:
+        d = tempfile.mkdtemp(prefix="securevfl-he-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        atexit.register(shutil.rmtree, d, True)
+        _SCRATCH.append(d)
+    return os.path.join(_SCRATCH[0], f"{os.getpid()}-{threading.get_ident()}")
+
+
+def seal_dumps(ct: sealapi.Ciphertext) -> bytes:
+    path = _scratch()
+    ct.save(path)
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def seal_loads(seal_ctx, buf: bytes) -> sealapi.Ciphertext:
+    path = _scratch()
+    with open(path, "wb") as fh:
+        fh.write(buf)
+    ct = sealapi.Ciphertext(seal_ctx)
+    ct.load(seal_ctx, path)
+    return ct
+
+
 class CKKSBackend(HEBackend):
     scheme = "ckks"
     exact = False
+    flood = True  # the imaginary flooding (tests switch it off for their control)
 
     def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
                  frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
@@ -124,6 +201,13 @@ class CKKSBackend(HEBackend):
                 context.global_scale = 2.0 ** self.params["global_scale_bits"]
         self.ctx = context
         self.slots = self.params["poly_modulus_degree"] // 2
+        self.weight_bits = weight_bits
+        self.flooding_bits = flooding_bits(self.params["poly_modulus_degree"], self.params["global_scale_bits"],
+                                           self.kappa, weight_bits)
+        self.seal_ctx = context.seal_context().data
+        self.encoder = sealapi.CKKSEncoder(self.seal_ctx)
+        self.evaluator = sealapi.Evaluator(self.seal_ctx)
+        self.decryptor = sealapi.Decryptor(self.seal_ctx, context.secret_key().data) if context.is_private() else None
 
     @classmethod
     def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
@@ -170,6 +254,7 @@ class CKKSBackend(HEBackend):
         out_shape = (m, p) if side == "right" else (p, n)
         mask = np.zeros(out_shape)
         s = 2.0 ** (self.kappa + term_bits - 2 * self.f)  # term masks: κ bits above the term bound
+        flood = 2.0 ** flood_width_bits(self.kappa, self.weight_bits) if self.flood else 0.0
         out = []
         with self.timer.time("matmul"):
             for ci, ct in enumerate(ex.cts):
@@ -198,8 +283,13 @@ class CKKSBackend(HEBackend):
                             u += add[g:g + len(ks)][:, None, :] / valid
                         mask[g:g + len(ks)] += u.sum(1) - (add[g:g + len(ks)] if ci == 0 else 0)
                     terms[: len(ks), :valid] = u
-                    prod = ct * mult.ravel()  # numpy in, in-place mask add: ≈ 0.4 ms less per ciphertext
-                    prod.add_(terms.ravel())
+                    prod = (ct * mult.ravel()).ciphertext()[0]  # multiplied and rescaled by TenSEAL
+                    # real part: the term masks; imaginary part: the flood (every slot, padding included)
+                    noise = 1j * rng.uniform((self.slots,), -flood, flood)
+                    noise[: terms.size] += terms.ravel()
+                    pt = sealapi.Plaintext()
+                    self.encoder.encode(noise.tolist(), prod.parms_id(), prod.scale, pt)
+                    self.evaluator.add_plain_inplace(prod, pt)
                     row_out.append(prod)
                 out.append(row_out)
         mask_int = np.rint(mask * 2.0 ** (2 * self.f)).astype(object) if hide else np.zeros(out_shape, dtype=object)
@@ -223,7 +313,9 @@ class CKKSBackend(HEBackend):
                 for gi, ct in enumerate(row):
                     g = gi * t
                     nk = min(t, p - g)
-                    v = np.asarray(ct.decrypt())[: t * r * n].reshape(t, r, n)[:nk, :valid]
+                    pt = sealapi.Plaintext()
+                    self.decryptor.decrypt(ct, pt)
+                    v = np.asarray(self.encoder.decode_double(pt))[: t * r * n].reshape(t, r, n)[:nk, :valid]
                     if e.side == "right":
                         y[lo:lo + valid, g:g + nk] = v.sum(2).T
                     else:
@@ -244,15 +336,16 @@ class CKKSBackend(HEBackend):
             else:
                 head = {"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape, "rows": e.rows,
                         "tiles": e.tiles, "n": [len(row) for row in e.cts]}
-                blobs = [ct.serialize() for row in e.cts for ct in row]
+                blobs = [seal_dumps(ct) for row in e.cts for ct in row]
             return pack_blobs(head, blobs)
 
     def loads(self, buf: bytes) -> Encrypted:
         with self.timer.time("deserialize"):
             head, blobs = unpack_blobs(buf)
-            cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
             if head["type"] == "matrix":
+                cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
                 return CKKSMatrix(cts, tuple(head["shape"]), head["rows"], head["tiles"])
+            cts = [seal_loads(self.seal_ctx, b) for b in blobs]
             rows, i = [], 0
             for k in head["n"]:
                 rows.append(cts[i:i + k])
@@ -262,6 +355,7 @@ class CKKSBackend(HEBackend):
 
     def describe(self) -> dict:
         return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "mask_bits": self.kappa,
-                "exact": False, "noise_flooding": False,
+                "exact": False, "noise_flooding": "imaginary parts" if self.flood else False,
+                "flooding_bits": self.flooding_bits if self.flood else 0,
                 "packing": "row-major tiles, one ciphertext per row chunk; reduction after decryption"}
 
