@@ -23,8 +23,8 @@ Attacks (both schemes, h ≥ d and h < d, 3 epochs):
 from __future__ import annotations
 
 import functools
-from fractions import Fraction
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -267,11 +267,16 @@ def complex_slots(ct, ctx) -> np.ndarray:
 
     seal_ctx = ctx.seal_context().data
     pt = sealapi.Plaintext()
-    sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(as_seal(ct), pt)
+    sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(as_seal(ct, ctx), pt)
     return np.asarray(sealapi.CKKSEncoder(seal_ctx).decode_complex(pt))
 
 
-def as_seal(ct):
+def as_seal(ct, ctx):
+    """A SEAL ciphertext from a TenSEAL vector (P's own [[t]]) or received product bytes."""
+    from securevfl.crypto.ckks import seal_loads
+
+    if isinstance(ct, bytes):
+        return seal_loads(ctx.seal_context().data, ct)
     return ct.ciphertext()[0] if hasattr(ct, "ciphertext") else ct
 
 
@@ -323,7 +328,7 @@ def plaintext_coeffs(ct, ctx) -> tuple[np.ndarray, float]:
 
     from securevfl.crypto.ckks import seal_dumps, seal_loads
 
-    ct = as_seal(ct)
+    ct = as_seal(ct, ctx)
     seal_ctx = ctx.seal_context().data
     pt = sealapi.Plaintext()
     sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(ct, pt)
@@ -375,7 +380,7 @@ def imag_regressions(truth: Truth, be, sent: list, unmasked: bool = False, n_fwd
     eps_max = 0.0
     for rec, enc_t in list(zip(truth.fwd, sent, strict=True))[:n_fwd]:
         assert rec["training"]
-        t, v, g = real(rec["t"], F), real(rec["V"], F), rec["g"]
+        v, g = real(rec["V"], F), rec["g"]
         m, n = enc_t.shape
         r, tiles = enc_t.rows, enc_t.tiles
         ks = list(range(min(outs, tiles)))
