@@ -48,8 +48,16 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     lambda: PaillierBackend({"key_bits": 2048}, slot_bits=120),
     lambda: NaivePaillierBackend({"key_bits": 2048}),
 ], ids=["ckks", "paillier", "paillier-naive"])
-def test_backend_products_match_numpy(make):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_backend_products_match_numpy(make, threads, monkeypatch):
+    """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
+    Paillier: worker processes), give the same numbers."""
+    from securevfl.crypto import backend
+
+    monkeypatch.setattr(backend, "_HE_THREADS", [threads])
     owner = make()
+    if threads > 1 and isinstance(owner, NaivePaillierBackend):
+        pytest.skip("the naive baseline is single-core by design")
     kw = {"slot_bits": 120} if isinstance(owner, PaillierBackend) else {}
     other = type(owner).from_public(owner.public_bytes(), owner.params, **kw)
     assert owner.has_secret() and not other.has_secret()

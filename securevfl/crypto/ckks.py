@@ -297,8 +297,8 @@ class CKKSBackend(HEBackend):
         """Chunk ``ci`` of [[X]] repeated k times as one TenSEAL vector (from its SEAL bytes)."""
         if ex.blobs is None:
             ex.blobs = [proto_blobs(c.serialize())[0][0] for c in ex.cts]
-        ct = ex.cts[ci]
-        return ts.ckks_vector_from(self.ctx, vector_proto([ex.blobs[ci]] * k, ct.size(), ct.ciphertext()[0].scale))
+        return ts.ckks_vector_from(self.ctx, vector_proto([ex.blobs[ci]] * k, self.slots,
+                                                          ex.cts[ci].ciphertext()[0].scale))
 
     def _product(self, ex: CKKSMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
                  rng) -> tuple[CKKSProducts, np.ndarray]:
@@ -342,7 +342,9 @@ class CKKSBackend(HEBackend):
                     block[: len(ks), :valid] = u
                     terms[gi, : block.size] = block.ravel()
                 if he_threads() > 1:  # the chunk repeated per group as one vector: TenSEAL's threads share it
-                    prods = (self._repeat(ex, ci, len(groups)) * mult.ravel()).ciphertext()
+                    full = np.zeros((len(groups), self.slots))  # TenSEAL splits a vector at full ciphertexts
+                    full[:, : t * r * n] = mult.reshape(len(groups), -1)
+                    prods = (self._repeat(ex, ci, len(groups)) * full.ravel()).ciphertext()
                 else:  # ≈ 10 % less CPU on one core than the repeated vector
                     prods = [(ct * mv.ravel()).ciphertext()[0] for mv in mult]
                 # real part: the term masks; imaginary part: the flood (every slot, padding included)

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from securevfl.channel import Endpoint, MessageKind
-from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, load_ints
+from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, he_threads, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
 from securevfl.interactive import GRAD_BOUND, Drbg, HParams, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
@@ -280,7 +280,8 @@ class HECutLayer(CutLayer):
         be = self.ends[0][0].backend.describe() if self.ends else {}
         bd = self.bounds
         return {"scheme": self.name, "params": {**be, **({"seeded_shares": True} if self.seeded_shares else {})},
-                "hiding_bits": bd.kappa,
+                "hiding_bits": bd.kappa, "threads": he_threads(),
+                **({"flooding_bits": be["flooding_bits"]} if "flooding_bits" in be else {}),
                 "bounds": {"frac_bits": bd.f, "activation": "tanh, |t| ≤ 1", "grad_clip": GRAD_BOUND,
                            "weight_bound": 2 ** bd.weight_bits, "max_terms": 2 ** bd.terms_bits},
                 "protocol": "interactive layer on re-shared additive shares (V at active, R at passive), "
