@@ -12,7 +12,12 @@ FFTs, and the noise of a product grows with the plaintext multiplier). The proto
 to ≈ 2^-20, so a slot may hold at most 2^(scale − 30): with masks κ bits above a share that is itself
 κ bits above |W_P| ≤ 2^weight_bits, κ = ⌊(scale − 12 − frac_bits − weight_bits)/2⌋ = 12 bits of
 statistical hiding at the defaults (:attr:`kappa`, reported in ``cost.he``). The old default
-(N 8192, scale 2^40) would give 2 bits and is refused.
+(N 8192, scale 2^40) would give 2 bits and is refused. ``benchmarks/he_ckks_kappa.py`` measures the
+bound per parameter set: the error grows ∝ the slot magnitude (slope 1.0), so κ is 12 at N 16384 with
+4 or 7 primes alike and 10 at N 32768 (a larger fresh-noise floor); N 8192 reaches the 2^-21 target at
+no magnitude (scale ≤ 2^50). Splitting a value over two slots cannot help either (the high slot's
+error is scaled back up on recombination). κ ≥ 40 would need a decoder beyond double precision
+(and a scale above SEAL's 60-bit primes); use Paillier (κ ≥ 40) where that matters.
 
 Circuit privacy (noise flooding). The key owner P can compute its own encryption error ε of a
 ciphertext it sent; a decrypted product slot carries ε·w (+ the rescale and encoding errors) for the
