@@ -15,9 +15,11 @@ Attacks (both schemes, h ≥ d and h < d, 3 epochs):
   judged per feature (sklearn's multi-output R²). Without auxiliary rows A cannot tell M from −M
   (the run with (−t, −W_P) gives A the same view), so no estimator beats 0 in expectation;
   reconstruction *with* auxiliary rows is the ``fr`` attack's measurement.
-- P, regression of V, W_P and g on decrypted slots (real parts; CKKS imaginary parts too), the
-  correlation of every masked value with the secret it masks over the run, and label recovery
-  through the recovered W_P. Controls: the same regressions on the unmasked values.
+- P, regression of V, W_P and g on decrypted slots (real parts; CKKS single slots; CKKS imaginary
+  parts decoded exactly — plaintext polynomial from sealapi, slots in integer arithmetic — against
+  P's own exactly decoded encryption error), the correlation of every masked value with the secret it
+  masks over the run, and label recovery through the recovered W_P. Controls: the same regressions on
+  the unmasked values.
 """
 
 from __future__ import annotations
