@@ -254,7 +254,7 @@ class PaillierBackend(HEBackend):
         chunks = list(enumerate(range(0, m, S)))
         with self.timer.time("matmul"):
             flat = self._map("combine", [([ex.cols[j][ci] for j in range(n)], w[:, k], add[c:c + S, k])
-                                                  for k in range(p) for ci, c in chunks])
+                                         for k in range(p) for ci, c in chunks])
         cts = [flat[k * len(chunks):(k + 1) * len(chunks)] for k in range(p)]
         return PackedResult((m, p), "right", cts), mask
 
@@ -265,7 +265,7 @@ class PaillierBackend(HEBackend):
         chunks = list(enumerate(range(0, n, S)))
         with self.timer.time("matmul"):
             flat = self._map("combine", [([ex.rows[i][ci] for i in range(m)], w[k, :], add[k, c:c + S])
-                                                  for k in range(p) for ci, c in chunks])
+                                         for k in range(p) for ci, c in chunks])
         cts = [flat[k * len(chunks):(k + 1) * len(chunks)] for k in range(p)]
         return PackedResult((p, n), "left", cts), mask
 
