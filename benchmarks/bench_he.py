@@ -8,8 +8,13 @@ steps; the table shows the median step time, the ratio to ``off`` from the same 
 from the channel's counters, and where the HE time goes (the backends' per-operation timers).
 Use OMP_NUM_THREADS=1; other jobs on the machine change absolute times, compare ratios.
 
+``--threads 1,2`` repeats every mode at each core count in the same run: torch's threads (the
+plaintext step) and the HE threads (:func:`securevfl.crypto.backend.set_he_threads`: TenSEAL's thread
+pool for CKKS, worker processes for Paillier) are both set to k, and each ratio is against ``off`` at the
+same k, so the table shows whether the HE / plaintext ratio grows with the cores.
+
     OMP_NUM_THREADS=1 python benchmarks/bench_he.py --dataset fashion-mnist --batch-size 256 \\
-        --cut-dim 16 --hidden 32
+        --cut-dim 16 --hidden 32 [--threads 1,2]
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import statistics
 import time
 
 import numpy as np
+import torch
 
+from securevfl.crypto.backend import set_he_threads
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import PartitionSpec, dataset_status, load_dataset, make_partition
 from securevfl.federation import OptimConfig, align, build_federation
@@ -68,18 +75,27 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--bottom", default="auto")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--threads", default="1", help="comma-separated core counts, e.g. 1,2")
     args = ap.parse_args()
     if args.dataset == "fashion-mnist" and not dict((n, ok) for n, ok, _ in dataset_status())[args.dataset]:
         raise SystemExit("fashion-mnist not installed (apt-get install dataset-fashion-mnist)")
     part = make_partition(load_dataset(args.dataset), PartitionSpec(n_parties=2), 0)
-    rows = []
-    for name in args.modes.split(","):
-        rows.append(run_mode(name, part, args))
-        r = rows[-1]
-        print(f"# {name}: {r['seconds']:.4f} s/step over {r['steps']} steps", flush=True)
+    for k in [int(v) for v in args.threads.split(",")]:
+        torch.set_num_threads(k)
+        set_he_threads(k)
+        rows = []
+        for name in args.modes.split(","):
+            rows.append(run_mode(name, part, args))
+            r = rows[-1]
+            print(f"# threads {k}, {name}: {r['seconds']:.4f} s/step over {r['steps']} steps", flush=True)
+        report(rows, args, k)
+
+
+def report(rows: list[dict], args, threads: int) -> None:
     base = next((r["seconds"] for r in rows if r["mode"] == "off"), None)
     naive = next((r["seconds"] for r in rows if r["mode"] == "paillier-naive-2048"), None)
-    print(f"\nsplitnn on {args.dataset}, B={args.batch_size}, d={args.cut_dim}, h={args.hidden}, bottom={args.bottom}")
+    print(f"\nsplitnn on {args.dataset}, B={args.batch_size}, d={args.cut_dim}, h={args.hidden}, bottom={args.bottom}, "
+          f"threads={threads}")
     print(f"{'mode':22s} {'s/step':>9s} {'× off':>8s} {'MB/step':>9s} {'naive ÷':>8s}  HE time by operation (s/step)")
     for r in rows:
         ratio = f"{r['seconds'] / base:8.1f}" if base else "       -"
@@ -89,6 +105,7 @@ def main() -> None:
     for r in rows:
         if r["params"]:
             print(f"  {r['mode']}: {r['params']}")
+    print(flush=True)
 
 
 if __name__ == "__main__":

@@ -48,8 +48,16 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     lambda: PaillierBackend({"key_bits": 2048}, slot_bits=120),
     lambda: NaivePaillierBackend({"key_bits": 2048}),
 ], ids=["ckks", "paillier", "paillier-naive"])
-def test_backend_products_match_numpy(make):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_backend_products_match_numpy(make, threads, monkeypatch):
+    """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
+    Paillier: worker processes), give the same numbers."""
+    from securevfl.crypto import backend
+
+    monkeypatch.setattr(backend, "_HE_THREADS", [threads])
     owner = make()
+    if threads > 1 and isinstance(owner, NaivePaillierBackend):
+        pytest.skip("the naive baseline is single-core by design")
     kw = {"slot_bits": 120} if isinstance(owner, PaillierBackend) else {}
     other = type(owner).from_public(owner.public_bytes(), owner.params, **kw)
     assert owner.has_secret() and not other.has_secret()
@@ -220,6 +228,28 @@ def test_other_activation_methods_run_under_he(method, params):
 
 
 # ------------------------------------------------------------------------------------ CLI and cost
+def test_he_threads_come_from_the_public_helper(monkeypatch):
+    """HE code reads its core count from securevfl.crypto.backend (set by a thread policy / the benchmark),
+    default the environment or 1; contexts built afterwards use it."""
+    from securevfl.crypto import backend
+
+    monkeypatch.setattr(backend, "_HE_THREADS", [])
+    monkeypatch.delenv("SECUREVFL_HE_THREADS", raising=False)
+    assert backend.he_threads() == 1
+    monkeypatch.setenv("SECUREVFL_HE_THREADS", "3")
+    assert backend.he_threads() == 3
+    backend.set_he_threads(2)
+    seen = []
+    orig = ts.context
+    monkeypatch.setattr(ts, "context", lambda *a, **kw: seen.append(kw.get("n_threads")) or orig(*a, **kw))
+    CKKSBackend({})
+    assert backend.he_threads() == 2 and seen == [2]
+    backend.set_he_threads(None)
+    assert backend.he_threads() == 3
+    with pytest.raises(ValueError):
+        backend.set_he_threads(0)
+
+
 def test_cli_json_cost_carries_he(capsys):
     code = main(["train", "--dataset", "digits", "--epochs", "1", "--cut-dim", "8", "--he", "ckks",
                  "--he-param", "poly_modulus_degree=16384", "--json"])
@@ -227,6 +257,7 @@ def test_cli_json_cost_carries_he(capsys):
     assert code == 0, cap.err
     he = json.loads(cap.out)["cost"]["he"]
     assert he["scheme"] == "ckks" and he["params"]["poly_modulus_degree"] == 16384 and he["hiding_bits"] == 12
+    assert he["flooding_bits"] == 51 and he["params"]["noise_flooding"] == "imaginary parts" and he["threads"] >= 1
     assert he["params"]["security_bits"] == 128 and he["seconds"] > 0
     assert he["seconds"] >= sum(he["seconds_by_op"].values()) - 1e-3 and "encrypt" in he["seconds_by_op"]
     assert he["bytes"] == sum(he["bytes_by_kind"].values()) > 0 and "he_context" in he["bytes_by_kind"]

@@ -15,14 +15,18 @@ Attacks (both schemes, h ≥ d and h < d, 3 epochs):
   judged per feature (sklearn's multi-output R²). Without auxiliary rows A cannot tell M from −M
   (the run with (−t, −W_P) gives A the same view), so no estimator beats 0 in expectation;
   reconstruction *with* auxiliary rows is the ``fr`` attack's measurement.
-- P, regression of V, W_P and g on decrypted slots (real parts; CKKS imaginary parts too), the
-  correlation of every masked value with the secret it masks over the run, and label recovery
-  through the recovered W_P. Controls: the same regressions on the unmasked values.
+- P, regression of V, W_P and g on decrypted slots (real parts; CKKS single slots; CKKS imaginary
+  parts decoded exactly — plaintext polynomial from sealapi, slots in integer arithmetic — against
+  P's own exactly decoded encryption error), the correlation of every masked value with the secret it
+  masks over the run, and label recovery through the recovered W_P. Controls: the same regressions on
+  the unmasked values.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -259,76 +263,233 @@ def test_passive_label_recovery_through_decrypted_slots_fails(he, monkeypatch):
 
 # --------------------------------------------------------------------- CKKS: imaginary parts
 def complex_slots(ct, ctx) -> np.ndarray:
-    """P decodes a ciphertext with its secret key to complex slots (SEAL's decoder; TenSEAL's own
-    decrypt returns real parts only)."""
+    """P decodes a ciphertext with its secret key to complex slots through SEAL's double-precision
+    decoder (TenSEAL's own decrypt returns real parts only)."""
     import tenseal.sealapi as sealapi
 
     seal_ctx = ctx.seal_context().data
     pt = sealapi.Plaintext()
-    sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(ct.ciphertext()[0], pt)
+    sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(as_seal(ct, ctx), pt)
     return np.asarray(sealapi.CKKSEncoder(seal_ctx).decode_complex(pt))
 
 
-def slot_regressions(truth: Truth, be, sent: list, unmasked: bool = False) -> dict[str, float]:
-    """Per-slot regressions (findings 2 and 3): each product slot holds one term t_ij·V_jk (+ its mask),
-    so P regresses V_jk on t_ij over rows i (real parts), and on Im(ε_ij), ε being P's own encryption
-    error of [[t]] (which P computes): Im of the slot is Im(ε_ij)·V_jk + noise. ``unmasked``: the
-    control, the same regressions on [[t]]·V computed here without A's masks."""
-    v_hat, v_true, v_re = [], [], []
-    for rec, enc_t in zip(truth.fwd, sent, strict=True):
-        t, v = real(rec["t"], F), real(rec["V"], F)
-        prod = rec["y_ct"]
+def as_seal(ct, ctx):
+    """A SEAL ciphertext from a TenSEAL vector (P's own [[t]]) or received product bytes."""
+    from securevfl.crypto.ckks import seal_loads
+
+    if isinstance(ct, bytes):
+        return seal_loads(ctx.seal_context().data, ct)
+    return ct.ciphertext()[0] if hasattr(ct, "ciphertext") else ct
+
+
+TABLE_BITS = 220
+
+
+@functools.lru_cache(maxsize=2)
+def sin_table(n: int) -> np.ndarray:
+    """round(2^TABLE_BITS · sin(π r / n)) for r < 2n, in exact integer arithmetic (π by Machin's formula,
+    exp(iπ/n) by its Taylor series, then powers; the error stays far below 2^-150)."""
+    one = 1 << (TABLE_BITS + 40)
+
+    def atan_inv(x: int) -> int:
+        total, term, k, sign = 0, one // x, 1, 1
+        while term:
+            total += sign * (term // k)
+            term //= x * x
+            k, sign = k + 2, -sign
+        return total
+
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)
+    theta = pi // n
+    c, s_, term, k = one, 0, one, 1  # Taylor series of cos θ and sin θ
+    while term:
+        term = term * theta // one // k
+        if k % 4 == 1:
+            s_ += term
+        elif k % 4 == 2:
+            c -= term
+        elif k % 4 == 3:
+            s_ -= term
+        else:
+            c += term
+        k += 1
+    out, re, im = [], one, 0
+    for _ in range(2 * n):
+        out.append(im >> 40)
+        re, im = (re * c - im * s_) // one, (re * s_ + im * c) // one
+    return np.array(out, dtype=object)
+
+
+def plaintext_coeffs(ct, ctx) -> tuple[np.ndarray, float]:
+    """P's exact view of a ciphertext: the decrypted plaintext polynomial's integer coefficients
+    (centred mod Q), via sealapi: decrypt (NTT form), wrap the residues as c0 of a ciphertext with c1 = 1
+    (written uncompressed in SEAL's format), leave NTT form with SEAL's evaluator, compose the RNS."""
+    import struct
+
+    import tenseal.sealapi as sealapi
+
+    from securevfl.crypto.ckks import seal_dumps, seal_loads
+
+    ct = as_seal(ct, ctx)
+    seal_ctx = ctx.seal_context().data
+    pt = sealapi.Plaintext()
+    sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(ct, pt)
+    n, k = ct.poly_modulus_degree(), ct.coeff_modulus_size()
+    res = np.array([pt.data(i) for i in range(n * k)], dtype=np.uint64)
+    head = bytearray(seal_dumps(ct)[:16])
+    head[5] = 0  # compr_mode none
+    members = struct.pack("<4Q", *ct.parms_id()) + bytes([1]) + struct.pack("<QQQdQ", 2, n, k, ct.scale, 1)
+    dyn = struct.pack("<Q", 2 * n * k) + np.concatenate([res, np.ones(n * k, dtype=np.uint64)]).tobytes()
+    dyn_head = bytearray(head)
+    dyn_head[8:16] = struct.pack("<Q", 16 + len(dyn))
+    body = members + bytes(dyn_head) + dyn
+    head[8:16] = struct.pack("<Q", 16 + len(body))
+    c = seal_loads(seal_ctx, bytes(head) + body)
+    sealapi.Evaluator(seal_ctx).transform_from_ntt_inplace(c)
+    da = c.dyn_array()
+    qs = [q.value() for q in seal_ctx.get_context_data(ct.parms_id()).parms().coeff_modulus()]
+    big_q = int(np.prod(np.array(qs, dtype=object)))
+    out = np.zeros(n, dtype=object)
+    for j, q in enumerate(qs):
+        mj = big_q // q
+        coef = mj * pow(mj, -1, q)
+        out = out + np.array([int(da.at(j * n + i)) for i in range(n)], dtype=object) * coef
+    out = out % big_q
+    return np.where(out > big_q // 2, out - big_q, out), pt.scale
+
+
+def exact_imag(ct, ctx, slots: list[int]) -> np.ndarray:
+    """Im of the given slots, decoded exactly from the coefficients: slot s = m(ζ^(3^s)), ζ = e^(iπ/N)
+    (SEAL's slot order, checked against its decoder), with a 2^-220 sine table: no double rounding."""
+    m, scale = plaintext_coeffs(ct, ctx)
+    n = len(m)
+    table, ar = sin_table(n), np.arange(n, dtype=np.int64)
+    vals = [int(np.dot(m, table[(pow(3, s, 2 * n) * ar) % (2 * n)])) for s in slots]
+    return np.array([float(Fraction(v, 1 << TABLE_BITS) / Fraction(scale)) for v in vals])
+
+
+def imag_regressions(truth: Truth, be, sent: list, unmasked: bool = False, n_fwd: int = 2, rows: int = 4,
+                     outs: int = 8) -> dict:
+    """P's exact-decoding attack on the imaginary parts (finding 2): the product slot (τ, i, j) of output k
+    holds x_ij·w (+ A's masks and flood), whose imaginary part is Im(ε_ij)·w (+ rescale noise) + Im(flood),
+    ε being P's own encryption error of [[t]] (exactly decoded too). Forward [[tV + E]]: w = V_jk,
+    regressed over rows i; backward [[G + M]]: w = g_ik, regressed over columns j. ``unmasked``: the
+    control, the same products computed here from P's [[t]] and the true V / g, without A's masks or
+    flood. Also returns max |Im ε| and the public bound it must stay under."""
+    from securevfl.crypto.ckks import fresh_noise_bound
+
+    est = {"V": ([], []), "g": ([], [])}
+    eps_max = 0.0
+    for rec, enc_t in list(zip(truth.fwd, sent, strict=True))[:n_fwd]:
+        assert rec["training"]
+        v, g = real(rec["V"], F), rec["g"]
         m, n = enc_t.shape
         r, tiles = enc_t.rows, enc_t.tiles
-        est, est_re = np.zeros_like(v), np.zeros_like(v)
+        ks = list(range(min(outs, tiles)))
+        idx = [tau * r * n + i * n + j for tau in ks for i in range(rows) for j in range(n)]
+        eps = exact_imag(enc_t.cts[0], be.ctx, idx).reshape(len(ks), rows, n)  # t is real: Im(dec) = Im(ε)
+        eps_max = max(eps_max, float(np.abs(eps).max()))
+        valid = min(r, m)
+        for name, ct_key in (("V", "y_ct"), ("g", "D_ct")):
+            if unmasked:
+                mult = np.zeros((tiles, r, n))
+                for tau in range(min(tiles, v.shape[1])):
+                    mult[tau, :valid] = v[:, tau][None, :] if name == "V" else g[:valid, tau][:, None]
+                ct = enc_t.cts[0] * mult.ravel()
+            else:
+                ct = rec[ct_key].cts[0][0]
+            sl = exact_imag(ct, be.ctx, idx).reshape(len(ks), rows, n)
+            axis = 1 if name == "V" else 2  # V_jk: over rows i; g_ik: over columns j
+            hat = (sl * eps).sum(axis) / (eps * eps).sum(axis)  # (k, j) or (k, i)
+            true = v[:, ks].T if name == "V" else g[:rows, ks].T
+            est[name][0].append(hat.ravel())
+            est[name][1].append(true.ravel())
+    out = {k: r2(np.concatenate(a)[:, None], np.concatenate(b)[:, None]) for k, (a, b) in est.items()}
+    out["eps_max_log2"] = float(np.log2(eps_max))
+    out["eps_bound_log2"] = float(np.log2(fresh_noise_bound(be.params["poly_modulus_degree"],
+                                                            be.params["global_scale_bits"])))
+    return out
+
+
+def real_slot_regression(truth: Truth, be, sent: list, n_fwd: int = 4, unmasked: bool = False) -> float:
+    """Finding 3: each slot holds one term t_ij·V_jk (+ its mask), so P regresses V_jk on t_ij over rows i
+    (real parts, SEAL's decoder). ``unmasked``: the control, [[t]]·V computed here without A's masks."""
+    v_hat, v_true = [], []
+    for rec, enc_t in list(zip(truth.fwd, sent, strict=True))[:n_fwd]:
+        t, v = real(rec["t"], F), real(rec["V"], F)
+        m, n = enc_t.shape
+        r, tiles = enc_t.rows, enc_t.tiles
+        est = np.zeros_like(v)
         for ci, ct in enumerate(enc_t.cts):
             lo, valid = ci * r, min(r, m - ci * r)
-            eps = complex_slots(ct, be.ctx)[: tiles * r * n].reshape(tiles, r, n)[:, :valid]
-            eps = eps - np.tile(np.pad(t[lo:lo + valid], ((0, r - valid), (0, 0)))[None, :valid], (tiles, 1, 1))
-            for gi in range(len(prod.cts[ci])):
+            for gi in range(len(rec["y_ct"].cts[ci])):
                 if unmasked:
                     mult = np.zeros((tiles, r, n))
                     for tau in range(tiles):
-                        k = gi * tiles + tau
-                        if k < v.shape[1]:
-                            mult[tau, :valid] = v[:, k][None, :]
+                        if gi * tiles + tau < v.shape[1]:
+                            mult[tau, :valid] = v[:, gi * tiles + tau][None, :]
                     slots = complex_slots(ct * mult.ravel(), be.ctx)
                 else:
-                    slots = complex_slots(prod.cts[ci][gi], be.ctx)
-                sl = slots[: tiles * r * n].reshape(tiles, r, n)[:, :valid]
-                tc = t[lo:lo + valid]
+                    slots = complex_slots(rec["y_ct"].cts[ci][gi], be.ctx)
+                sl, tc = slots[: tiles * r * n].reshape(tiles, r, n)[:, :valid].real, t[lo:lo + valid]
                 for tau in range(tiles):
                     k = gi * tiles + tau
                     if k < v.shape[1]:
-                        x = eps[tau].imag
-                        est[:, k] += (sl[tau].imag * x).sum(0) / (x * x).sum(0) / len(enc_t.cts)
-                        est_re[:, k] += (sl[tau].real * tc).sum(0) / (tc * tc).sum(0) / len(enc_t.cts)
+                        est[:, k] += (sl[tau] * tc).sum(0) / (tc * tc).sum(0) / len(enc_t.cts)
         v_hat.append(est)
-        v_re.append(est_re)
         v_true.append(v)
-    vt = np.concatenate(v_true)
-    return {"imag": r2(np.concatenate(v_hat), vt), "real": r2(np.concatenate(v_re), vt)}
+    return r2(np.concatenate(v_hat), np.concatenate(v_true))
 
 
-def test_ckks_single_slots_and_imaginary_parts(monkeypatch):
-    """Finding 2 through SEAL's complex decoder. Measured: the regression of V on the imaginary parts
-    fails now (R² ≤ 0.05) because the real masks (2^28) put SEAL's double-precision decoding error
-    (≈ 2^-22) far above Im(ε)·V (≈ 2^-32); the control (the same product without masks) recovers V.
-    This is NOT flooding: an adversary decoding exactly, not in doubles, still sees Im(ε)·V (documented
-    in ckks.py and the README; Paillier has no such channel)."""
-    out, truth, be = run("ckks", "h>=d", monkeypatch, n_labeled=64)
+def own_t_ciphertexts(out, truth: Truth) -> list:
+    """P's own [[t]] per forward, from the transcript ([[X]] first; [[Rᵀ]] after each training forward)."""
     p = out.federation.passives[0]
+    be = p.cut_end.backend
     mine = [be.loads(m.payload) for m in out.federation.channel.transcript
-            if m.src == p.name and m.kind == MessageKind.HE_CIPHERTEXT][1:]  # [[X]] first
+            if m.src == p.name and m.kind == MessageKind.HE_CIPHERTEXT][1:]
     sent = []
-    for rec in truth.fwd:  # P's own [[t]] per forward, then [[Rᵀ]] after training forwards
+    for rec in truth.fwd:
         sent.append(mine.pop(0))
         if rec["training"]:
             mine.pop(0)
-    fwd = truth.fwd[:4]
-    ctrl, got = slot_regressions(Truth(fwd), be, sent[:4], unmasked=True), slot_regressions(Truth(fwd), be, sent[:4])
-    assert ctrl["imag"] > 0.9 and ctrl["real"] > 0.999, ctrl
-    assert got["imag"] <= THRESH and got["real"] <= THRESH, got
+    return sent
+
+
+def test_ckks_imaginary_parts_flooded_against_exact_decoding(monkeypatch):
+    """Finding 2 by an adversary that decodes exactly (plaintext polynomial → slots in integer arithmetic,
+    not SEAL's double-precision decoder): the regressions of V (forward) and g (backward [[G + M]]) on
+    P's own Im(ε) fail on what P receives; the control (the same product from P's [[t]] without A's
+    masks and flood) recovers V, so the decoder and the regression are exact enough to see Im(ε)·w.
+    (g has no control: |g| ≈ 2^-10 puts Im(ε)·g ≈ 2^-56 below the rescaling noise even unmasked.)"""
+    out, truth, be = run("ckks", "h>=d", monkeypatch, n_labeled=64, epochs=1)
+    sent = own_t_ciphertexts(out, truth)
+    ctrl, got = imag_regressions(truth, be, sent, unmasked=True), imag_regressions(truth, be, sent)
+    assert ctrl["V"] > 0.99, ctrl
+    assert got["V"] <= THRESH and got["g"] <= THRESH, got
+    assert got["eps_max_log2"] < got["eps_bound_log2"], got  # the public bound the flood is sized from holds
+    # the flood is there at its public width and fresh per message: the imaginary parts of two forwards'
+    # products are uniform on ±2^(2κ + weight_bits) (std 2^28/√3) and uncorrelated (a reused flood: corr 1)
+    from securevfl.crypto.ckks import flood_width_bits
+
+    im = [complex_slots(rec["y_ct"].cts[0][0], be.ctx).imag for rec in truth.fwd[:2]]
+    width = 2.0 ** flood_width_bits(be.kappa, be.weight_bits)
+    assert all(abs(x.std() / (width / np.sqrt(3)) - 1) < 0.05 for x in im), [x.std() for x in im]
+    assert corr2(im[0], im[1]) <= THRESH
+    # control: with the flood switched off the same check sees no imaginary noise of that size
+    from securevfl.crypto.ckks import CKKSBackend
+
+    monkeypatch.setattr(CKKSBackend, "flood", False)
+    _, truth, be = run("ckks", "h>=d", monkeypatch, n_labeled=64, epochs=1)
+    assert complex_slots(truth.fwd[0]["y_ct"].cts[0][0], be.ctx).imag.std() < width * 1e-6
+
+
+def test_ckks_single_slots_real_parts(monkeypatch):
+    """Finding 3 (single slots, real parts): the term masks hide each t_ij·V_jk; the control (no masks)
+    recovers V."""
+    out, truth, be = run("ckks", "h>=d", monkeypatch, n_labeled=64, epochs=1)
+    sent = own_t_ciphertexts(out, truth)
+    assert real_slot_regression(truth, be, sent, unmasked=True) > 0.999
+    assert real_slot_regression(truth, be, sent) <= THRESH
 
 
 # ------------------------------------------------------------------------ every method under HE

@@ -15,6 +15,7 @@ operations (products, masks) and serialisation.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import time
 from abc import ABC, abstractmethod
@@ -22,6 +23,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
+
+# ----------------------------------------------------------------------------------- threads
+_HE_THREADS: list[int] = []
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def set_he_threads(n: int | None) -> None:
+    """How many cores HE operations may use (CKKS: TenSEAL's thread pool, set on contexts built after this
+    call; Paillier: worker processes for independent ciphertexts). ``None``: back to the default, the
+    ``SECUREVFL_HE_THREADS`` environment variable or 1. A thread policy picks it per process from the
+    cores and the work size; HE code never hard-codes it."""
+    _HE_THREADS.clear()
+    if n is not None:
+        if int(n) < 1:
+            raise ValueError(f"HE threads must be ≥ 1, got {n}")
+        _HE_THREADS.append(int(n))
+
+
+def he_threads() -> int:
+    if _HE_THREADS:
+        return _HE_THREADS[0]
+    return max(1, int(os.environ.get("SECUREVFL_HE_THREADS", "1") or 1))
 
 
 class Encrypted(ABC):

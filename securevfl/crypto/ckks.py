@@ -12,15 +12,32 @@ FFTs, and the noise of a product grows with the plaintext multiplier). The proto
 to ≈ 2^-20, so a slot may hold at most 2^(scale − 30): with masks κ bits above a share that is itself
 κ bits above |W_P| ≤ 2^weight_bits, κ = ⌊(scale − 12 − frac_bits − weight_bits)/2⌋ = 12 bits of
 statistical hiding at the defaults (:attr:`kappa`, reported in ``cost.he``). The old default
-(N 8192, scale 2^40) would give 2 bits and is refused.
+(N 8192, scale 2^40) would give 2 bits and is refused. ``benchmarks/he_ckks_kappa.py`` measures the
+bound per parameter set: the error grows ∝ the slot magnitude (slope 1.0), so κ is 12 at N 16384 with
+4 or 7 primes alike and 10 at N 32768 (a larger fresh-noise floor); N 8192 reaches the 2^-21 target at
+no magnitude (scale ≤ 2^50). Splitting a value over two slots cannot help either (the high slot's
+error is scaled back up on recombination). κ ≥ 40 would need a decoder beyond double precision
+(and a scale above SEAL's 60-bit primes); use Paillier (κ ≥ 40) where that matters.
 
-Known leak, not fixed (no noise flooding is possible here, measured in tests/test_he_attacks.py):
-the key owner can compute its own encryption error ε of [[z]]; the decrypted product slot carries
-ε·w for the active party's plaintext multiplier w (real and imaginary parts). TenSEAL encodes only
-real plaintexts (no complex masks) and exposes no noise flooding, and flooding to 2^κ above ε·w
-would destroy the precision above. An adversary that decodes the slots exactly (not through
-TenSEAL's double-precision decoder) can therefore regress the active party's shares on ε.
-Paillier is exact and re-randomised: use it where that matters.
+Circuit privacy (noise flooding). The key owner P can compute its own encryption error ε of a
+ciphertext it sent; a decrypted product slot carries ε·w (+ the rescale and encoding errors) for the
+active party's plaintext multiplier w, in its real AND imaginary parts. The real part of every slot
+is covered by the term masks (κ bits above the term bound, which dominates |ε·w|); the imaginary
+part carries no value anyone needs, so the active party floods it: before a product leaves, it adds
+(through ``tenseal.sealapi``, since TenSEAL encodes only real vectors) a complex plaintext whose real
+part is the term masks and whose imaginary part is a fresh uniform draw of half-width
+S = 2^(2κ + weight_bits) (the size of the largest term mask, so the double-precision decoding budget
+above is unchanged). Its hiding is κ_f = ⌊log2(S / B)⌋ bits per slot (:func:`flooding_bits`,
+``cost.he.flooding_bits``), B a public bound on the imaginary noise of a product slot:
+B = B_clean·M + M·N/2/Δ + B_scale, with B_clean = (8√2 σ N + 6 σ √N + 16 σ √(hN) + N/2)/Δ the
+fresh-encryption bound of Cheon–Kim–Kim–Song 2017 (Lemma 1, plus the encoding rounding N/2; σ 3.2,
+h = N the worst-case Hamming weight of the ternary secret), B_scale = √(N/3)(3 + 8√h)/Δ their
+rescaling bound (Lemma 2), and M = 2^(κ + weight_bits) the public bound on |w| and on the encrypted
+values (t, shares). Measured ε (N 16384, 2^60): max |Im ε| ≈ 2^-45.8 against B_clean ≈ 2^-39.6.
+The flooded ciphertexts travel as SEAL ciphertexts (TenSEAL cannot wrap a modified one in memory; the key
+owner decrypts them as one TenSEAL vector per chunk, built from their bytes).
+What remains: the *sum* of an output's slots is not masked where the protocol does not mask it (the
+passive party's own ∂L/∂t = g W_Pᵀ): it reads g (W_P + ε)ᵀ, ε its own error, with W_P unknown to it.
 
 Packing ("row-major tiles, reduction after decryption"): a matrix X (m×n) is cut into row chunks
 of r = min(m, slots // n) rows; each chunk is flattened row-major and tiled t = slots // (r·n)
@@ -34,12 +51,20 @@ exact sum, never a term).
 
 from __future__ import annotations
 
+import atexit
+import math
+import os
+import shutil
+import struct
+import tempfile
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 import tenseal as ts
+import tenseal.sealapi as sealapi
 
-from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, pack_blobs, unpack_blobs
+from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
 from securevfl.validate import whole_number
 
@@ -84,18 +109,20 @@ class CKKSMatrix(Encrypted):
     shape: tuple[int, int]
     rows: int
     tiles: int
+    blobs: list | None = None  # per chunk: its SEAL ciphertext bytes (on the receiving side)
 
 
 @dataclass
 class CKKSProducts(Encrypted):
     """Masked terms of a product, one ciphertext per (chunk, output group); reduced after decryption."""
 
-    cts: list  # [chunk][group]
+    cts: list  # [chunk][group]: flooded sealapi Ciphertexts (sender) or their bytes (receiver)
     shape: tuple[int, int]  # the product's shape
     side: str  # "right" (X @ W) or "left" (W @ X)
     x_shape: tuple[int, int]
     rows: int
     tiles: int
+    scale: float = 0.0  # the products' CKKS scale after rescaling
 
 
 def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int) -> int:
@@ -103,9 +130,114 @@ def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int) -> int:
     return (scale_bits - 12 - frac_bits - weight_bits) // 2
 
 
+SIGMA = 3.2  # SEAL's error standard deviation (3.19), clipped at 6σ
+
+
+def fresh_noise_bound(n: int, scale_bits: int) -> float:
+    """Public high-probability bound on |ε| of a fresh public-key encryption, per slot, in value units."""
+    h = n  # worst-case Hamming weight of the ternary secret
+    b_clean = 8 * math.sqrt(2) * SIGMA * n + 6 * SIGMA * math.sqrt(n) + 16 * SIGMA * math.sqrt(h * n)
+    return (b_clean + n / 2) / 2.0 ** scale_bits
+
+
+def product_noise_bound(n: int, scale_bits: int, value_bits: int) -> float:
+    """Bound on the noise of one product slot (x + ε)(w + ρ_w) after rescaling, |x|, |w| ≤ 2^value_bits."""
+    m = 2.0 ** value_bits
+    rescale = math.sqrt(n / 3) * (3 + 8 * math.sqrt(n)) / 2.0 ** scale_bits
+    return fresh_noise_bound(n, scale_bits) * m + m * (n / 2) / 2.0 ** scale_bits + rescale
+
+
+def flood_width_bits(kappa: int, weight_bits: int) -> int:
+    """Half-width of the imaginary flood: the largest term mask (2^(2κ + weight_bits))."""
+    return 2 * kappa + weight_bits
+
+
+def flooding_bits(n: int, scale_bits: int, kappa: int, weight_bits: int) -> int:
+    """κ_f: bits by which the imaginary flood exceeds the public bound on a slot's noise."""
+    return math.floor(flood_width_bits(kappa, weight_bits)
+                      - math.log2(product_noise_bound(n, scale_bits, kappa + weight_bits)))
+
+
+# ---------------------------------------------------------------- raw SEAL ciphertexts (bytes via a file)
+_SCRATCH: list[str] = []
+
+
+def _scratch() -> str:
+    """A per-thread file in a private (0700) temp directory, on /dev/shm where it exists: sealapi
+    saves and loads only through paths."""
+    if not _SCRATCH:
+        d = tempfile.mkdtemp(prefix="securevfl-he-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        atexit.register(shutil.rmtree, d, True)
+        _SCRATCH.append(d)
+    return os.path.join(_SCRATCH[0], f"{os.getpid()}-{threading.get_ident()}")
+
+
+def seal_dumps(ct: sealapi.Ciphertext) -> bytes:
+    path = _scratch()
+    ct.save(path)
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def seal_loads(seal_ctx, buf: bytes) -> sealapi.Ciphertext:
+    path = _scratch()
+    with open(path, "wb") as fh:
+        fh.write(buf)
+    ct = sealapi.Ciphertext(seal_ctx)
+    ct.load(seal_ctx, path)
+    return ct
+
+
+# TenSEAL's CKKSVectorProto (sizes = 1, ciphertexts = 2, scale = 3), written and read here so that several
+# SEAL ciphertexts travel / compute as one TenSEAL vector (its operations then run on ``n_threads``).
+def _varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, v = v & 0x7F, v >> 7
+        out.append(b | (0x80 if v else 0))
+        if not v:
+            return bytes(out)
+
+
+def vector_proto(blobs: list[bytes], size: int, scale: float) -> bytes:
+    sizes = b"".join(_varint(size) for _ in blobs)
+    parts = [b"\x0a", _varint(len(sizes)), sizes]
+    for b in blobs:
+        parts += [b"\x12", _varint(len(b)), b]
+    return b"".join(parts + [b"\x19", struct.pack("<d", scale)])
+
+
+def proto_blobs(buf: bytes) -> tuple[list[bytes], float]:
+    """The SEAL ciphertexts and the scale of a serialized CKKSVector."""
+    def varint(i: int) -> tuple[int, int]:
+        v = shift = 0
+        while True:
+            b = buf[i]
+            v |= (b & 0x7F) << shift
+            i, shift = i + 1, shift + 7
+            if not b & 0x80:
+                return v, i
+
+    blobs, scale, i = [], 0.0, 0
+    while i < len(buf):
+        key, i = varint(i)
+        if key & 7 == 2:
+            n, i = varint(i)
+            if key >> 3 == 2:
+                blobs.append(buf[i:i + n])
+            i += n
+        elif key & 7 == 1:
+            (scale,) = struct.unpack_from("<d", buf, i)
+            i += 8
+        else:
+            _, i = varint(i)
+    return blobs, scale
+
+
 class CKKSBackend(HEBackend):
     scheme = "ckks"
     exact = False
+    flood = True  # the imaginary flooding (tests switch it off for their control)
 
     def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
                  frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
@@ -120,14 +252,20 @@ class CKKSBackend(HEBackend):
         if context is None:  # key owner
             with self.timer.time("keygen"):
                 context = ts.context(ts.SCHEME_TYPE.CKKS, self.params["poly_modulus_degree"],
-                                     coeff_mod_bit_sizes=self.params["coeff_mod_bit_sizes"])
+                                     coeff_mod_bit_sizes=self.params["coeff_mod_bit_sizes"], n_threads=he_threads())
                 context.global_scale = 2.0 ** self.params["global_scale_bits"]
         self.ctx = context
         self.slots = self.params["poly_modulus_degree"] // 2
+        self.weight_bits = weight_bits
+        self.flooding_bits = flooding_bits(self.params["poly_modulus_degree"], self.params["global_scale_bits"],
+                                           self.kappa, weight_bits)
+        self.seal_ctx = context.seal_context().data
+        self.encoder = sealapi.CKKSEncoder(self.seal_ctx)
+        self.evaluator = sealapi.Evaluator(self.seal_ctx)
 
     @classmethod
     def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
-        ctx = ts.context_from(blob)
+        ctx = ts.context_from(blob, n_threads=he_threads())
         return cls(params, ctx, timer, **kw)
 
     def has_secret(self) -> bool:
@@ -160,6 +298,13 @@ class CKKSBackend(HEBackend):
                 cts.append(ts.ckks_vector(self.ctx, np.tile(block.ravel(), t).tolist()))
         return CKKSMatrix(cts, (m, n), r, t)
 
+    def _repeat(self, ex: CKKSMatrix, ci: int, k: int) -> ts.CKKSVector:
+        """Chunk ``ci`` of [[X]] repeated k times as one TenSEAL vector (from its SEAL bytes)."""
+        if ex.blobs is None:
+            ex.blobs = [proto_blobs(c.serialize())[0][0] for c in ex.cts]
+        return ts.ckks_vector_from(self.ctx, vector_proto([ex.blobs[ci]] * k, self.slots,
+                                                          ex.cts[ci].ciphertext()[0].scale))
+
     def _product(self, ex: CKKSMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
                  rng) -> tuple[CKKSProducts, np.ndarray]:
         m, n = ex.shape
@@ -170,22 +315,23 @@ class CKKSBackend(HEBackend):
         out_shape = (m, p) if side == "right" else (p, n)
         mask = np.zeros(out_shape)
         s = 2.0 ** (self.kappa + term_bits - 2 * self.f)  # term masks: κ bits above the term bound
+        flood = 2.0 ** flood_width_bits(self.kappa, self.weight_bits) if self.flood else 0.0
         out = []
         with self.timer.time("matmul"):
             for ci, ct in enumerate(ex.cts):
                 lo = ci * r
                 valid = min(r, m - lo)
-                row_out = []
-                for g in range(0, p, t):
+                groups = list(range(0, p, t))
+                mult = np.zeros((len(groups), t, r, n))
+                terms = np.zeros((len(groups), self.slots), dtype=complex)
+                for gi, g in enumerate(groups):
                     ks = list(range(g, min(g + t, p)))
-                    mult = np.zeros((t, r, n))
-                    terms = np.zeros((t, r, n))
                     u = rng.uniform((len(ks), valid, n), -s, s)
                     for tau, k in enumerate(ks):
                         if side == "right":  # term (i, j) = X[i, j] W[j, k]; reduce over j
-                            mult[tau, :valid] = w[:, k][None, :]
+                            mult[gi, tau, :valid] = w[:, k][None, :]
                         else:  # term (i, j) = W[k, i] X[i, j]; reduce over i (and chunks)
-                            mult[tau, :valid] = w[k, lo:lo + valid][:, None]
+                            mult[gi, tau, :valid] = w[k, lo:lo + valid][:, None]
                     if side == "right":
                         if not hide:
                             u -= u.mean(2, keepdims=True)
@@ -197,11 +343,22 @@ class CKKSBackend(HEBackend):
                         if ci == 0:
                             u += add[g:g + len(ks)][:, None, :] / valid
                         mask[g:g + len(ks)] += u.sum(1) - (add[g:g + len(ks)] if ci == 0 else 0)
-                    terms[: len(ks), :valid] = u
-                    prod = ct * mult.ravel()  # numpy in, in-place mask add: ≈ 0.4 ms less per ciphertext
-                    prod.add_(terms.ravel())
-                    row_out.append(prod)
-                out.append(row_out)
+                    block = np.zeros((t, r, n))
+                    block[: len(ks), :valid] = u
+                    terms[gi, : block.size] = block.ravel()
+                if he_threads() > 1:  # the chunk repeated per group as one vector: TenSEAL's threads share it
+                    full = np.zeros((len(groups), self.slots))  # TenSEAL splits a vector at full ciphertexts
+                    full[:, : t * r * n] = mult.reshape(len(groups), -1)
+                    prods = (self._repeat(ex, ci, len(groups)) * full.ravel()).ciphertext()
+                else:  # ≈ 10 % less CPU on one core than the repeated vector
+                    prods = [(ct * mv.ravel()).ciphertext()[0] for mv in mult]
+                # real part: the term masks; imaginary part: the flood (every slot, padding included)
+                terms.imag = rng.uniform(terms.shape, -flood, flood)
+                for prod, noise in zip(prods, terms, strict=True):
+                    pt = sealapi.Plaintext()
+                    self.encoder.encode(noise.tolist(), prod.parms_id(), prod.scale, pt)
+                    self.evaluator.add_plain_inplace(prod, pt)
+                out.append(prods)
         mask_int = np.rint(mask * 2.0 ** (2 * self.f)).astype(object) if hide else np.zeros(out_shape, dtype=object)
         return CKKSProducts(out, out_shape, side, (m, n), r, t), mask_int
 
@@ -220,10 +377,13 @@ class CKKSBackend(HEBackend):
             for ci, row in enumerate(e.cts):
                 lo = ci * r
                 valid = min(r, m - lo)
-                for gi, ct in enumerate(row):
+                # a chunk's ciphertexts as one TenSEAL vector: decrypted on the context's n_threads
+                vec = ts.ckks_vector_from(self.ctx, vector_proto(row, self.slots, e.scale))
+                vals = np.asarray(vec.decrypt()).reshape(len(row), self.slots)
+                for gi, v in enumerate(vals):
                     g = gi * t
                     nk = min(t, p - g)
-                    v = np.asarray(ct.decrypt())[: t * r * n].reshape(t, r, n)[:nk, :valid]
+                    v = v[: t * r * n].reshape(t, r, n)[:nk, :valid]
                     if e.side == "right":
                         y[lo:lo + valid, g:g + nk] = v.sum(2).T
                     else:
@@ -243,25 +403,27 @@ class CKKSBackend(HEBackend):
                 blobs = [ct.serialize() for ct in e.cts]
             else:
                 head = {"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape, "rows": e.rows,
-                        "tiles": e.tiles, "n": [len(row) for row in e.cts]}
-                blobs = [ct.serialize() for row in e.cts for ct in row]
+                        "tiles": e.tiles, "n": [len(row) for row in e.cts], "scale": e.cts[0][0].scale}
+                blobs = [seal_dumps(ct) for row in e.cts for ct in row]
             return pack_blobs(head, blobs)
 
     def loads(self, buf: bytes) -> Encrypted:
         with self.timer.time("deserialize"):
             head, blobs = unpack_blobs(buf)
-            cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
             if head["type"] == "matrix":
-                return CKKSMatrix(cts, tuple(head["shape"]), head["rows"], head["tiles"])
+                cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
+                return CKKSMatrix(cts, tuple(head["shape"]), head["rows"], head["tiles"],
+                                  [proto_blobs(b)[0][0] for b in blobs])
             rows, i = [], 0
-            for k in head["n"]:
-                rows.append(cts[i:i + k])
+            for k in head["n"]:  # SEAL bytes, turned into TenSEAL vectors by decrypt
+                rows.append(blobs[i:i + k])
                 i += k
             return CKKSProducts(rows, tuple(head["shape"]), head["side"], tuple(head["x_shape"]), head["rows"],
-                                head["tiles"])
+                                head["tiles"], head["scale"])
 
     def describe(self) -> dict:
         return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "mask_bits": self.kappa,
-                "exact": False, "noise_flooding": False,
+                "exact": False, "noise_flooding": "imaginary parts" if self.flood else False,
+                "flooding_bits": self.flooding_bits if self.flood else 0,
                 "packing": "row-major tiles, one ciphertext per row chunk; reduction after decryption"}
 

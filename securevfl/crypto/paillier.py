@@ -21,20 +21,27 @@ ciphertext to its own inputs.
 Key length: ``key_bits`` default 3072 (128-bit security, NIST SP 800-57); 2048 is accepted
 (112-bit) for tests and comparisons; shorter keys are refused.
 
+Cores: with :func:`securevfl.crypto.backend.he_threads` k > 1 the independent ciphertext operations
+(each product ciphertext's Π ct^coeff, each decryption) run on a pool of k worker processes (the GIL
+holds gmpy2's arithmetic); the key owner's workers get its private key, the other party's only n and h.
+
 Naive (``packing: false``): the textbook baseline the benchmark compares against, one
 ``phe.EncryptedNumber`` per value, standard ``encrypt`` (a fresh r^n each), phe's own arithmetic.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import secrets
+import weakref
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import gmpy2
 import numpy as np
 from phe import paillier
 
-from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, pack_blobs, unpack_blobs
+from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
 from securevfl.validate import whole_number
 
@@ -89,6 +96,50 @@ class _Obfuscators:
             if v:
                 acc = acc * table[i][v] % nn
         return acc
+
+
+def pack(values, w: int) -> int:
+    acc = 0
+    for s, v in enumerate(values):
+        acc += int(v) << (w * s)
+    return acc
+
+
+def combine(cts: list, coeffs, addend_slots, n: gmpy2.mpz, nn: gmpy2.mpz, w: int, obf: _Obfuscators) -> gmpy2.mpz:
+    """Π ct_i^{coeff_i} · Enc(addend + offset), re-randomised with a fresh obfuscator."""
+    pos, neg = gmpy2.mpz(1), gmpy2.mpz(1)
+    for ct, k in zip(cts, coeffs, strict=True):
+        k = int(k)
+        if k > 0:
+            pos = pos * gmpy2.powmod(ct, k, nn) % nn
+        elif k < 0:
+            neg = neg * gmpy2.powmod(ct, -k, nn) % nn
+    if neg != 1:
+        pos = pos * gmpy2.invert(neg, nn) % nn
+    off = 1 << (w - 1)
+    m = pack((int(v) + off for v in addend_slots), w) % n
+    return pos * ((1 + m * n) % nn) % nn * obf.draw() % nn
+
+
+# ---------------------------------------------------------------------------- worker processes
+_WORKER: dict = {}
+
+
+def _init_worker(n: int, h: int, w: int, pq: tuple[int, int] | None) -> None:
+    nn = gmpy2.mpz(n) * n
+    _WORKER.update(n=gmpy2.mpz(n), nn=nn, w=w, obf=_Obfuscators(h, int(nn)))
+    if pq is not None:
+        pk = paillier.PaillierPublicKey(n)
+        _WORKER["sk"] = paillier.PaillierPrivateKey(pk, *pq)
+
+
+def _combine_task(args: tuple) -> gmpy2.mpz:
+    cts, coeffs, addend = args
+    return combine(cts, coeffs, addend, _WORKER["n"], _WORKER["nn"], _WORKER["w"], _WORKER["obf"])
+
+
+def _decrypt_task(ct: int) -> int:
+    return _WORKER["sk"].raw_decrypt(ct)
 
 
 @dataclass
@@ -148,10 +199,28 @@ class PaillierBackend(HEBackend):
 
     # ------------------------------------------------------------------ encoding
     def _pack(self, values) -> int:
-        acc = 0
-        for s, v in enumerate(values):
-            acc += int(v) << (self.w * s)
-        return acc
+        return pack(values, self.w)
+
+    def _map(self, op: str, tasks: list) -> list:
+        """``op`` (combine | decrypt) over independent tasks: here, or on k worker processes (he_threads())."""
+        k = he_threads()
+        if k <= 1 or len(tasks) < 2 * k:
+            local = self._combine_task if op == "combine" else self._decrypt_task
+            return [local(t) for t in tasks]
+        if getattr(self, "_pool", None) is None or self._pool_k != k:
+            pq = (self.private_key.p, self.private_key.q) if self.private_key is not None else None
+            self._pool = ProcessPoolExecutor(k, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(int(self.n), self.h, self.w, pq))
+            self._pool_k = k
+            weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+        worker = _combine_task if op == "combine" else _decrypt_task
+        return list(self._pool.map(worker, tasks, chunksize=max(1, len(tasks) // (4 * k))))
+
+    def _combine_task(self, args: tuple) -> gmpy2.mpz:
+        return combine(*args, self.n, self.nn, self.w, self.obf)
+
+    def _decrypt_task(self, ct: int) -> int:
+        return self.private_key.raw_decrypt(ct)
 
     def _enc_int(self, m: int) -> gmpy2.mpz:
         return (1 + (m % self.n) * self.n) % self.nn * self.obf.draw() % self.nn
@@ -168,22 +237,6 @@ class PaillierBackend(HEBackend):
                         for i in range(q.shape[0])]
         return PackedMatrix(q.shape, cols, rows)
 
-    def _combine(self, cts: list, coeffs, addend_slots) -> gmpy2.mpz:
-        """Π ct_i^{coeff_i} · Enc(addend + offset), re-randomised with a fresh obfuscator."""
-        nn = self.nn
-        pos, neg = gmpy2.mpz(1), gmpy2.mpz(1)
-        for ct, k in zip(cts, coeffs, strict=True):
-            k = int(k)
-            if k > 0:
-                pos = pos * gmpy2.powmod(ct, k, nn) % nn
-            elif k < 0:
-                neg = neg * gmpy2.powmod(ct, -k, nn) % nn
-        if neg != 1:
-            pos = pos * gmpy2.invert(neg, nn) % nn
-        off = 1 << (self.w - 1)
-        m = self._pack(int(v) + off for v in addend_slots) % self.n
-        return pos * ((1 + m * self.n) % nn) % nn * self.obf.draw() % nn
-
     def _mask(self, shape: tuple[int, int], addend: np.ndarray, term_bits: int, terms: int, hide: bool,
               rng) -> tuple[np.ndarray, np.ndarray]:
         out_bits = term_bits + bits_of(terms) + 1
@@ -198,18 +251,22 @@ class PaillierBackend(HEBackend):
         m, n = ex.shape
         S, p, w = self.slots, w.shape[1], np.asarray(w, dtype=object)
         add, mask = self._mask((m, p), addend, term_bits, n, hide, rng)
+        chunks = list(enumerate(range(0, m, S)))
         with self.timer.time("matmul"):
-            cts = [[self._combine([ex.cols[j][ci] for j in range(n)], w[:, k], add[c:c + S, k])
-                    for ci, c in enumerate(range(0, m, S))] for k in range(p)]
+            flat = self._map("combine", [([ex.cols[j][ci] for j in range(n)], w[:, k], add[c:c + S, k])
+                                         for k in range(p) for ci, c in chunks])
+        cts = [flat[k * len(chunks):(k + 1) * len(chunks)] for k in range(p)]
         return PackedResult((m, p), "right", cts), mask
 
     def left(self, w, ex, addend, term_bits, hide, rng):
         m, n = ex.shape
         S, p, w = self.slots, w.shape[0], np.asarray(w, dtype=object)
         add, mask = self._mask((p, n), addend, term_bits, m, hide, rng)
+        chunks = list(enumerate(range(0, n, S)))
         with self.timer.time("matmul"):
-            cts = [[self._combine([ex.rows[i][ci] for i in range(m)], w[k, :], add[k, c:c + S])
-                    for ci, c in enumerate(range(0, n, S))] for k in range(p)]
+            flat = self._map("combine", [([ex.rows[i][ci] for i in range(m)], w[k, :], add[k, c:c + S])
+                                         for k in range(p) for ci, c in chunks])
+        cts = [flat[k * len(chunks):(k + 1) * len(chunks)] for k in range(p)]
         return PackedResult((p, n), "left", cts), mask
 
     def decrypt(self, e: PackedResult) -> np.ndarray:
@@ -217,9 +274,10 @@ class PaillierBackend(HEBackend):
         S, w, off = self.slots, self.w, 1 << (self.w - 1)
         full = (1 << w) - 1
         with self.timer.time("decrypt"):
+            raws = iter(self._map("decrypt", [int(ct) for row in e.cts for ct in row]))
             for k, row in enumerate(e.cts):
-                for ci, ct in enumerate(row):
-                    raw = self.private_key.raw_decrypt(int(ct))
+                for ci in range(len(row)):
+                    raw = next(raws)
                     lo = ci * S
                     cnt = min(S, (e.shape[0] if e.side == "right" else e.shape[1]) - lo)
                     vals = [((raw >> (w * s)) & full) - off for s in range(cnt)]

@@ -32,8 +32,10 @@ values each masked by a fresh uniform κ bits above the secret (tV + E, G + M, i
 F) and ∂L/∂t = g W_Pᵀ, which it receives with HE off too. HE does not protect labels from P: that
 is what the defenses are for; the defense point is g in both modes (interactive.py).
 
-Paillier results are re-randomised (fresh obfuscator) and exact. CKKS results carry the key owner's
-encryption error times A's plaintext (ckks.py: a known, documented leak; no flooding in TenSEAL).
+Paillier results are re-randomised (fresh obfuscator) and exact. CKKS product slots carry the key
+owner's encryption error times A's plaintext: the real parts under the term masks (κ bits), the
+imaginary parts under a fresh uniform flood κ_f bits above a public bound on that noise (ckks.py;
+κ_f = ``flooding_bits``, 51 at the defaults).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import numpy as np
 import torch
 
 from securevfl.channel import Endpoint, Message, MessageKind
-from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, load_ints
+from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, he_threads, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
 from securevfl.hooks import HookContext, TensorHook, apply_hooks
 from securevfl.interactive import GRAD_BOUND, Drbg, HParams, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
@@ -287,14 +289,18 @@ class HECutLayer(CutLayer):
         be = self.ends[0][0].backend.describe() if self.ends else {}
         bd = self.bounds
         return {"scheme": self.name, "params": {**be, **({"seeded_shares": True} if self.seeded_shares else {})},
-                "hiding_bits": bd.kappa,
+                "hiding_bits": bd.kappa, "threads": he_threads(),
+                **({"flooding_bits": be["flooding_bits"]} if "flooding_bits" in be else {}),
                 "bounds": {"frac_bits": bd.f, "activation": "tanh, |t| ≤ 1", "grad_clip": GRAD_BOUND,
                            "weight_bound": 2 ** bd.weight_bits, "max_terms": 2 ** bd.terms_bits},
                 "protocol": "interactive layer on re-shared additive shares (V at active, R at passive), "
                             "W_P(0) = X·Y from both parties' secret factors, momentum SGD on W_P in both modes",
                 "leaks": ("the active party learns a_P = tanh(z)·W_P with W_P unknown to it"
-                          + ("" if be.get("exact", True) else "; CKKS: decrypted slots carry the key owner's "
-                             "encryption error × the active party's plaintext (no noise flooding in TenSEAL)")),
+                          + ("" if be.get("exact", True) else
+                             f"; CKKS: each product slot's noise (the key owner's encryption error × the active "
+                             f"party's plaintext) is hidden by the term masks ({bd.kappa} bits, real parts) and "
+                             f"the flood ({be.get('flooding_bits', 0)} bits, imaginary parts); the unmasked sum "
+                             "∂L/∂t reads g·(W_P + ε)ᵀ, ε the passive party's own error")),
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
                 "seconds": round(self.timer.total, 4), "seconds_by_op": self.timer.as_dict()["by_op"],
