@@ -166,7 +166,10 @@ def _scratch() -> str:
     """A per-thread file in a private (0700) temp directory, on /dev/shm where it exists: sealapi
     saves and loads only through paths."""
     if not _SCRATCH:
-        d = tempfile.mkdtemp(prefix="securevfl-he-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        try:
+            d = tempfile.mkdtemp(prefix="securevfl-he-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        except OSError:  # /dev/shm present but not writable (some containers)
+            d = tempfile.mkdtemp(prefix="securevfl-he-")
         atexit.register(shutil.rmtree, d, True)
         _SCRATCH.append(d)
     return os.path.join(_SCRATCH[0], f"{os.getpid()}-{threading.get_ident()}")
