@@ -480,7 +480,8 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
     """What encryption buys and costs, per method, computed from the cell means."""
     d = summary[(summary.dataset == dataset) & summary[f"{feature}_value"].notna()]
     out = []
-    for _, r in d[d.he != "off"].sort_values(["method", "he"]).iterrows():
+    order = d.assign(_defended=d.family != "none").sort_values(["method", "_defended", "strength", "he"])
+    for _, r in order[order.he != "off"].iterrows():
         ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
         if ref.empty:
             continue
