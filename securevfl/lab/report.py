@@ -63,6 +63,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "he_bytes": he.get("bytes"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
+                     "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
         for name, a in (res.get("attacks") or {}).items():
@@ -78,6 +79,13 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(runs), pd.DataFrame(attacks)
 
 
+def feature_epsilon(result: dict) -> float | None:
+    """The largest feature-level ε of any passive party in a run result (None without one)."""
+    features = (result.get("privacy") or {}).get("features") or {}
+    eps = [f["epsilon"] for f in features.values() if f.get("epsilon") is not None]
+    return max(eps) if eps else None
+
+
 def setting_label(defense: str) -> str:
     return "none" if defense == "none" else defense.replace(":", " ")
 
@@ -91,7 +99,8 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
     ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
     g = ok.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
-                metric=("metric", "first"), epsilon=("epsilon", "mean"), seconds=("seconds", "mean"),
+                metric=("metric", "first"), epsilon=("epsilon", "mean"),
+                feature_epsilon=("feature_epsilon", "mean"), seconds=("seconds", "mean"),
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
@@ -505,7 +514,8 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
         if ref.empty:
             continue
         ref = ref.iloc[0]
-        eps = "" if pd.isna(strongest.epsilon) else f", ε {strongest.epsilon:.3g}"
+        eps = ("" if pd.isna(strongest.feature_epsilon) else
+               f" (feature-level ε {strongest.feature_epsilon:.3g} at δ 1e-5 per passive row)")
         out.append(f"**{method}**, HE {he}: **{setting_label(strongest.defense)}**{eps} brings {feature} R² "
                    f"{ref[f'{feature}_value']:.3f} → {strongest[f'{feature}_value']:.3f} (control "
                    f"{strongest[f'{feature}_control']:.3f}) at utility {ref.utility:.4f} → {strongest.utility:.4f}.")
@@ -576,6 +586,8 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
                 leak, sd = _num(r.get(f"{a}_leakage")), _num(r.get(f"{a}_leakage_std"))
                 row[f"{a} leakage"] = "–" if math.isnan(leak) else f"{leak:+.4f} ± {0.0 if math.isnan(sd) else sd:.4f}"
         row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
+        if summary.feature_epsilon.notna().any():
+            row["feature ε"] = "–" if pd.isna(r.feature_epsilon) else f"{r.feature_epsilon:.3g}"
         row["train s"] = f"{r.seconds:.1f}"
         rows.append(row)
     return pd.DataFrame(rows).astype(object).fillna("–")
@@ -604,9 +616,12 @@ def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
                   "on its own rows; – where the attack has none.",
                   f"`{a} leakage`: what the federation itself leaks, value − max(control, baseline), computed "
                   "per seed, mean ± std; ≤ 0 means nothing beyond what the adversary gets without it."]
-    notes += ["`ε`: the differential-privacy bound of the defense at the reported δ; – where the defense has "
+    notes += ["`ε`: the label-DP bound of the defense at the reported δ; – where the defense has "
               "no DP accounting (no defense, ISO, sparsification), so no ε exists.",
               "`train s`: training wall time per run on this machine (attacks excluded)."]
+    if "feature_epsilon" in d and d.feature_epsilon.notna().any():
+        notes.append("`feature ε`: the largest feature-level ε (δ 1e-5) of any passive party under embedding-dp "
+                     "(replace one entity's feature row, against the active party's whole view).")
     return notes
 
 
