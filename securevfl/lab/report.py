@@ -733,11 +733,11 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
                     continue
                 blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
                                      f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
-                blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
                 fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
                                         out / f"encryption_{ds}_{f}.png", kinds)
                 figures.append(fig)
-                blocks.append(("img", fig))
+                blocks.append(("img", fig))  # the plot first: it is what the first screen must show
+                blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
                 grid = image_grid(attacks, ds, f, out / f"reconstructions_{ds}_{f}.png")
                 if grid is not None:
                     figures.append(grid)
@@ -793,6 +793,10 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
              "adds: the attack's value minus the larger of its control (what the same attack gets when the "
              "federation leaks nothing: model completion on an untrained encoder of the same architecture, "
              "gradient scoring against labels shuffled within each batch) and its local-SSL baseline.")
+    if feature_attacks(attacks):
+        intro += (" Feature attacks (" + ", ".join(feature_attacks(attacks)) + ") are the other direction: the "
+                  "active party reconstructing a passive party's features, scored by R² (higher leaks more) against "
+                  "their control and the mean predictor.")
     md = _render_md(intro, sections, out)
     html_text = _render_html(intro, sections)
     (out / "report.md").write_text(md)
