@@ -475,9 +475,10 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
         lx.set_title("labels → passive party, same cells (HE does not protect labels)", fontsize=10)
         lx.grid(alpha=0.3)
         lx.legend(fontsize=7.5, loc="best")
-    seeds = int(d.seeds.min()) if len(d) else 0
+    lo, hi = (int(d.seeds.min()), int(d.seeds.max())) if len(d) else (0, 0)
+    seeds = f"{lo}" if lo == hi else f"{lo}–{hi}"
     fig.suptitle(f"{dataset}: feature leakage and label leakage vs utility, HE off / on (mean ± std over "
-                 f"{seeds} seeds)")
+                 f"{seeds} seeds per cell)")
     fig.tight_layout()
     _place_labels(ax, labels, fontsize=8)
     fig.savefig(path)
@@ -529,7 +530,10 @@ def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> 
     at = attacks[(attacks.dataset == dataset) & (attacks.attack == attack) & attacks.examples.notna()]
     if at.empty:
         return None
-    at = at[at.seed == at.seed.min()].drop_duplicates(["method", "defense", "he", "swept"]).head(8)
+    at = at[at.seed == at.seed.min()].drop_duplicates(["method", "defense", "he", "swept"])
+    he_order = {"off": 0, "ckks": 1, "paillier": 2}
+    at = at.assign(_defended=at.family != "none", _he=at.he.map(he_order).fillna(3)).sort_values(
+        ["method", "_defended", "strength", "_he"]).head(8)
 
     def images(ex: dict, key: str) -> np.ndarray:  # uint8 rows as the attack stored them, in [0, 1]
         return np.frombuffer(base64.b64decode(ex[key]), dtype=np.uint8).reshape(-1, *ex["shape"]) / 255.0
@@ -550,8 +554,8 @@ def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> 
             ax.set_xticks([])
             ax.set_yticks([])
         axes[i][0].set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
-    fig.suptitle(f"{dataset}: the passive party's image halves (top) and the active party's {attack} "
-                 "reconstructions", fontsize=10)
+    fig.suptitle(f"{dataset}, {attack}: passive halves (top row) and the\nactive party's reconstructions "
+                 f"(seed {int(at.seed.min())})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
