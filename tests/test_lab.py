@@ -223,6 +223,7 @@ def test_he_sweep_with_a_feature_attack_shows_what_encryption_buys_first(tmp_pat
     section = md.split("## digits", 1)[1]
     first = section.index("What encryption buys: fr")
     assert first < section.index("![") and first < section.index("Mean ± std over seeds")
+    assert section.index("![") == section.index("![encryption_digits_fr]")  # the plot is the first figure
     line = next(x for x in section.splitlines() if "HE **ckks** moves fr R²" in x)
     assert "× s/step" in line and "MB/step" in line
     names = {p.name for p in paths}

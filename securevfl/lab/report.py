@@ -63,6 +63,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "he_bytes": he.get("bytes"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
+                     "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
         for name, a in (res.get("attacks") or {}).items():
@@ -78,6 +79,13 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(runs), pd.DataFrame(attacks)
 
 
+def feature_epsilon(result: dict) -> float | None:
+    """The largest feature-level ε of any passive party in a run result (None without one)."""
+    features = (result.get("privacy") or {}).get("features") or {}
+    eps = [f["epsilon"] for f in features.values() if f.get("epsilon") is not None]
+    return max(eps) if eps else None
+
+
 def setting_label(defense: str) -> str:
     return "none" if defense == "none" else defense.replace(":", " ")
 
@@ -91,7 +99,8 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
     ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
     g = ok.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
-                metric=("metric", "first"), epsilon=("epsilon", "mean"), seconds=("seconds", "mean"),
+                metric=("metric", "first"), epsilon=("epsilon", "mean"),
+                feature_epsilon=("feature_epsilon", "mean"), seconds=("seconds", "mean"),
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
@@ -466,9 +475,10 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
         lx.set_title("labels → passive party, same cells (HE does not protect labels)", fontsize=10)
         lx.grid(alpha=0.3)
         lx.legend(fontsize=7.5, loc="best")
-    seeds = int(d.seeds.min()) if len(d) else 0
+    lo, hi = (int(d.seeds.min()), int(d.seeds.max())) if len(d) else (0, 0)
+    seeds = f"{lo}" if lo == hi else f"{lo}–{hi}"
     fig.suptitle(f"{dataset}: feature leakage and label leakage vs utility, HE off / on (mean ± std over "
-                 f"{seeds} seeds)")
+                 f"{seeds} seeds per cell)")
     fig.tight_layout()
     _place_labels(ax, labels, fontsize=8)
     fig.savefig(path)
@@ -480,7 +490,8 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
     """What encryption buys and costs, per method, computed from the cell means."""
     d = summary[(summary.dataset == dataset) & summary[f"{feature}_value"].notna()]
     out = []
-    for _, r in d[d.he != "off"].sort_values(["method", "he"]).iterrows():
+    order = d.assign(_defended=d.family != "none").sort_values(["method", "_defended", "strength", "he"])
+    for _, r in order[order.he != "off"].iterrows():
         ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
         if ref.empty:
             continue
@@ -504,7 +515,8 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
         if ref.empty:
             continue
         ref = ref.iloc[0]
-        eps = "" if pd.isna(strongest.epsilon) else f", ε {strongest.epsilon:.3g}"
+        eps = ("" if pd.isna(strongest.feature_epsilon) else
+               f" (feature-level ε {strongest.feature_epsilon:.3g} at δ 1e-5 per passive row)")
         out.append(f"**{method}**, HE {he}: **{setting_label(strongest.defense)}**{eps} brings {feature} R² "
                    f"{ref[f'{feature}_value']:.3f} → {strongest[f'{feature}_value']:.3f} (control "
                    f"{strongest[f'{feature}_control']:.3f}) at utility {ref.utility:.4f} → {strongest.utility:.4f}.")
@@ -518,7 +530,10 @@ def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> 
     at = attacks[(attacks.dataset == dataset) & (attacks.attack == attack) & attacks.examples.notna()]
     if at.empty:
         return None
-    at = at[at.seed == at.seed.min()].drop_duplicates(["method", "defense", "he", "swept"]).head(8)
+    at = at[at.seed == at.seed.min()].drop_duplicates(["method", "defense", "he", "swept"])
+    he_order = {"off": 0, "ckks": 1, "paillier": 2}
+    at = at.assign(_defended=at.family != "none", _he=at.he.map(he_order).fillna(3)).sort_values(
+        ["method", "_defended", "strength", "_he"]).head(8)
 
     def images(ex: dict, key: str) -> np.ndarray:  # uint8 rows as the attack stored them, in [0, 1]
         return np.frombuffer(base64.b64decode(ex[key]), dtype=np.uint8).reshape(-1, *ex["shape"]) / 255.0
@@ -539,8 +554,8 @@ def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> 
             ax.set_xticks([])
             ax.set_yticks([])
         axes[i][0].set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
-    fig.suptitle(f"{dataset}: the passive party's image halves (top) and the active party's {attack} "
-                 "reconstructions", fontsize=10)
+    fig.suptitle(f"{dataset}, {attack}: passive halves (top row) and the\nactive party's reconstructions "
+                 f"(seed {int(at.seed.min())})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -575,6 +590,8 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
                 leak, sd = _num(r.get(f"{a}_leakage")), _num(r.get(f"{a}_leakage_std"))
                 row[f"{a} leakage"] = "–" if math.isnan(leak) else f"{leak:+.4f} ± {0.0 if math.isnan(sd) else sd:.4f}"
         row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
+        if summary.feature_epsilon.notna().any():
+            row["feature ε"] = "–" if pd.isna(r.feature_epsilon) else f"{r.feature_epsilon:.3g}"
         row["train s"] = f"{r.seconds:.1f}"
         rows.append(row)
     return pd.DataFrame(rows).astype(object).fillna("–")
@@ -603,9 +620,12 @@ def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
                   "on its own rows; – where the attack has none.",
                   f"`{a} leakage`: what the federation itself leaks, value − max(control, baseline), computed "
                   "per seed, mean ± std; ≤ 0 means nothing beyond what the adversary gets without it."]
-    notes += ["`ε`: the differential-privacy bound of the defense at the reported δ; – where the defense has "
+    notes += ["`ε`: the label-DP bound of the defense at the reported δ; – where the defense has "
               "no DP accounting (no defense, ISO, sparsification), so no ε exists.",
               "`train s`: training wall time per run on this machine (attacks excluded)."]
+    if "feature_epsilon" in d and d.feature_epsilon.notna().any():
+        notes.append("`feature ε`: the largest feature-level ε (δ 1e-5) of any passive party under embedding-dp "
+                     "(replace one entity's feature row, against the active party's whole view).")
     return notes
 
 
@@ -717,11 +737,11 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
                     continue
                 blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
                                      f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
-                blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
                 fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
                                         out / f"encryption_{ds}_{f}.png", kinds)
                 figures.append(fig)
-                blocks.append(("img", fig))
+                blocks.append(("img", fig))  # the plot first: it is what the first screen must show
+                blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
                 grid = image_grid(attacks, ds, f, out / f"reconstructions_{ds}_{f}.png")
                 if grid is not None:
                     figures.append(grid)
@@ -777,6 +797,10 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
              "adds: the attack's value minus the larger of its control (what the same attack gets when the "
              "federation leaks nothing: model completion on an untrained encoder of the same architecture, "
              "gradient scoring against labels shuffled within each batch) and its local-SSL baseline.")
+    if feature_attacks(attacks):
+        intro += (" Feature attacks (" + ", ".join(feature_attacks(attacks)) + ") are the other direction: the "
+                  "active party reconstructing a passive party's features, scored by R² (higher leaks more) against "
+                  "their control and the mean predictor.")
     md = _render_md(intro, sections, out)
     html_text = _render_html(intro, sections)
     (out / "report.md").write_text(md)
