@@ -57,6 +57,8 @@ class IdIndex:
         ids = np.asarray(ids)
         if ids.dtype.kind not in "iu":
             return np.full(len(ids), -1, dtype=np.int64)  # e.g. string IDs: none held
+        if len(ids) and ids.min() >= 0 and ids.max() < len(self._dense):  # the per-step case: one gather
+            return self._dense[ids]
         inside = (ids >= 0) & (ids < len(self._dense))
         out = np.full(len(ids), -1, dtype=np.int64)
         out[inside] = self._dense[ids[inside]]

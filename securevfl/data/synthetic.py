@@ -64,3 +64,32 @@ def write_avazu(path: str | Path, n: int, seed: int = 0) -> Path:
         for r in rows:
             f.write(",".join(r) + "\n")
     return path
+
+
+def write_uci_credit(path: str | Path, n: int, seed: int = 0) -> Path:
+    """The UCI default-of-credit-card-clients CSV layout (``ID``, 23 features, label), with the label
+    driven by PAY_0 / LIMIT_BAL (active side) and the bill amounts (passive side)."""
+    from securevfl.data.credit import CATEGORICAL, LABEL, NUMERIC
+
+    rng = np.random.default_rng(seed)
+    a, b, y = _latent(n, rng)
+    cols: dict[str, np.ndarray] = {"ID": np.arange(1, n + 1)}
+    for c in NUMERIC:
+        if c.startswith("PAY_") and not c.startswith("PAY_AMT"):
+            cols[c] = np.clip(np.round(a + rng.normal(scale=0.7, size=n)), -2, 8).astype(int)
+        elif c == "AGE":
+            cols[c] = rng.integers(21, 75, n)
+        else:  # amounts: heavy-tailed, the bills carry b
+            scale = 1.0 + 0.8 * (b if c.startswith("BILL") else -a)
+            cols[c] = np.floor(np.exp(9 + scale + 0.5 * rng.normal(size=n))).astype(int)
+    for c, k in zip(CATEGORICAL, (2, 6, 3), strict=True):
+        cols[c] = rng.integers(1, k + 1, n)
+    cols[LABEL] = y
+    order = ["ID", "LIMIT_BAL", *CATEGORICAL, *[c for c in NUMERIC if c != "LIMIT_BAL"], LABEL]
+    rows = np.column_stack([cols[c].astype(str) for c in order])
+    path = Path(path)
+    with open(path, "w") as f:
+        f.write(",".join(order) + "\n")
+        for r in rows:
+            f.write(",".join(r) + "\n")
+    return path
