@@ -50,6 +50,10 @@ class Party:
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {"bottom": self.bottom, **self.extra_modules}
 
+    def n_parameters(self) -> int:
+        """Trainable parameter count (sizes this party's per-step work for the thread policy)."""
+        return sum(q.numel() for q in self.parameters())
+
     def cut_end_list(self) -> list:
         """This party's cut-layer ends (their protocol state, e.g. HE weight shares, is party state)."""
         return []
