@@ -75,9 +75,10 @@ def threads_for_work(work: float, share: int) -> int:
 
 
 def configure(workers: int = 1, *, load_aware: bool = True, share: int | None = None) -> int:
-    """Set this process's thread share (torch intra-op, OpenMP, BLAS). The environment is left alone, so
-    a user's ``OMP_NUM_THREADS`` stays the only explicit setting children inherit. Call once per process: CLI start, each sweep worker, the
-    test session. ``share``: the count a parent already chose (sweep workers). Returns the share."""
+    """Set this process's thread share (torch intra-op, OpenMP, BLAS). The environment is left alone,
+    so a user's ``OMP_NUM_THREADS`` stays the only explicit setting children inherit. Call once per
+    process: CLI start, each sweep worker, the test session. ``share``: the count a parent already
+    chose (sweep workers). Returns the share."""
     global _share
     share = _explicit() or share or share_for(workers, idle=idle_cores() if load_aware else None)
     _share = share

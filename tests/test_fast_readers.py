@@ -1,0 +1,91 @@
+"""The pyarrow fast path of the Criteo / Avazu readers gives exactly what the checked line-by-line
+reader gives (values, hashes, sampling, max_rows), hands anything unusual back to it (so error
+messages keep naming the line), and bounds its copies (ColumnSink)."""
+
+import numpy as np
+import pytest
+
+from securevfl.data import DataConfig, ctr, load_dataset
+from securevfl.data.readers import ColumnSink, FastPathRefused
+from securevfl.data.synthetic import write_avazu, write_criteo
+from securevfl.errors import UserError
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("kw", [{}, {"max_rows": 1234}, {"sample": 0.37, "sample_seed": 5},
+                                {"sample": 0.5, "max_rows": 700}])
+def test_criteo_fast_equals_checked(tmp_path, kw, monkeypatch):
+    f = write_criteo(tmp_path / "c.txt", 3000, seed=4, missing=0.3)
+    monkeypatch.setattr("securevfl.data.readers.ARROW_BLOCK_BYTES", 64 << 10)  # several blocks
+    cfg = DataConfig(path=str(f), **kw)
+    _same(ctr._criteo_fast(f, cfg), ctr._criteo_checked(f, cfg))
+
+
+@pytest.mark.parametrize("kw", [{}, {"max_rows": 999}, {"sample": 0.4}])
+def test_avazu_fast_equals_checked(tmp_path, kw):
+    f = write_avazu(tmp_path / "a.csv", 2500, seed=2)
+    cfg = DataConfig(path=str(f), **kw)
+    _same(ctr._avazu_fast(f, cfg), ctr._avazu_checked(f, cfg))
+
+
+def test_loader_takes_the_fast_path(tmp_path, monkeypatch):
+    # control for the tests above: on a clean file the checked reader is never needed
+    f = write_criteo(tmp_path / "c.txt", 500, seed=1)
+
+    def boom(*a, **k):
+        raise AssertionError("checked reader used on a clean file")
+
+    monkeypatch.setattr(ctr, "_criteo_checked", boom)
+    assert len(load_dataset("criteo", DataConfig(path=str(f))).y) == 500
+
+
+@pytest.mark.parametrize("cell,needle", [("nan", "I3 is 'nan', expected an integer"),
+                                         ("inf", None), (" 7", None), ("1e3", None)])
+def test_odd_cells_go_to_the_checked_reader(tmp_path, cell, needle):
+    f = write_criteo(tmp_path / "c.txt", 50, seed=0)
+    lines = f.read_text().splitlines()
+    fields = lines[9].split("\t")
+    fields[3] = cell
+    lines[9] = "\t".join(fields)
+    f.write_text("\n".join(lines) + "\n")
+    cfg = DataConfig(path=str(f))
+    try:
+        fast = ctr._criteo_fast(f, cfg)
+    except FastPathRefused:
+        fast = None
+    if needle:
+        assert fast is None
+        with pytest.raises(UserError, match=f"line 10: {needle}"):
+            load_dataset("criteo", cfg)
+        return
+    try:
+        checked = ctr._criteo_checked(f, cfg)
+    except UserError:
+        assert fast is None  # the fast path must not accept what the checked reader rejects
+        return
+    if fast is not None:
+        _same(fast, checked)
+
+
+def test_empty_line_is_still_an_error(tmp_path):
+    f = write_criteo(tmp_path / "c.txt", 20, seed=0)
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join(lines[:5] + [""] + lines[5:]) + "\n")
+    with pytest.raises(UserError, match="line 6: expected 40 fields, found 1"):
+        load_dataset("criteo", DataConfig(path=str(f)))
+
+
+def test_sink_grows_when_the_estimate_is_short():
+    sink = ColumnSink({"X": (np.float32, 2), "y": (np.int64, 0)})
+    blocks = [np.arange(10 * i, 10 * i + 10) for i in range(5)]
+    for b in blocks:
+        sink.append({"X": [b, -b], "y": b}, len(b), estimate=12)
+    out = sink.finish()
+    np.testing.assert_array_equal(out["y"], np.arange(50))
+    np.testing.assert_array_equal(out["X"][:, 1], -np.arange(50, dtype=np.float32))
