@@ -85,7 +85,8 @@ def _criteo_checked(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray
 def _criteo_fast(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The same arrays through pyarrow (:func:`read_arrow_batches`); FastPathRefused on anything odd."""
     names = ["label", *CRITEO_INT, *CRITEO_CAT]
-    sink = ColumnSink({"X": (np.float32, len(CRITEO_INT)), "C": (np.int64, len(CRITEO_CAT)), "y": (np.int64, 0)})
+    sink = ColumnSink({"X": (np.float32, len(CRITEO_INT)), "C": (np.int64, len(CRITEO_CAT)), "y": (np.int64, 0)},
+                      _cache_dir(path, cfg))
     for b in read_arrow_batches(path, "\t", names, header=False, numeric=["label", *CRITEO_INT],
                                 categorical=CRITEO_CAT, max_rows=cfg.max_rows, sample=cfg.sample,
                                 sample_seed=cfg.sample_seed):
@@ -112,6 +113,16 @@ def _fast_or_checked(path: Path, cfg: DataConfig, fast, checked):
         return fast(path, cfg)
     except FastPathRefused:  # the checked reader gives the same result, or names the bad line
         return checked(path, cfg)
+
+
+def _cache_dir(path: Path, cfg: DataConfig) -> Path | None:
+    """Where this read's memory-mapped columns go (``data.column_cache``), one folder per read."""
+    if cfg.column_cache is None:
+        return None
+    import tempfile
+
+    Path(cfg.column_cache).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=cfg.column_cache))
 
 
 def _fast_label(v: np.ndarray) -> np.ndarray:
@@ -183,7 +194,7 @@ def _avazu_checked(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray]
 
 def _avazu_fast(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray]:
     names, _ = _avazu_header(path)
-    sink = ColumnSink({"C": (np.int64, len(AVAZU_FIELDS)), "y": (np.int64, 0)})
+    sink = ColumnSink({"C": (np.int64, len(AVAZU_FIELDS)), "y": (np.int64, 0)}, _cache_dir(path, cfg))
     for b in read_arrow_batches(path, ",", names, header=True, numeric=["id", "click", "hour"],
                                 categorical=AVAZU_FIELDS[1:], max_rows=cfg.max_rows, sample=cfg.sample,
                                 sample_seed=cfg.sample_seed):

@@ -196,20 +196,32 @@ class ColumnSink:
     Capacity comes from an estimate of the row count (file size / bytes per row of the first block,
     +25 %); pages past the last row are never touched, so the slack costs address space, not memory."""
 
-    def __init__(self, specs: dict[str, tuple[np.dtype, int]]) -> None:
+    def __init__(self, specs: dict[str, tuple[np.dtype, int]], directory: str | Path | None = None) -> None:
         self.specs = specs
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
+        self.directory = None if directory is None else Path(directory)
+        self._generation = 0
+
+    def _alloc(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        if self.directory is None:
+            return np.empty(shape, dtype=dtype)
+        # a memory-mapped .npy file (sparse on disk past the rows written; np.load(mmap_mode="r") reopens it)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        return np.lib.format.open_memmap(self.directory / f"{name}.{self._generation}.npy", mode="w+",
+                                         dtype=dtype, shape=shape)
 
     def reserve(self, rows: int) -> None:
         rows = max(rows, 1)
         for name, (dtype, width) in self.specs.items():
             old = self.arrays.get(name)
-            shape = (rows, width) if width else (rows,)
-            new = np.empty(shape, dtype=dtype)
+            new = self._alloc(name, (rows, width) if width else (rows,), dtype)
             if old is not None:  # the estimate was short: one copy (rare; the transient peak is 2× here)
                 new[:self.n] = old[:self.n]
+                if isinstance(old, np.memmap):
+                    Path(old.filename).unlink(missing_ok=True)  # the mapping stays valid until dropped
             self.arrays[name] = new
+        self._generation += 1
 
     def append(self, blocks: dict[str, np.ndarray | list[np.ndarray]], rows: int, estimate: int) -> None:
         """Add ``rows`` rows (an array, or a list of its columns, per output); ``estimate`` (of the total)
