@@ -89,3 +89,27 @@ def test_sink_grows_when_the_estimate_is_short():
     out = sink.finish()
     np.testing.assert_array_equal(out["y"], np.arange(50))
     np.testing.assert_array_equal(out["X"][:, 1], -np.arange(50, dtype=np.float32))
+
+
+def test_memory_mapped_columns_equal_in_memory(tmp_path, monkeypatch):
+    f = write_criteo(tmp_path / "c.txt", 2000, seed=3)
+    monkeypatch.setattr("securevfl.data.readers.ARROW_BLOCK_BYTES", 32 << 10)
+    mem = load_dataset("criteo", DataConfig(path=str(f)))
+    mapped = load_dataset("criteo", DataConfig(path=str(f), column_cache=str(tmp_path / "cols")))
+    assert isinstance(mapped.categorical, np.memmap) and isinstance(mapped.X, np.memmap)
+    np.testing.assert_array_equal(mem.X, mapped.X)
+    np.testing.assert_array_equal(mem.categorical, mapped.categorical)
+    np.testing.assert_array_equal(mem.y, mapped.y)
+
+
+def test_chunked_synthetic_writer(tmp_path, monkeypatch):
+    import securevfl.data.synthetic as synthetic
+
+    small = write_criteo(tmp_path / "a.txt", 300, seed=0).read_bytes()
+    monkeypatch.setattr(synthetic, "CHUNK_ROWS", 100)
+    chunked = write_criteo(tmp_path / "b.txt", 300, seed=0)
+    assert chunked.read_bytes() != small  # per-chunk generators past CHUNK_ROWS
+    ds = load_dataset("criteo", DataConfig(path=str(chunked)))
+    assert len(ds.y) == 300 and 0.1 < ds.y.mean() < 0.9
+    a = write_avazu(tmp_path / "a.csv", 250, seed=1)
+    assert len(a.read_text().splitlines()) == 251 and len(load_dataset("avazu", DataConfig(path=str(a))).y) == 250

@@ -372,9 +372,14 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
         else:  # party-local preprocessing fitted on its own training rows only
             num, cat = cols[cols < ds.n_numeric], cols[cols >= ds.n_numeric] - ds.n_numeric
             C = ds.categorical if ds.categorical is not None else np.zeros((len(ds.y), 0), dtype=np.int64)
-            X_tr, X_te, card = encode_party(ds.X[pos_k][:, num], ds.X[te_k][:, num], C[pos_k][:, cat],
-                                            C[te_k][:, cat], log=ds.log_transform, min_freq=data.min_freq,
+            # np.ix_ gathers only this party's columns (rows-then-columns would copy every column first:
+            # ≈ 2 GB per party on a 10M-row Criteo file); the numeric training block keeps the column-major
+            # order that indexing used to give, since the standardisation's sums (to the last bit) follow it
+            num_tr = np.asfortranarray(ds.X[np.ix_(pos_k, num)])
+            X_tr, X_te, card = encode_party(num_tr, ds.X[np.ix_(te_k, num)], C[np.ix_(pos_k, cat)],
+                                            C[np.ix_(te_k, cat)], log=ds.log_transform, min_freq=data.min_freq,
                                             hash_buckets=data.hash_buckets)
+            del num_tr
             layout.update(n_numeric=len(num), cardinalities=card,
                           column_names=tuple(ds.column_names[c] for c in [*num, *(cat + ds.n_numeric)]))
         labels = {}
@@ -390,8 +395,8 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
                 lab_pos.append(np.setdiff1d(rest, own_unaligned[0]))
             lab_pos = np.concatenate(lab_pos)
             labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
-        parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32), ds.ids[te_k],
-                                 X_te.astype(np.float32), **labels, **layout))
+        parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32, copy=False), ds.ids[te_k],
+                                 X_te.astype(np.float32, copy=False), **labels, **layout))
     return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos],
                      test_aligned_ids=None if len(test_aligned_pos) == len(test_pos) else ds.ids[test_aligned_pos],
                      truth_ids=ds.ids[train_pos], truth_y=ds.y[train_pos])

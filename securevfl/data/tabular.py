@@ -64,20 +64,25 @@ def encode_hash(codes: np.ndarray, buckets: int) -> np.ndarray:
 
 def encode_party(num_tr: np.ndarray, num_te: np.ndarray, cat_tr: np.ndarray, cat_te: np.ndarray, *,
                  log: bool, min_freq: int, hash_buckets: int) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """Fit on the training rows, transform both splits; returns (X_train, X_test, cardinalities)."""
-    parts_tr, parts_te, card = [], [], []
-    if num_tr.shape[1]:
+    """Fit on the training rows, transform both splits; returns (X_train, X_test, cardinalities).
+    The outputs are allocated once and filled column block by column (no per-field parts to
+    concatenate: on 10M-row files those copies were the peak of the whole run)."""
+    n_num, n_cat = num_tr.shape[1], cat_tr.shape[1]
+    X_tr = np.empty((len(num_tr), n_num + n_cat), dtype=np.float32)
+    X_te = np.empty((len(num_te), n_num + n_cat), dtype=np.float32)
+    card = []
+    if n_num:
         stats = fit_numeric(num_tr.astype(np.float64), log)
-        parts_tr.append(transform_numeric(num_tr.astype(np.float64), stats))
-        parts_te.append(transform_numeric(num_te.astype(np.float64), stats))
-    for j in range(cat_tr.shape[1]):
+        X_tr[:, :n_num] = transform_numeric(num_tr.astype(np.float64), stats)
+        X_te[:, :n_num] = transform_numeric(num_te.astype(np.float64), stats)
+    for j in range(n_cat):
         if hash_buckets > 0:
             tr, te = encode_hash(cat_tr[:, j], hash_buckets), encode_hash(cat_te[:, j], hash_buckets)
             c = hash_buckets + 1
         else:
             vocab = fit_vocab(cat_tr[:, j], min_freq)
             tr, te, c = encode_vocab(cat_tr[:, j], vocab), encode_vocab(cat_te[:, j], vocab), len(vocab) + 1
-        parts_tr.append(tr.astype(np.float32)[:, None])
-        parts_te.append(te.astype(np.float32)[:, None])
+        X_tr[:, n_num + j] = tr
+        X_te[:, n_num + j] = te
         card.append(int(c))
-    return (np.concatenate(parts_tr, axis=1), np.concatenate(parts_te, axis=1), tuple(card))
+    return X_tr, X_te, tuple(card)
