@@ -96,10 +96,10 @@ class LocalEngine(Engine):
             for cell in cells:
                 on_result(run_cell(cell, sweep))
             return
-        from securevfl.threads import share_for
+        from securevfl.threads import idle_cores, share_for
 
         pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                   initargs=(share_for(self.workers), os.getpid()))
+                                   initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
         todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
         try:
             pending = {pool.submit(run_cell, c, sweep) for c in islice(todo, self.workers)}

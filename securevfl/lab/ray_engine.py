@@ -11,7 +11,7 @@ import ray  # ImportError here keeps the engine unregistered
 
 from securevfl.lab.engine import Engine, OnResult, register_engine, run_cell
 from securevfl.lab.sweep import Cell
-from securevfl.threads import share_for
+from securevfl.threads import idle_cores, share_for
 
 
 @ray.remote
@@ -32,7 +32,7 @@ class RayEngine(Engine):
             kw = {} if address else {"num_cpus": self.workers}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      **kw)
-        threads = share_for(self.workers)
+        threads = share_for(self.workers, idle=idle_cores())
         todo = iter(cells)  # pulled lazily, so store claims follow free workers
         pending = [_ray_cell.remote(c, sweep, threads) for c in islice(todo, self.workers)]
         try:
