@@ -14,6 +14,7 @@ with a tolerance for noisy shared machines (``--bench-tolerance``, default 0.15 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,17 @@ class Targets:
             ok, limit, rel = value <= target * (1 + self.tolerance), target * (1 + self.tolerance), "≤"
         _RATIOS.append((benchmark.name, name, value, f"{rel} {target:g}{unit} (limit {limit:.3g})", ok))
         assert ok, f"{name} = {value:.3f}, target {rel} {target} (tolerance {self.tolerance:.0%})"
+
+
+def timed(fn, into: list[float]):
+    """``fn`` that also appends its own wall time to ``into`` (ratios use these, so they hold with
+    ``--benchmark-disable`` too, where pytest-benchmark keeps no statistics)."""
+    def run(*a, **k):
+        t0 = time.perf_counter()
+        out = fn(*a, **k)
+        into.append(time.perf_counter() - t0)
+        return out
+    return run
 
 
 @pytest.fixture(scope="session")

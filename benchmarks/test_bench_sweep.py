@@ -5,6 +5,7 @@ measured by ``benchmarks/bench_sweep_workers.py`` (RESULTS), not here."""
 from __future__ import annotations
 
 import yaml
+from conftest import timed
 
 from securevfl.lab.engine import run_cell
 from securevfl.lab.sweep import load_sweep
@@ -16,7 +17,8 @@ def test_sweep_cell(benchmark, targets, tmp_path):
                                  "methods": ["splitnn"], "defenses": [{"iso": [1]}], "attacks": ["mc-plain"],
                                  "seeds": [0], "train": {"epochs": 5}}))
     cell = load_sweep(str(f)).cells[0]
-    row = benchmark.pedantic(run_cell, args=(cell, "bench-cell"), rounds=3, iterations=1)
+    mine: list[float] = []
+    row = benchmark.pedantic(timed(run_cell, mine), args=(cell, "bench-cell"), rounds=3, iterations=1)
     assert row["status"] == "ok", row.get("error")
     benchmark.extra_info.update(cell_seconds_reported=row["seconds"], utility=row["utility"])
-    targets.check(benchmark, "cell seconds", benchmark.stats.stats.median, None, unit=" s")
+    targets.check(benchmark, "cell seconds", sorted(mine)[len(mine) // 2], None, unit=" s")
