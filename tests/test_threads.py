@@ -65,3 +65,14 @@ def test_engine_refuses_bad_worker_counts(workers):
 
     with pytest.raises(UserError):
         make_engine("local", workers)
+
+
+def test_worker_start_up_module_stays_light():
+    # a spawned sweep worker imports this before arming its parent-death signal: no torch, no library
+    import subprocess
+    import sys
+
+    code = ("import sys, securevfl.lab.worker; heavy = {'torch', 'numpy', 'securevfl.config'} & set(sys.modules); "
+            "print(sorted(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"

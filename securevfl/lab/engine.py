@@ -16,6 +16,7 @@ from multiprocessing import get_context
 
 from securevfl.errors import UserError
 from securevfl.lab.sweep import Cell
+from securevfl.lab.worker import init_worker
 
 OnResult = Callable[[dict], None]
 
@@ -47,30 +48,6 @@ def run_cell(cell: Cell, sweep: str) -> dict:
             "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"]}
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: ask the kernel to kill this worker when the sweep process dies, however it dies (kill -9
-    included), so no worker lives on as an orphan; elsewhere the pool's own shutdown does it."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-
-
-def _init_worker(share: int, parent: int) -> None:
-    _die_with_parent(parent)
-    # several torch processes on few cores slow each other down badly unless each keeps to its share;
-    # set once here, for every cell this worker runs
-    from securevfl import threads
-
-    threads.configure(share=share)
-
-
 class Engine(ABC):
     name: str
 
@@ -98,7 +75,7 @@ class LocalEngine(Engine):
             return
         from securevfl.threads import idle_cores, share_for
 
-        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_init_worker,
+        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=init_worker,
                                    initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
         todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
         try:
