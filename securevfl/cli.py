@@ -26,6 +26,15 @@ def _fraction_or_train(v: str) -> float | str:
         raise argparse.ArgumentTypeError(f"expected a fraction or 'train', got {v!r}") from None
 
 
+def _workers(v: str) -> int | str:
+    if v == "auto":
+        return v
+    try:
+        return int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of workers or 'auto', got {v!r}") from None
+
+
 def _add_train(sub) -> None:
     p = sub.add_parser("train", help="train one method on one dataset and report utility, privacy and cost")
     p.add_argument("--dataset", help="dataset name (default fashion-mnist)")
@@ -192,7 +201,8 @@ def make_parser() -> _Parser:
     sw = sub.add_parser("sweep", help="run a sweep file (YAML) into an SQLite store; rerun to resume")
     sw.add_argument("file")
     sw.add_argument("--store", help="SQLite store (default runs/<sweep name>.sqlite)")
-    sw.add_argument("--workers", type=int, default=1, help="cells run in parallel (local processes or Ray tasks)")
+    sw.add_argument("--workers", type=_workers, default=1,
+                    help="cells run in parallel (local processes or Ray tasks); auto: one per idle core")
     sw.add_argument("--engine", default="local", help="local (default) or ray (optional extra)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
@@ -249,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         args = make_parser().parse_args(argv)
+        if args.command in ("train", "sweep"):  # this process's thread share (securevfl/threads.py)
+            from securevfl import threads
+
+            threads.configure()
         return COMMANDS[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

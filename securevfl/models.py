@@ -103,6 +103,13 @@ class TabularEncoder(nn.Module):
         return self.mlp(torch.cat(parts, dim=1))
 
 
+def set_mode(module: nn.Module, training: bool) -> None:
+    """``module.train(training)``, skipped when every submodule is already in that mode: the call walks
+    the module tree setting attributes, ≈ 5 % of a small tabular split step when made every step."""
+    if any(m.training != training for m in module.modules()):
+        module.train(training)
+
+
 def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig, n_numeric: int | None = None,
                  cardinalities: tuple[int, ...] = ()) -> nn.Module:
     """A party's bottom model for its feature block. Tabular blocks with categorical fields get a

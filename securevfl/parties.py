@@ -14,6 +14,7 @@ from securevfl.channel import Endpoint, MessageKind
 from securevfl.cutlayer import ActiveEnd, PassiveEnd
 from securevfl.data.partition import ACTIVE, PartyData
 from securevfl.hooks import HookContext, LabelRandomizer, PassivePrivatizer, StepPrivatizer, TensorHook, find_hook
+from securevfl.models import set_mode
 from securevfl.per_example import PerExampleTracer
 
 SPLITS = ("train", "test")
@@ -48,6 +49,10 @@ class Party:
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {"bottom": self.bottom, **self.extra_modules}
+
+    def n_parameters(self) -> int:
+        """Trainable parameter count (sizes this party's per-step work for the thread policy)."""
+        return sum(q.numel() for q in self.parameters())
 
     def cut_end_list(self) -> list:
         """This party's cut-layer ends (their protocol state, e.g. HE weight shares, is party state)."""
@@ -95,7 +100,7 @@ class PassiveParty(Party):
         code = int(self.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
         split, training = SPLITS[code // 2], bool(code % 2)
         ids = self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
-        self.bottom.train(training)
+        set_mode(self.bottom, training)
         if training and self.privatizer is not None:
             self._tracer.arm([self.bottom])
         with torch.set_grad_enabled(training):
@@ -179,8 +184,8 @@ class ActiveParty(Party):
 
     def logits(self, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
         self._arm(training)
-        self.bottom.train(training)
-        self.head.train(training)
+        set_mode(self.bottom, training)
+        set_mode(self.head, training)
         with torch.set_grad_enabled(training):
             own = self.bottom(self.features(ids, split))
             self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
@@ -191,8 +196,8 @@ class ActiveParty(Party):
         list, one tensor per passive party; FedUD's Rep) or zeros — the absent party contributes
         nothing, which is how a plain VFL model must predict such rows."""
         self._arm(training)
-        self.bottom.train(training)
-        self.head.train(training)
+        set_mode(self.bottom, training)
+        set_mode(self.head, training)
         with torch.set_grad_enabled(training):
             own = self.bottom(self.features(ids, split))
             if fill is not None:

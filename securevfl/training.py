@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from securevfl.errors import TrainingDiverged
 from securevfl.federation import Federation
 from securevfl.metrics import utility
+from securevfl.threads import fit_to_work
 
 
 @dataclass
@@ -145,6 +146,7 @@ class SplitTrainer:
         ids = np.asarray(ids)
         epochs = self.cfg.epochs if epochs is None else epochs
         bs = self.cfg.batch_size
+        fit_to_work(bs * sum(p.n_parameters() for p in self.fed.parties))  # threads for steps of this size
         n_steps = epochs * -(-len(ids) // bs)
         if self.fed.active.privatizer is not None:  # one ledger entry per training run
             self.fed.active.privatizer.begin_run(desc, len(ids), bs, n_steps, participations=epochs)

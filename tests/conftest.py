@@ -1,7 +1,12 @@
 import numpy as np
 import pytest
 
+from securevfl import threads
 from securevfl.config import RunConfig
+
+# one thread share for the whole session, from the idle cores: on a machine other jobs load, the
+# suite then slows by its share instead of oversubscribing (securevfl/threads.py)
+threads.configure()
 
 
 @pytest.fixture

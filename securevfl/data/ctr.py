@@ -13,7 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from securevfl.data.dataset import DataConfig, Dataset
-from securevfl.data.readers import bad_line, parse_numeric, read_chunks
+from securevfl.data.readers import (
+    ARROW_BLOCK_BYTES,
+    ColumnSink,
+    FastPathRefused,
+    bad_line,
+    parse_numeric,
+    read_arrow_batches,
+    read_chunks,
+)
 from securevfl.data.registry import DatasetEntry, locate_file, register_dataset
 from securevfl.data.tabular import hash_values
 from securevfl.errors import UserError
@@ -60,8 +68,8 @@ def _criteo_locate(cfg: DataConfig) -> str:
                            "26 categorical fields, tab-separated)"))
 
 
-def load_criteo(cfg: DataConfig) -> Dataset:
-    path = Path(_criteo_locate(cfg))
+def _criteo_checked(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line-by-line validating reader: (numeric float32, categorical hashes, labels)."""
     names = ["label", *CRITEO_INT, *CRITEO_CAT]
     ys, nums, cats = [], [], []
     for chunk in read_chunks(path, "\t", names, header=False, max_rows=cfg.max_rows, sample=cfg.sample,
@@ -71,10 +79,69 @@ def load_criteo(cfg: DataConfig) -> Dataset:
         cats.append(np.column_stack([hash_values(chunk.frame[c].to_numpy()) for c in CRITEO_CAT]))
     if not ys:
         raise UserError(f"{path}: no data rows")
-    y = np.concatenate(ys)
-    return Dataset("criteo", np.concatenate(nums).astype(np.float32), y, np.arange(len(y), dtype=np.int64), 2,
+    return np.concatenate(nums).astype(np.float32), np.concatenate(cats), np.concatenate(ys)
+
+
+def _criteo_fast(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same arrays through pyarrow (:func:`read_arrow_batches`); FastPathRefused on anything odd."""
+    names = ["label", *CRITEO_INT, *CRITEO_CAT]
+    sink = ColumnSink({"X": (np.float32, len(CRITEO_INT)), "C": (np.int64, len(CRITEO_CAT)), "y": (np.int64, 0)},
+                      _cache_dir(path, cfg))
+    for b in read_arrow_batches(path, "\t", names, header=False, numeric=["label", *CRITEO_INT],
+                                categorical=CRITEO_CAT, max_rows=cfg.max_rows, sample=cfg.sample,
+                                sample_seed=cfg.sample_seed):
+        y = _fast_label(b["label"])
+        num = [_fast_integer(b[c]) for c in CRITEO_INT]
+        sink.append({"X": num, "C": [b[c] for c in CRITEO_CAT], "y": y}, len(y),
+                    _estimate_rows(path, len(y), cfg))
+    if sink.n == 0:
+        raise UserError(f"{path}: no data rows")
+    out = sink.finish()
+    return out["X"], out["C"], out["y"]
+
+
+def load_criteo(cfg: DataConfig) -> Dataset:
+    path = Path(_criteo_locate(cfg))
+    X, cats, y = _fast_or_checked(path, cfg, _criteo_fast, _criteo_checked)
+    return Dataset("criteo", X, y, np.arange(len(y), dtype=np.int64), 2,
                    "tabular", tuple(CRITEO_INT), log_transform=True,
-                   categorical=np.concatenate(cats), cat_names=tuple(CRITEO_CAT), presets=CRITEO_PRESETS)
+                   categorical=cats, cat_names=tuple(CRITEO_CAT), presets=CRITEO_PRESETS)
+
+
+def _fast_or_checked(path: Path, cfg: DataConfig, fast, checked):
+    try:
+        return fast(path, cfg)
+    except FastPathRefused:  # the checked reader gives the same result, or names the bad line
+        return checked(path, cfg)
+
+
+def _cache_dir(path: Path, cfg: DataConfig) -> Path | None:
+    """Where this read's memory-mapped columns go (``data.column_cache``), one folder per read."""
+    if cfg.column_cache is None:
+        return None
+    import tempfile
+
+    Path(cfg.column_cache).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{path.stem}-", dir=cfg.column_cache))
+
+
+def _fast_label(v: np.ndarray) -> np.ndarray:
+    if not np.isin(v, (0.0, 1.0)).all():
+        raise FastPathRefused("a label other than 0 / 1")
+    return v.astype(np.int64)
+
+
+def _fast_integer(v: np.ndarray) -> np.ndarray:
+    if (~np.isnan(v) & (v != np.round(v))).any():
+        raise FastPathRefused("a non-integer")
+    return v
+
+
+def _estimate_rows(path: Path, block_rows: int, cfg: DataConfig) -> int:
+    """Rows the file will yield, from one block's kept rows per byte (+25 %; capped by max_rows)."""
+    size = path.stat().st_size
+    est = int(size * block_rows / min(size, ARROW_BLOCK_BYTES) * 1.25) + 1024
+    return min(est, cfg.max_rows) if cfg.max_rows else est
 
 
 # --------------------------------------------------------------------------------------------- Avazu
@@ -108,8 +175,8 @@ def _hour_of_day(chunk, path: Path) -> np.ndarray:
     return (v % 100).astype(np.int64)
 
 
-def load_avazu(cfg: DataConfig) -> Dataset:
-    path = Path(_avazu_locate(cfg))
+def _avazu_checked(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The line-by-line validating reader: (categorical hashes, labels)."""
     names, _ = _avazu_header(path)
     ys, cats = [], []
     for chunk in read_chunks(path, ",", names, header=True, max_rows=cfg.max_rows, sample=cfg.sample,
@@ -122,9 +189,36 @@ def load_avazu(cfg: DataConfig) -> Dataset:
         cats.append(np.column_stack(cols))
     if not ys:
         raise UserError(f"{path}: no data rows")
-    y = np.concatenate(ys)
+    return np.concatenate(cats), np.concatenate(ys)
+
+
+def _avazu_fast(path: Path, cfg: DataConfig) -> tuple[np.ndarray, np.ndarray]:
+    names, _ = _avazu_header(path)
+    sink = ColumnSink({"C": (np.int64, len(AVAZU_FIELDS)), "y": (np.int64, 0)}, _cache_dir(path, cfg))
+    for b in read_arrow_batches(path, ",", names, header=True, numeric=["id", "click", "hour"],
+                                categorical=AVAZU_FIELDS[1:], max_rows=cfg.max_rows, sample=cfg.sample,
+                                sample_seed=cfg.sample_seed):
+        if np.isnan(b["id"]).any():  # the checked reader accepts an empty id only as a number-less cell
+            raise FastPathRefused("an empty id")
+        y = _fast_label(b["click"])
+        v = _fast_integer(b["hour"])
+        if (np.isnan(v) | (v < 0) | (v % 100 > 23)).any():
+            raise FastPathRefused("an hour outside YYMMDDHH")
+        hours = (v % 100).astype(np.int64)
+        uniq, inv = np.unique(hours, return_inverse=True)  # hash the ≤ 24 distinct hours, not every row
+        cols = [hash_values(uniq)[inv], *[b[c] for c in AVAZU_FIELDS[1:]]]
+        sink.append({"C": cols, "y": y}, len(y), _estimate_rows(path, len(y), cfg))
+    if sink.n == 0:
+        raise UserError(f"{path}: no data rows")
+    out = sink.finish()
+    return out["C"], out["y"]
+
+
+def load_avazu(cfg: DataConfig) -> Dataset:
+    path = Path(_avazu_locate(cfg))
+    cats, y = _fast_or_checked(path, cfg, _avazu_fast, _avazu_checked)
     return Dataset("avazu", np.zeros((len(y), 0), dtype=np.float32), y, np.arange(len(y), dtype=np.int64), 2,
-                   "tabular", (), categorical=np.concatenate(cats), cat_names=tuple(AVAZU_FIELDS),
+                   "tabular", (), categorical=cats, cat_names=tuple(AVAZU_FIELDS),
                    presets=AVAZU_PRESETS)
 
 

@@ -19,6 +19,9 @@ class DataConfig:
     """Keep each row with this probability while streaming (seeded by ``sample_seed``)."""
     sample_seed: int = 0
     """Seed of the row sampler; fixed per dataset so a run's seed does not change the data read."""
+    column_cache: str | None = None
+    """Criteo / Avazu: a folder for the parsed columns as memory-mapped ``.npy`` files, so a file
+    larger than memory is read with bounded RSS (pages are file-backed and reclaimable)."""
     min_freq: int = 2
     """Categorical values seen fewer times in a party's training rows map to the reserved unknown id 0."""
     hash_buckets: int = 0

@@ -14,10 +14,12 @@ import numpy as np
 import pandas as pd
 
 
-def hash_values(values: np.ndarray | pd.Series) -> np.ndarray:
-    """Stable 64-bit hashes of raw categorical values (strings or numbers), as int64."""
+def hash_values(values: np.ndarray | pd.Series, categorize: bool = True) -> np.ndarray:
+    """Stable 64-bit hashes of raw categorical values (strings or numbers), as int64. A value's hash
+    does not depend on the others; ``categorize=False`` skips pandas' factorize step (faster when
+    the values are already distinct, same hashes)."""
     arr = np.asarray(values, dtype=object)
-    return pd.util.hash_array(arr, categorize=True).view(np.int64)
+    return pd.util.hash_array(arr, categorize=categorize).view(np.int64)
 
 
 def signed_log(x: np.ndarray) -> np.ndarray:
@@ -60,22 +62,51 @@ def encode_hash(codes: np.ndarray, buckets: int) -> np.ndarray:
     return (codes.view(np.uint64) % np.uint64(buckets)).astype(np.int64) + 1
 
 
-def encode_party(num_tr: np.ndarray, num_te: np.ndarray, cat_tr: np.ndarray, cat_te: np.ndarray, *,
-                 log: bool, min_freq: int, hash_buckets: int) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
-    """Fit on the training rows, transform both splits; returns (X_train, X_test, cardinalities)."""
-    parts_tr, parts_te, card = [], [], []
-    if num_tr.shape[1]:
+class Gather:
+    """Rows ``rows`` of columns ``cols`` of ``X``, materialised one column at a time: a party's block
+    of a 10M-row table is never held whole before encoding (which was the run's memory peak)."""
+
+    def __init__(self, X: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+        self.X, self.rows, self.cols = X, rows, cols
+        self.shape = (len(rows), len(cols))
+
+    def column(self, j: int) -> np.ndarray:
+        return self.X[self.rows, self.cols[j]]
+
+
+def _column(a: np.ndarray | Gather, j: int) -> np.ndarray:
+    return a.column(j) if isinstance(a, Gather) else a[:, j]
+
+
+def encode_party(num_tr: np.ndarray | Gather, num_te: np.ndarray | Gather, cat_tr: np.ndarray | Gather,
+                 cat_te: np.ndarray | Gather, *, log: bool, min_freq: int,
+                 hash_buckets: int) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Fit on the training rows, transform both splits; returns (X_train, X_test, cardinalities).
+    Outputs are allocated once and filled in place; :class:`Gather` inputs are read column by column,
+    so the transient memory is a few columns, not the party's block."""
+    n_num, n_cat = num_tr.shape[1], cat_tr.shape[1]
+    X_tr = np.empty((num_tr.shape[0], n_num + n_cat), dtype=np.float32)
+    X_te = np.empty((num_te.shape[0], n_num + n_cat), dtype=np.float32)
+    card = []
+    if isinstance(num_tr, Gather):  # per column: the same sums as over a column-major block
+        for j in range(n_num):
+            tr = _column(num_tr, j).astype(np.float64)[:, None]
+            stats = fit_numeric(tr, log)
+            X_tr[:, j] = transform_numeric(tr, stats)[:, 0]
+            X_te[:, j] = transform_numeric(_column(num_te, j).astype(np.float64)[:, None], stats)[:, 0]
+    elif n_num:  # a given block: its own memory order decides the reductions' order (to the last bit)
         stats = fit_numeric(num_tr.astype(np.float64), log)
-        parts_tr.append(transform_numeric(num_tr.astype(np.float64), stats))
-        parts_te.append(transform_numeric(num_te.astype(np.float64), stats))
-    for j in range(cat_tr.shape[1]):
+        X_tr[:, :n_num] = transform_numeric(num_tr.astype(np.float64), stats)
+        X_te[:, :n_num] = transform_numeric(num_te.astype(np.float64), stats)
+    for j in range(n_cat):
+        c_tr, c_te = _column(cat_tr, j), _column(cat_te, j)
         if hash_buckets > 0:
-            tr, te = encode_hash(cat_tr[:, j], hash_buckets), encode_hash(cat_te[:, j], hash_buckets)
+            tr, te = encode_hash(c_tr, hash_buckets), encode_hash(c_te, hash_buckets)
             c = hash_buckets + 1
         else:
-            vocab = fit_vocab(cat_tr[:, j], min_freq)
-            tr, te, c = encode_vocab(cat_tr[:, j], vocab), encode_vocab(cat_te[:, j], vocab), len(vocab) + 1
-        parts_tr.append(tr.astype(np.float32)[:, None])
-        parts_te.append(te.astype(np.float32)[:, None])
+            vocab = fit_vocab(c_tr, min_freq)
+            tr, te, c = encode_vocab(c_tr, vocab), encode_vocab(c_te, vocab), len(vocab) + 1
+        X_tr[:, n_num + j] = tr
+        X_te[:, n_num + j] = te
         card.append(int(c))
-    return (np.concatenate(parts_tr, axis=1), np.concatenate(parts_te, axis=1), tuple(card))
+    return X_tr, X_te, tuple(card)

@@ -16,6 +16,7 @@ from multiprocessing import get_context
 
 from securevfl.errors import UserError
 from securevfl.lab.sweep import Cell
+from securevfl.lab.worker import init_worker
 
 OnResult = Callable[[dict], None]
 
@@ -47,35 +48,11 @@ def run_cell(cell: Cell, sweep: str) -> dict:
             "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"]}
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: ask the kernel to kill this worker when the sweep process dies, however it dies (kill -9
-    included), so no worker lives on as an orphan; elsewhere the pool's own shutdown does it."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-
-
-def _init_worker(threads: int, parent: int) -> None:
-    _die_with_parent(parent)
-    # several torch processes on few cores slow each other down badly unless each keeps to its share
-    import torch
-
-    torch.set_num_threads(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-
-
 class Engine(ABC):
     name: str
 
     def __init__(self, workers: int) -> None:
-        if workers < 1:
+        if not isinstance(workers, int) or workers < 1:
             raise UserError(f"--workers must be ≥ 1, got {workers}")
         self.workers = workers
 
@@ -86,7 +63,8 @@ class Engine(ABC):
 
 class LocalEngine(Engine):
     """``--workers 1``: cells run one after another in this process; ``N > 1``: a pool of N
-    spawned processes, each with ``cores // N`` torch threads."""
+    spawned processes that stay up for the whole sweep, each with a ``1/N`` share of the idle cores
+    (:mod:`securevfl.threads`)."""
 
     name = "local"
 
@@ -95,9 +73,10 @@ class LocalEngine(Engine):
             for cell in cells:
                 on_result(run_cell(cell, sweep))
             return
-        threads = max(1, (os.cpu_count() or 1) // self.workers)
-        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_init_worker,
-                                   initargs=(threads, os.getpid()))
+        from securevfl.threads import idle_cores, share_for
+
+        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=init_worker,
+                                   initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
         todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
         try:
             pending = {pool.submit(run_cell, c, sweep) for c in islice(todo, self.workers)}
@@ -133,9 +112,10 @@ def make_engine(name: str, workers: int) -> Engine:
     return ENGINES[name](workers)
 
 
-def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine: str = "local",
+def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, engine: str = "local",
               progress: bool = True) -> dict:
-    """Run a sweep file into its store, skipping rows already ``ok``. Returns counts."""
+    """Run a sweep file into its store, skipping rows already ``ok``. Returns counts. ``workers="auto"``:
+    one per idle core, at most one per cell."""
     import sys
 
     from tqdm.auto import tqdm
@@ -150,6 +130,10 @@ def run_sweep(path: str, store_path: str | None = None, workers: int = 1, engine
             validate_config(config_from_dict(cell.config))
         except UserError as e:
             raise UserError(f"sweep file {path}: cell {cell.method} / {cell.defense} / seed {cell.seed}: {e}") from None
+    if workers == "auto":
+        from securevfl.threads import workers_auto
+
+        workers = workers_auto(len(sweep.cells))
     runner = make_engine(engine, workers)
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
     done = store.completed()

@@ -11,13 +11,14 @@ import ray  # ImportError here keeps the engine unregistered
 
 from securevfl.lab.engine import Engine, OnResult, register_engine, run_cell
 from securevfl.lab.sweep import Cell
+from securevfl.threads import idle_cores, share_for
 
 
 @ray.remote
 def _ray_cell(cell: Cell, sweep: str, threads: int) -> dict:
-    import torch
+    from securevfl import threads as policy
 
-    torch.set_num_threads(threads)
+    policy.configure(share=threads)
     return run_cell(cell, sweep)
 
 
@@ -31,7 +32,7 @@ class RayEngine(Engine):
             kw = {} if address else {"num_cpus": self.workers}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      **kw)
-        threads = max(1, (os.cpu_count() or 1) // self.workers)
+        threads = share_for(self.workers, idle=idle_cores())
         todo = iter(cells)  # pulled lazily, so store claims follow free workers
         pending = [_ray_cell.remote(c, sweep, threads) for c in islice(todo, self.workers)]
         try:

@@ -1,0 +1,46 @@
+"""Criteo / Avazu readers: rows/s of the fast (pyarrow) path (issue 20 target ≥ 300k rows/s), its
+speed-up over the checked line-by-line reader measured alternately in this run, and its peak memory
+above the parsed arrays (bounded by a few blocks, not by the file), measured in a fresh process
+(in this one, memory freed by earlier reads would hide a peak); the checked reader's figure is the
+control that the bound can fail."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from bench_criteo_read import measure
+from conftest import timed
+from harness import READ_TARGET, data_file
+
+from securevfl.data import DataConfig, ctr
+
+ROWS = 200_000
+TRANSIENT_MB = 96  # allowed peak above the parsed arrays: arrow blocks, one block's parsed columns, allocator slack
+
+
+@pytest.mark.parametrize("kind", ["criteo", "avazu"])
+def test_reader(benchmark, targets, kind):
+    path = data_file(kind, ROWS)
+    cfg = DataConfig(path=str(path))
+    fast, checked = getattr(ctr, f"_{kind}_fast"), getattr(ctr, f"_{kind}_checked")
+    t_checked: list[float] = []
+
+    def run_checked():  # alternates with the timed fast read
+        t0 = time.perf_counter()
+        checked(path, cfg)
+        t_checked.append(time.perf_counter() - t0)
+
+    mine: list[float] = []
+    benchmark.pedantic(timed(lambda: fast(path, cfg), mine), setup=run_checked, rounds=3, iterations=1)
+    t_fast = sorted(mine)[1]
+    over = {r: (m["peak_mb"] - m["base_mb"]) - m["dataset_mb"] for r in ("fast", "checked")
+            for m in [measure(kind, path, r)]}
+    benchmark.extra_info.update(rows=ROWS, peak_over_parsed_mb=round(over["fast"], 1),
+                                checked_peak_over_parsed_mb=round(over["checked"], 1),
+                                checked_rows_per_s=round(ROWS / min(t_checked)))
+    targets.check(benchmark, "checked/fast time", sorted(t_checked)[1] / t_fast, None)
+    targets.check(benchmark, "fast MB above parsed", over["fast"], None, unit=" MB")
+    targets.check(benchmark, "checked MB above parsed", over["checked"], None, unit=" MB")
+    assert over["fast"] <= TRANSIENT_MB, f"peak {over['fast']:.0f} MB above the parsed arrays"
+    targets.check(benchmark, "rows/s", ROWS / t_fast, READ_TARGET, higher_is_better=True, unit=" rows/s")
