@@ -91,6 +91,10 @@ def configure(workers: int = 1, *, load_aware: bool = True, share: int | None = 
     import torch
 
     torch.set_num_threads(share)
+    if not os.environ.get("SECUREVFL_HE_THREADS"):  # HE products and decryptions: the same share
+        from securevfl.crypto.backend import set_he_threads
+
+        set_he_threads(share)
     try:  # only settable before the first inter-op parallel call; the default is harmless then
         torch.set_num_interop_threads(max(1, min(2, share)))
     except RuntimeError:

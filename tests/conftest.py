@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 
@@ -6,6 +8,8 @@ from securevfl.config import RunConfig
 
 # one thread share for the whole session, from the idle cores: on a machine other jobs load, the
 # suite then slows by its share instead of oversubscribing (securevfl/threads.py)
+# HE work stays on one core in tests (the threaded paths have their own tests): no worker pools
+os.environ.setdefault("SECUREVFL_HE_THREADS", "1")
 threads.configure()
 
 
