@@ -1,7 +1,7 @@
 """``norm`` and ``direction`` scoring (Li et al. 2022, "Label leakage and protection in two-party
-split learning"), binary tasks, on the gradients the adversary received (its channel transcript). Under ``--he`` they are the
-rows ∂L/∂t it decrypts with its own key (the protocol hands it exactly what it gets with HE off):
-encryption does not protect labels from the passive party.
+split learning"), binary tasks, on the gradients the adversary received (its channel transcript).
+Under ``--he`` they are the rows ∂L/∂t it decrypts with its own key (the protocol hands it exactly
+what it gets with HE off): encryption does not protect labels from the passive party.
 
 For every training batch: ``norm`` scores example i by ‖g_i‖₂ (with an imbalanced task, the
 minority class gets larger gradients); ``direction`` scores it by cos(g_i, g_ref), where g_ref is
