@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+from pathlib import Path
 
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
 from securevfl.lab.compose import execute
 from securevfl.methods import get_method, method_names
 
+sys.path.insert(0, str(Path(__file__).parent))
+from utility import fmt as fmt_digits  # noqa: E402  (benchmarks/utility.py: the shared mean ± std format)
+
 
 def fmt(vals: list[float]) -> str:
-    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.mean(vals):.3f} ± {sd:.3f}"
+    return fmt_digits(vals, 3)
 
 
 def main() -> None:

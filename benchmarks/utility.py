@@ -14,9 +14,9 @@ from securevfl.config import RunConfig
 from securevfl.lab.compose import execute
 
 
-def fmt(vals: list[float]) -> str:
+def fmt(vals: list[float], digits: int = 4) -> str:
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.mean(vals):.4f} ± {sd:.4f}"
+    return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}"
 
 
 def main() -> None:

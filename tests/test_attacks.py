@@ -174,15 +174,19 @@ def imbalanced_files(tmp_path, n=3000, pos=0.05):
     return [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
 
 
+def gradient_attack_run(files: list[str], epochs: int, defense: str = "none", he: str = "off") -> dict:
+    cfg = RunConfig(dataset="csv", method="splitnn", defense=defense, he=he, attacks=["norm", "direction"])
+    cfg.data.party_files = files
+    cfg.partition.alignment = "plain"
+    cfg.train.epochs = epochs
+    if he != "off":
+        cfg.he_params = {"seeded_shares": True}  # same W_P(0) as HE off: the same training step for step
+    return execute(cfg).result["attacks"]
+
+
 def test_norm_attack_on_imbalanced_binary_and_dp(tmp_path):
     files = imbalanced_files(tmp_path)
-    res = {}
-    for defense in ("none", "dp:clip=0.05,noise=2"):
-        cfg = RunConfig(dataset="csv", method="splitnn", defense=defense, attacks=["norm", "direction"])
-        cfg.data.party_files = files
-        cfg.partition.alignment = "plain"
-        cfg.train.epochs = 3
-        res[defense] = execute(cfg).result["attacks"]
+    res = {defense: gradient_attack_run(files, 3, defense) for defense in ("none", "dp:clip=0.05,noise=2")}
     assert res["none"]["norm"]["value"] > 0.9 and res["none"]["norm"]["batches"] > 10
     for name in ("norm", "direction"):  # control: the same scores against labels shuffled within batches
         a = res["none"][name]
@@ -242,15 +246,7 @@ def test_norm_and_direction_under_he_read_what_the_passive_party_decrypts(tmp_pa
     """HE does not protect labels from the passive party: under CKKS it decrypts ∂L/∂t, the same rows
     it receives with HE off, and the label attacks score them with the same result."""
     files = imbalanced_files(tmp_path, n=1500)
-    res = {}
-    for he in ("off", "ckks"):
-        cfg = RunConfig(dataset="csv", method="splitnn", he=he, attacks=["norm", "direction"])
-        cfg.data.party_files = files
-        cfg.partition.alignment = "plain"
-        cfg.train.epochs = 2
-        if he != "off":
-            cfg.he_params = {"seeded_shares": True}  # same W_P(0) as HE off: the same training step for step
-        res[he] = execute(cfg).result["attacks"]
+    res = {he: gradient_attack_run(files, 2, he=he) for he in ("off", "ckks")}
     for name in ("norm", "direction"):
         off, on = res["off"][name], res["ckks"][name]
         assert on["batches"] == off["batches"] > 10
