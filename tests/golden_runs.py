@@ -36,6 +36,9 @@ RUNS: dict[str, dict] = {
                                 "he_params": {"seeded_shares": True, "key_bits": 2048}},
 }
 VOLATILE = {"seconds", "seconds_per_step", "seconds_by_op", "versions", "examples"}
+SWEEP = {"name": "golden", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["local", "splitnn"],
+         "defenses": ["none", {"iso": [5]}], "attacks": ["mc:steps=30"], "seeds": [0, 1], "train": {"epochs": 1}}
+"""A small sweep store: its rows (by cell) are golden too."""
 
 
 def config(spec: dict):
@@ -63,25 +66,56 @@ def strip(obj: object, he: bool) -> object:
 
 
 def run(name: str) -> dict:
-    import torch
-
     from securevfl.lab.compose import execute
 
     spec = RUNS[name]
-    saved = {k: os.environ.get(k) for k in ("SECUREVFL_THREADS", "SECUREVFL_HE_THREADS")}
-    before = torch.get_num_threads()
-    os.environ.update({"SECUREVFL_THREADS": "1", "SECUREVFL_HE_THREADS": "1"})  # explicit: the policy keeps out
-    torch.set_num_threads(1)
-    try:
+    with pinned_threads():
         result = json.loads(json.dumps(execute(config(spec), progress=False).result))  # as the JSON output reads
-    finally:
-        torch.set_num_threads(before)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return strip(result, spec.get("he", "off") != "off")
+
+
+def pinned_threads():
+    """One torch / HE thread for the duration (explicit settings, so the load-aware policy keeps out)."""
+    import contextlib
+
+    import torch
+
+    @contextlib.contextmanager
+    def pin():
+        saved = {k: os.environ.get(k) for k in ("SECUREVFL_THREADS", "SECUREVFL_HE_THREADS")}
+        before = torch.get_num_threads()
+        os.environ.update({"SECUREVFL_THREADS": "1", "SECUREVFL_HE_THREADS": "1"})
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return pin()
+
+
+def sweep_rows(tmp: Path) -> dict:
+    """The golden sweep's stored rows, keyed by cell, without what varies between runs."""
+    import sqlite3
+
+    import yaml
+
+    from securevfl.lab.engine import run_sweep
+
+    f = tmp / "golden.yaml"
+    f.write_text(yaml.safe_dump(SWEEP))
+    with pinned_threads():
+        run_sweep(str(f), str(tmp / "golden.sqlite"), workers=1, progress=False)
+    with sqlite3.connect(tmp / "golden.sqlite") as db:
+        rows = db.execute("SELECT method, defense, seed, status, utility, epsilon, bytes_sent, result_json "
+                          "FROM runs ORDER BY method, defense, seed").fetchall()
+    return {f"{m}|{d}|{s}": {"status": st, "utility": u, "epsilon": e, "bytes_sent": b,
+                            "result": strip(json.loads(r), False)} for m, d, s, st, u, e, b, r in rows}
 
 
 def fingerprint() -> dict:
@@ -105,6 +139,11 @@ def main() -> None:
             (GOLDEN / f"{name}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
         print(name, json.dumps(out.get("utility", {}).get("test")), flush=True)
     if args.write:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = sweep_rows(Path(tmp))
+        (GOLDEN / "sweep.json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
         (GOLDEN / "fingerprint.json").write_text(json.dumps(fingerprint(), indent=1, sort_keys=True) + "\n")
 
 

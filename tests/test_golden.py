@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from tests.golden_runs import GOLDEN, RUNS, fingerprint, run
+from tests.golden_runs import GOLDEN, RUNS, fingerprint, run, sweep_rows
 
 SAME_MACHINE = (GOLDEN / "fingerprint.json").exists() and json.loads(
     (GOLDEN / "fingerprint.json").read_text()) == fingerprint()
@@ -42,6 +42,12 @@ def test_golden_run_reproduces(name):
     tol = (1e-3 if he else 0.0) if SAME_MACHINE else 0.02
     diffs = compare(run(name), want, tol)
     assert not diffs, f"{name}: " + "; ".join(diffs[:8])
+
+
+def test_golden_sweep_store_reproduces(tmp_path):
+    want = json.loads((GOLDEN / "sweep.json").read_text())
+    diffs = compare(json.loads(json.dumps(sweep_rows(tmp_path))), want, 0.0 if SAME_MACHINE else 0.02)
+    assert not diffs, "; ".join(diffs[:8])
 
 
 def test_compare_catches_a_changed_number():
