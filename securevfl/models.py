@@ -139,3 +139,19 @@ def build_head(in_dim: int, n_classes: int, cfg: ModelConfig) -> nn.Module:
         d = h
     layers.append(nn.Linear(d, n_classes))
     return nn.Sequential(*layers)
+
+
+def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy against soft targets (rows of class probabilities), averaged over the batch."""
+    return -(target * torch.log_softmax(logits, dim=1)).sum(1).mean()
+
+
+def reset_parameters(model: nn.Module, include_root: bool = True, strict: bool = False) -> nn.Module:
+    """Re-initialise, in place, every submodule that can (``include_root``: the model itself too).
+    ``strict``: refuse a module that holds parameters but cannot reset them (it would stay trained)."""
+    for m in model.modules():
+        if hasattr(m, "reset_parameters") and (include_root or m is not model):
+            m.reset_parameters()
+        elif strict and not hasattr(m, "reset_parameters") and any(True for _ in m.parameters(recurse=False)):
+            raise TypeError(f"{type(m).__name__} holds parameters but has no reset_parameters()")
+    return model

@@ -27,12 +27,14 @@ import copy
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
 from torch import nn
 
 from attacks.base import Attack, AttackResult, AttackTarget, register_attack
-from attacks.model_completion.mixmatch import linear_rampup, mixup, sharpen, soft_cross_entropy
+from attacks.model_completion.mixmatch import linear_rampup, mixup, sharpen
 from securevfl.errors import UserError
+from securevfl.metrics import headline_score
+from securevfl.models import reset_parameters as reset_model
+from securevfl.models import soft_cross_entropy
 from securevfl.ssl import SSLConfig, make_augmentation, make_objective, pretrain_local
 
 
@@ -50,21 +52,12 @@ def balanced_draw(ids: np.ndarray, y: np.ndarray, n: int, n_classes: int, rng: n
 
 
 def reset_parameters(model: nn.Module) -> nn.Module:
-    """Re-initialise every parameter and buffer in place: the architecture as built, never trained.
-    Refuses a module that holds parameters but cannot reset them (it would stay trained)."""
-    for m in model.modules():
-        if hasattr(m, "reset_parameters") and m is not model:
-            m.reset_parameters()
-        elif any(True for _ in m.parameters(recurse=False)) and not hasattr(m, "reset_parameters"):
-            raise TypeError(f"{type(m).__name__} holds parameters but has no reset_parameters(); "
-                            "the MC control needs a random-init copy of the attacked encoder")
-    return model
+    """The architecture as built, never trained (the MC control): refuses a module it cannot reset."""
+    return reset_model(model, include_root=False, strict=True)
 
 
 def score(probs: np.ndarray, y: np.ndarray, n_classes: int) -> float:
-    if n_classes == 2:
-        return float(roc_auc_score(y, probs[:, 1])) if len(np.unique(y)) == 2 else float("nan")
-    return float((probs.argmax(1) == y).mean())
+    return headline_score(probs, y, n_classes)
 
 
 class Completed(nn.Module):

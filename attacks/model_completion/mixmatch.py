@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 
 def sharpen(p: torch.Tensor, T: float) -> torch.Tensor:
@@ -19,10 +18,6 @@ def mixup(x: torch.Tensor, y: torch.Tensor, alpha: float, rng: np.random.Generat
     lam = max(lam, 1 - lam)
     perm = torch.randperm(len(x), generator=gen)
     return lam * x + (1 - lam) * x[perm], lam * y + (1 - lam) * y[perm]
-
-
-def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return -(target * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
 
 
 def linear_rampup(step: int, total: int) -> float:

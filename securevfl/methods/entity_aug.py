@@ -56,7 +56,7 @@ from securevfl.errors import ProtocolError, UserError
 from securevfl.federation import Federation, make_optimizer, seed_for
 from securevfl.hooks import HookContext
 from securevfl.methods.base import Method, register_method
-from securevfl.models import build_head
+from securevfl.models import build_head, soft_cross_entropy
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.training import SplitTrainer
 
@@ -67,10 +67,6 @@ def soft_labels(labels: list[np.ndarray], weights: list[float], n_classes: int) 
     for lab, w in zip(labels, weights, strict=True):
         y += w * torch.nn.functional.one_hot(torch.from_numpy(np.asarray(lab, dtype=np.int64)), n_classes).float()
     return y / float(sum(weights))
-
-
-def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return -(target * torch.log_softmax(logits, dim=1)).sum(1).mean()
 
 
 class EntitySampler:

@@ -34,7 +34,7 @@ from torch import nn
 from securevfl.errors import UserError
 from securevfl.federation import Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
-from securevfl.models import MLPEncoder
+from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty
 from securevfl.training import LabelTerm
 
@@ -134,9 +134,7 @@ class FedUD(Method):
         if p["reinit"]:
             for party in fed.parties:
                 for m in [party.bottom, *([party.head] if party is a else [])]:
-                    for layer in m.modules():
-                        if hasattr(layer, "reset_parameters"):
-                            layer.reset_parameters()
+                    reset_parameters(m)
         self.reset_optimizers(fed)
         term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size, seed_for(self.ctx.seed, 0) + 607)
         self.trainer = self.finetune(fed, aligned, label_terms=[term], fill=rep)

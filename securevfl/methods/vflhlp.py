@@ -36,7 +36,7 @@ from securevfl.errors import UserError
 from securevfl.federation import Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
-from securevfl.models import build_head
+from securevfl.models import build_head, reset_parameters
 from securevfl.parties import ActiveParty
 
 
@@ -63,10 +63,7 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
     embedding training gave AUC 0.66 downstream against 0.73 after one epoch), so the party keeps
     the epoch with the lowest loss on 10 % of its labeled rows held out for that purpose."""
     torch.manual_seed(seed)
-    encoder = copy.deepcopy(active.bottom)
-    for m in encoder.modules():
-        if hasattr(m, "reset_parameters") and m is not encoder:
-            m.reset_parameters()
+    encoder = reset_parameters(copy.deepcopy(active.bottom), include_root=False)
     local_head = build_head(encoder.out_dim, n_classes, model_cfg)
     opt = torch.optim.Adam([*encoder.parameters(), *local_head.parameters()], lr=lr)
     rng = np.random.default_rng(seed)
