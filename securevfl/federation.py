@@ -70,6 +70,24 @@ def seed_for(seed: int, party_index: int) -> int:
     return seed * 1009 + party_index
 
 
+# Offsets from seed_for(run seed, party) (or from the run seed) naming each random stream a method
+# draws, so that two uses never share one by accident. The values are frozen: they fix every recorded
+# result (tests/golden). FedUD's and RISA's 606 belong to different methods, never in one run.
+STREAM_LOCAL_SSL = 1  # fedlocal: a party's local SSL pre-training
+STREAM_LR_GRID = 7  # the learning-rate search's validation split (run seed)
+STREAM_HSSL_CROSS_INIT = 101  # FedHSSL: a party's cross-party encoder f_c
+STREAM_HSSL_STATE = 202  # FedHSSL: a party's hybrid (local SSL) state
+STREAM_HSSL_BATCHES = 303  # FedHSSL: the aligned batch order (run seed)
+STREAM_VFLHLP_ACTIVE = 404  # VFLHLP: the active party's supervised pre-training
+STREAM_VFLHLP_PASSIVE = 505  # VFLHLP: a passive party's SCARF pre-training
+STREAM_FEDUD_REP = 606  # FedUD: the representation-transfer net's initialisation
+STREAM_FEDUD_UNALIGNED = 607  # FedUD: the unaligned-row batches
+STREAM_RISA_PAIRING = 606  # random-match: pairing own rows with passive-only IDs
+STREAM_RISA_HEADS = 707  # RISA: the evidential heads' initialisation
+STREAM_ENTITY_ORDER = 808  # entity-aug: a party's own batch order (guests; the host as party 0)
+STREAM_ENTITY_SHARED = 909  # entity-aug: the common order the host hands every guest
+
+
 def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
                      cut: CutLayer | None = None, hooks: list[TensorHook] | None = None,
                      with_passives: bool = True, record: bool = False) -> Federation:

@@ -12,7 +12,7 @@ from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.errors import TrainingDiverged, UserError
-from securevfl.federation import Federation, OptimConfig, align, build_federation, make_optimizer
+from securevfl.federation import STREAM_LR_GRID, Federation, OptimConfig, align, build_federation, make_optimizer
 from securevfl.hooks import TensorHook
 from securevfl.metrics import utility
 from securevfl.models import ModelConfig
@@ -111,7 +111,7 @@ class Method(ABC):
         ``ids``. Defense hooks see every grid run, so a DP accountant charges all of them."""
         grid = list(self.ctx.train.lr_grid)
         if len(grid) > 1:
-            rng = np.random.default_rng(self.ctx.seed + 7)
+            rng = np.random.default_rng(self.ctx.seed + STREAM_LR_GRID)
             perm = rng.permutation(np.asarray(ids))
             n_val = max(1, int(round(0.2 * len(perm))))
             val, tr = perm[:n_val], perm[n_val:]

@@ -53,7 +53,7 @@ from torch import nn
 from securevfl.channel import MessageKind
 from securevfl.data.partition import ACTIVE, Partition
 from securevfl.errors import ProtocolError, UserError
-from securevfl.federation import Federation, make_optimizer, seed_for
+from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
 from securevfl.hooks import HookContext
 from securevfl.methods.base import Method, register_method
 from securevfl.models import build_head, soft_cross_entropy
@@ -259,19 +259,19 @@ class EntityAugmentation(Method):
         miss = float(self.params["miss_rate"])
         shared = None
         if self.params["draw"] == "aligned":  # the host hands every guest the seed of a common order
-            shared = seed_for(self.ctx.seed, 0) + 909
+            shared = seed_for(self.ctx.seed, 0) + STREAM_ENTITY_SHARED
             for p in fed.passives:
                 a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
         for k, p in enumerate(fed.passives, start=1):
             seed = None if shared is None else int(p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
-            p.entity_aug = GuestState(p, seed_for(self.ctx.seed, k) + 808, miss, seed)
+            p.entity_aug = GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed)
             guest_announce(p)
         counts = [int(a.endpoint.recv_json(p.name, MessageKind.CONTROL)) for p in fed.passives]
         host_sampler = None
         if not isinstance(a.bottom, NoFeatures):
             if shared is None:
                 host_sampler = EntitySampler(np.intersect1d(a.data.train_ids, a.data.label_ids),
-                                             np.random.default_rng(seed_for(self.ctx.seed, 0) + 808))
+                                             np.random.default_rng(seed_for(self.ctx.seed, 0) + STREAM_ENTITY_ORDER))
             else:
                 host_sampler = EntitySampler(np.sort(a.aligned_ids), np.random.default_rng(shared))
             counts.append(len(host_sampler.ids))

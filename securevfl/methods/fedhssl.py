@@ -31,7 +31,7 @@ from torch import nn
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.data.partition import ACTIVE
 from securevfl.errors import UserError
-from securevfl.federation import Federation, seed_for
+from securevfl.federation import STREAM_HSSL_BATCHES, STREAM_HSSL_CROSS_INIT, STREAM_HSSL_STATE, Federation, seed_for
 from securevfl.hooks import HookContext, apply_hooks
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
@@ -195,12 +195,12 @@ class FedHSSL(Method):
         gamma = float(self.params["gamma"])
         model_cfg = self.ctx.model
         for k, party in enumerate(fed.parties):
-            torch.manual_seed(seed_for(self.ctx.seed, k) + 101)
+            torch.manual_seed(seed_for(self.ctx.seed, k) + STREAM_HSSL_CROSS_INIT)
             f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
-            party.hssl = HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + 202)
+            party.hssl = HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE)
         server = fed.channel.endpoint(SERVER)
         aligned = fed.active.aligned_ids
-        rng = np.random.default_rng(self.ctx.seed + 303)
+        rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
         history = []
         for _ in range(cfg.epochs):
             order = aligned[rng.permutation(len(aligned))]

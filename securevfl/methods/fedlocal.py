@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from securevfl.federation import Federation, seed_for
+from securevfl.federation import STREAM_LOCAL_SSL, Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 
@@ -20,7 +20,7 @@ class FedLocalSSL(Method):
         cfg = ssl_config(self.params, self.objective)
         losses = {}
         for k, party in enumerate(fed.parties):
-            losses[party.name] = pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + 1)
+            losses[party.name] = pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + STREAM_LOCAL_SSL)
         self.reset_optimizers(fed)
         fed.meta["pretrain_final_loss"] = {n: (v[-1] if v else None) for n, v in losses.items()}
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.errors import UserError
-from securevfl.federation import Federation, seed_for
+from securevfl.federation import STREAM_FEDUD_REP, STREAM_FEDUD_UNALIGNED, Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty
@@ -120,7 +120,7 @@ class FedUD(Method):
             raise UserError("fedud needs labeled rows only the host holds (partition.active_labels_unaligned: true "
                             "and aligned_fraction < 1)")
         cut = a.bottom.out_dim
-        torch.manual_seed(seed_for(self.ctx.seed, 0) + 606)
+        torch.manual_seed(seed_for(self.ctx.seed, 0) + STREAM_FEDUD_REP)
         rep = RepNet(cut, a.passive_widths, int(p["rep_hidden"] or 2 * cut))
         a.extra_modules["rep"] = rep
         self.reset_optimizers(fed)
@@ -136,7 +136,8 @@ class FedUD(Method):
                 for m in [party.bottom, *([party.head] if party is a else [])]:
                     reset_parameters(m)
         self.reset_optimizers(fed)
-        term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size, seed_for(self.ctx.seed, 0) + 607)
+        term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size,
+                             seed_for(self.ctx.seed, 0) + STREAM_FEDUD_UNALIGNED)
         self.trainer = self.finetune(fed, aligned, label_terms=[term], fill=rep)
         fed.meta["fedud"] = {"aligned_rows": int(len(aligned)), "unaligned_rows": int(len(unaligned)),
                              "unaligned_rows_per_step": round(term.rows_per_step, 2), "alpha": alpha, "beta": beta,

@@ -73,7 +73,7 @@ from torch import nn
 from securevfl.channel import MessageKind
 from securevfl.data.partition import ACTIVE, IdIndex, PartyData
 from securevfl.errors import UserError
-from securevfl.federation import Federation, seed_for
+from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.evidential import (
     alpha_from_opinion,
@@ -281,7 +281,7 @@ class RISA(Method):
 
     def _pair_randomly(self, fed: Federation, own: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Active party: pair its labeled non-overlapping rows with random passive-only IDs."""
-        rng = np.random.default_rng(seed_for(self.ctx.seed, 0) + 606)
+        rng = np.random.default_rng(seed_for(self.ctx.seed, 0) + STREAM_RISA_PAIRING)
         n = min(len(own), len(theirs))
         return rng.permutation(theirs)[:n], rng.permutation(own)[:n]
 
@@ -345,7 +345,7 @@ class RISA(Method):
         lr = fed.meta.get("lr_search", {}).get("chosen")
         if p["evidential"]:
             widths = [self.ctx.model.cut_dim] + [fed.cut.out_dim(self.ctx.model.cut_dim)] * len(fed.passives)
-            torch.manual_seed(seed_for(self.ctx.seed, len(fed.parties)) + 707)
+            torch.manual_seed(seed_for(self.ctx.seed, len(fed.parties)) + STREAM_RISA_HEADS)
             a.head = EvidentialHeads(widths, fed.n_classes, self.ctx.model)
             evidential = True
         else:

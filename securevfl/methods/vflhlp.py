@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.errors import UserError
-from securevfl.federation import Federation, seed_for
+from securevfl.federation import STREAM_VFLHLP_ACTIVE, STREAM_VFLHLP_PASSIVE, Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.models import build_head, reset_parameters
@@ -126,7 +126,7 @@ class VFLHLP(Method):
                                 "(partition.active_labels_unaligned: true)")
             theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(p["pretrain_epochs"]),
                                                       int(p["pretrain_batch_size"]), float(p["pretrain_lr"]),
-                                                      seed_for(self.ctx.seed, 0) + 404)
+                                                      seed_for(self.ctx.seed, 0) + STREAM_VFLHLP_ACTIVE)
             if p["init_active"]:
                 # start at the pre-trained point: encoder Θ^1, head slice Θ^0, and zero weights on the
                 # passive parties' columns, so federated training starts from the local model's function
@@ -141,7 +141,7 @@ class VFLHLP(Method):
         if self.use_passive:
             cfg = ssl_config(p, "scarf")
             for k, party in enumerate(fed.passives, start=1):
-                pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + 505)
+                pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + STREAM_VFLHLP_PASSIVE)
         self.reset_optimizers(fed)
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed), loss_terms=terms)
 
