@@ -140,14 +140,14 @@ def truth_rows(victim, ids: np.ndarray, split: str, n_numeric: int | None, kind:
     return flat[:, :k], flat[:, k:].astype(np.int64)
 
 
-def fit_net(net: nn.Module, x: np.ndarray, t: Truth, rows: slice | np.ndarray, epochs: int, lr: float,
+def fit_net(net: nn.Module, x: np.ndarray, t: Truth, epochs: int, lr: float,
             seed: int) -> nn.Module:
     """Full-batch Adam on MSE (numeric) + cross-entropy per scored categorical field."""
     torch.manual_seed(seed)
     opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=1e-4)
     xt = torch.from_numpy(x.astype(np.float32))
-    yn = torch.from_numpy(((t.num[rows] - t.mu) / t.sd).astype(np.float32))
-    yc = torch.from_numpy(t.cat[rows])
+    yn = torch.from_numpy(((t.num - t.mu) / t.sd).astype(np.float32))
+    yc = torch.from_numpy(t.cat)
     for _ in range(epochs):
         opt.zero_grad()
         loss = mixed_loss(net(xt), yn, yc, t)
@@ -195,12 +195,12 @@ def cat_accuracy(pred: np.ndarray, truth: np.ndarray, cards: tuple[int, ...]) ->
     return float((pred[:, keep] == truth[:, keep]).mean()) if keep else float("nan")
 
 
-def score(pred: tuple[np.ndarray, np.ndarray], t: Truth, rows: np.ndarray | slice) -> dict:
+def score(pred: tuple[np.ndarray, np.ndarray], t: Truth) -> dict:
     num, cat = pred
-    out = {"r2": r2_per_feature(num, t.num[rows]) if t.num.shape[1] else float("nan"),
-           "mse": float(((num - t.num[rows]) ** 2).mean()) if t.num.shape[1] else float("nan")}
+    out = {"r2": r2_per_feature(num, t.num) if t.num.shape[1] else float("nan"),
+           "mse": float(((num - t.num) ** 2).mean()) if t.num.shape[1] else float("nan")}
     if t.cards:
-        out["categorical_accuracy"] = cat_accuracy(cat, t.cat[rows], t.cards)
+        out["categorical_accuracy"] = cat_accuracy(cat, t.cat, t.cards)
     return out
 
 
@@ -240,11 +240,11 @@ class FeatureAttack(Attack):
     def result(self, target: AttackTarget, pred: dict, ctrl: tuple, truth: dict, n_aux: int,
                control_kind: str) -> AttackResult:
         rest = truth["rest"]
-        mine, theirs = score(pred["rest"], rest, slice(None)), score(ctrl, rest, slice(None))
+        mine, theirs = score(pred["rest"], rest), score(ctrl, rest)
         prior_num = np.broadcast_to(rest.mu, rest.num.shape)
         prior_cat = np.stack([np.bincount(truth["stats"].cat[:, j]).argmax() * np.ones(len(rest.cat), dtype=np.int64)
                               for j in range(len(rest.cards))], 1) if rest.cards else rest.cat
-        prior = score((prior_num, prior_cat), rest, slice(None))
+        prior = score((prior_num, prior_cat), rest)
         numeric = rest.num.shape[1] > 0
         key = "r2" if numeric else "categorical_accuracy"
         details = {"n_aux": n_aux, "rows_scored": int(len(rest.num)), "control_kind": control_kind,
@@ -255,7 +255,7 @@ class FeatureAttack(Attack):
                         "control_categorical_accuracy": theirs["categorical_accuracy"],
                         "prior_categorical_accuracy": prior["categorical_accuracy"]}
         if "test" in pred:
-            details["test"] = score(pred["test"], truth["test"], slice(None))[key]
+            details["test"] = score(pred["test"], truth["test"])[key]
         if rest.shape is not None:
             lo, hi = float(truth["stats"].num.min()), float(truth["stats"].num.max())
             img = {k: v.reshape(-1, *rest.shape) for k, v in (("rest", rest.num), ("pred", pred["rest"][0]),
@@ -290,11 +290,11 @@ class FeatureReconstruction(FeatureAttack):
         obs = {k: (v - o_mu) / o_sd for k, v in obs.items()}
         c, t = self.config, truth["aux"]
         hidden, epochs, lr = int(c["hidden"]), int(c["epochs"]), float(c["lr"])
-        dec = fit_net(mlp(obs["aux"].shape[1], hidden, out_width(t)), obs["aux"], t, slice(None), epochs, lr,
+        dec = fit_net(mlp(obs["aux"].shape[1], hidden, out_width(t)), obs["aux"], t, epochs, lr,
                       self.seed)
         noise = np.random.default_rng(self.seed + 99)
         ctrl = fit_net(mlp(obs["aux"].shape[1], hidden, out_width(t)),
-                       noise.standard_normal(obs["aux"].shape), t, slice(None), epochs, lr, self.seed)
+                       noise.standard_normal(obs["aux"].shape), t, epochs, lr, self.seed)
 
         def predict(net: nn.Module, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             with torch.no_grad():
