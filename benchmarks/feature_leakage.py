@@ -51,7 +51,7 @@ def main() -> None:
                     cfg.data.max_rows = args.max_rows
                     if args.aligned_fraction is not None:
                         cfg.partition.aligned_fraction = args.aligned_fraction
-                    r = execute(cfg, progress=False).result
+                    r = execute(cfg, progress=False).to_json()
                     util.append(r["utility"]["test"])
                     secs.append(r["cost"]["seconds"] / max(r["cost"]["train_steps"], 1))
                     for a in args.attacks:

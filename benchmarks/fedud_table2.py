@@ -53,7 +53,7 @@ def main() -> None:
             if method.startswith(("fedlocal", "fedhssl")):
                 cfg.method_params = {"ssl_epochs": args.ssl_epochs}
             paper_finetuning(cfg, args.epochs)
-            r = execute(cfg, progress=False).result
+            r = execute(cfg, progress=False).to_json()
             u = r["utility"]
             row = {"method": method, "aligned": args.aligned, "seed": seed, "seconds": r["cost"]["seconds"],
                    "rows": {k: u[k]["rows"] for k in ("aligned", "unaligned")},

@@ -23,8 +23,8 @@ from torch import nn
 
 from securevfl.config import RunConfig
 from securevfl.federation import align, build_federation, make_optimizer
+from securevfl.lab.compose import build_partition
 from securevfl.models import apply_model_preset
-from securevfl.run import build_partition
 from securevfl.training import SplitTrainer, TrainConfig
 
 # ------------------------------------------------------------------------------------------ targets

@@ -19,7 +19,7 @@ import torch
 from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.hooks import TensorHook
-from securevfl.run import run_training
+from securevfl.lab.compose import execute
 
 
 class Rounding(TensorHook):
@@ -49,8 +49,8 @@ def main() -> None:
     runs = {}
     for label, he, hooks in [("off", "off", None), ("off + 1e-7 noise", "off", [Rounding()]),
                              ("ckks", "ckks", None)]:
-        out = run_training(config(he, args.epochs), hooks=hooks, progress=False)
-        runs[label] = (np.array(out.method.trainer.losses), out.result["utility"]["test"])
+        out = execute(config(he, args.epochs), hooks=hooks, progress=False)
+        runs[label] = (np.array(out.method.trainer.losses), out.to_json()["utility"]["test"])
     base, u_base = runs["off"]
     print(f"steps {len(base)}; utility off {u_base:.4f}")
     for label in ("off + 1e-7 noise", "ckks"):

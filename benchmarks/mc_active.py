@@ -21,7 +21,7 @@ def run(spec: str, optimizer: str, seed: int, epochs: int) -> dict:
     cfg = RunConfig(dataset="digits", method="splitnn", seed=seed, attacks=[spec])
     cfg.train.epochs = epochs
     cfg.optim.optimizer, cfg.optim.lr = optimizer, LR[optimizer]
-    out = execute(cfg, progress=False).result
+    out = execute(cfg, progress=False).to_json()
     a = next(iter(out["attacks"].values()))
     return {"utility": out["utility"]["test"], "value": a["value"], "control": a["control"]}
 

@@ -62,7 +62,7 @@ def main() -> None:
                     if method != "splitnn":
                         cfg.method_params = {"ssl_epochs": args.ssl_epochs}
                     try:
-                        r = execute(cfg, progress=False).result
+                        r = execute(cfg, progress=False).to_json()
                     except TrainingDiverged as e:  # recorded, shown as "diverged" in the table
                         row = {"method": method, "iso": lam, "seed": seed, "diverged": str(e)}
                     else:

@@ -125,7 +125,7 @@ def main() -> None:
             if (args.table, variant, aligned, seed) in done:
                 continue
             cfg = configure(args, args.table, variant, method, aligned, seed)
-            r = execute(cfg, progress=False).result
+            r = execute(cfg, progress=False).to_json()
             row = {"table": args.table, "variant": variant, "aligned": aligned, "seed": seed, "method": method,
                    "dataset": args.dataset_name, "aligned_rows": r["partition"]["aligned"], "epochs": cfg.train.epochs,
                    "metric": r["utility"]["metric"], "test": r["utility"]["test"], "seconds": r["cost"]["seconds"],

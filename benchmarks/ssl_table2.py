@@ -58,7 +58,7 @@ def main() -> None:
                     cfg.model.bottom = args.bottom
                     if method != "splitnn":
                         cfg.method_params = {"ssl_epochs": args.ssl_epochs}
-                    res = execute(cfg, progress=False).result
+                    res = execute(cfg, progress=False).to_json()
                     row = {"method": method, "labels": labels, "aligned": aligned, "seed": seed,
                            "metric": res["utility"]["metric"], "test": res["utility"]["test"],
                            "seconds": res["cost"]["seconds"]}

@@ -12,7 +12,7 @@ from harness import chunk_timer
 from securevfl.config import RunConfig
 from securevfl.cutlayer import make_cut_layer
 from securevfl.federation import align, build_federation
-from securevfl.run import build_partition
+from securevfl.lab.compose import build_partition
 from securevfl.training import SplitTrainer, TrainConfig
 
 MODES = {"ckks": {}, "paillier": {"key_bits": 2048}}

@@ -48,7 +48,7 @@ def main() -> None:
                 cfg.optim.optimizer = args.optimizer
                 if args.lr is not None:
                     cfg.optim.lr = args.lr
-                r = execute(cfg, progress=False).result
+                r = execute(cfg, progress=False).to_json()
                 vals.append(r["utility"]["test"])
                 secs.append(r["cost"]["seconds"])
                 mb.append(r["cost"]["bytes_sent"] / 1e6)

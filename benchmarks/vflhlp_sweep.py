@@ -48,7 +48,7 @@ def main() -> None:
                 cfg.data.max_rows, cfg.model.preset = args.max_rows, args.preset
                 cfg.partition.aligned_fraction, cfg.partition.active_labels_unaligned = aligned, True
                 paper_finetuning(cfg, args.epochs)
-                r = execute(cfg, progress=False).result
+                r = execute(cfg, progress=False).to_json()
                 row = {"method": method, "aligned": aligned, "seed": seed, "aligned_rows": r["partition"]["aligned"],
                        "metric": r["utility"]["metric"], "test": r["utility"]["test"], "seconds": r["cost"]["seconds"]}
                 append(args.out, row)

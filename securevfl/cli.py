@@ -135,7 +135,7 @@ def _build_config(args: argparse.Namespace):
             setattr(cfg.data, k, [c.strip() for c in getattr(args, k).split(",") if c.strip()])
     if args.data_dir is not None and not Path(args.data_dir).is_dir():
         raise UserError(f"--data-dir {args.data_dir}: no such directory")
-    return cfg  # validated by run_training, the one entry every run passes through
+    return cfg  # validated by lab.compose.execute, the one entry every run passes through
 
 
 
@@ -144,13 +144,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
     from securevfl.lab.compose import execute
-    from securevfl.run import json_safe
 
-    cfg = _build_config(args)
-    out = execute(cfg, progress=args.progress)
-    r = out.result
+    r = execute(_build_config(args), progress=args.progress).to_json()
     if args.json:
-        print(json.dumps(json_safe(r)))
+        print(json.dumps(r))
         return 0
     u, c, pr = r["utility"], r["cost"], r["privacy"]
     print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {u['test']:.4f}")

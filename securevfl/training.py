@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from securevfl.errors import TrainingDiverged
-from securevfl.federation import Federation
+from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.metrics import utility
 from securevfl.threads import fit_to_work
 
@@ -203,3 +203,66 @@ class SplitTrainer:
                 out[name] = {k: sub[k] for k in keep if k in sub} | {"rows": int(m.sum())}
         return out
 
+
+
+def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[[], SplitTrainer],
+                       lr_grid: list[float], seed: int) -> SplitTrainer:
+    """Train on ``ids`` at the one learning rate of ``lr_grid``, or choose it when the grid lists several.
+
+    With several rates, the active party holds out 20 % of ``ids`` for validation, each rate trains
+    from the same starting state (every party snapshots and restores its own models), and the best
+    retrains on all ``ids``. Defense hooks see every grid run, so a DP accountant charges all of them;
+    under a step privatizer the choice itself is private (accuracy, sensitivity 1/n_val, through the
+    privatizer's selection, charged to its ledger). An empty grid keeps the optimizers' rates.
+
+    Args:
+        fed: the federation, trained in place; ``fed.meta["lr_search"]`` records the scores.
+        ids: labeled rows to train on.
+        make_trainer: a fresh trainer over ``fed`` (one per grid run).
+        lr_grid: candidate learning rates.
+        seed: the run's seed (the validation split draws from its own stream).
+
+    Returns:
+        The trainer of the final run.
+
+    Raises:
+        TrainingDiverged: every rate diverged."""
+    grid = list(lr_grid)
+    if len(grid) > 1:
+        rng = np.random.default_rng(seed + STREAM_LR_GRID)
+        perm = rng.permutation(np.asarray(ids))
+        n_val = max(1, int(round(0.2 * len(perm))))
+        val, tr = perm[:n_val], perm[n_val:]
+        start = {party.name: party.snapshot() for party in fed.parties}
+        scores = {}
+        for lr in grid:
+            for party in fed.parties:
+                party.restore(start[party.name])
+                party.set_lr(lr)
+            trainer = make_trainer()
+            try:
+                trainer.fit(tr, desc=f"lr {lr}")
+            except TrainingDiverged:
+                scores[lr] = float("nan")  # this learning rate cannot train here; try the others
+                continue
+            y_val = fed.active.data.labels(val)
+            probs = trainer.predict_proba(val, "train")
+            scores[lr] = (float((probs.argmax(1) == y_val).mean()) if fed.active.privatizer is not None
+                          else utility(probs, y_val, fed.n_classes)["test"])
+        if all(np.isnan(v) for v in scores.values()):
+            raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
+                                   "defense strength")
+        if fed.active.privatizer is not None:
+            best = grid[fed.active.privatizer.select([scores[lr] for lr in grid], len(val))]
+        else:
+            best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
+        for party in fed.parties:
+            party.restore(start[party.name])
+        fed.meta["lr_search"] = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best}
+        grid = [best]
+    if grid:
+        for party in fed.parties:
+            party.set_lr(grid[0])
+    trainer = make_trainer()
+    trainer.fit(ids)
+    return trainer

@@ -70,7 +70,7 @@ def run(name: str) -> dict:
 
     spec = RUNS[name]
     with pinned_threads():
-        result = json.loads(json.dumps(execute(config(spec), progress=False).result))  # as the JSON output reads
+        result = json.loads(json.dumps(execute(config(spec), progress=False).to_json()))  # as the JSON output reads
     return strip(result, spec.get("he", "off") != "off")
 
 

@@ -75,7 +75,7 @@ def digits_run(seed: int, attacks: list, optimizer: str = "adam", defense: str =
     cfg = RunConfig(dataset="digits", method="splitnn", defense=defense, attacks=attacks, seed=seed)
     cfg.train.epochs = 10
     cfg.optim.optimizer, cfg.optim.lr = optimizer, 1e-3 if optimizer == "adam" else 1e-2
-    return execute(cfg).result["attacks"]
+    return execute(cfg).to_json()["attacks"]
 
 
 SEEDS = (0, 1, 2)
@@ -181,7 +181,7 @@ def gradient_attack_run(files: list[str], epochs: int, defense: str = "none", he
     cfg.train.epochs = epochs
     if he != "off":
         cfg.he_params = {"seeded_shares": True}  # same W_P(0) as HE off: the same training step for step
-    return execute(cfg).result["attacks"]
+    return execute(cfg).to_json()["attacks"]
 
 
 def test_norm_attack_on_imbalanced_binary_and_dp(tmp_path):
@@ -213,7 +213,7 @@ def test_mc_active_installs_malicious_updates_and_attacks_fedhssl_encoder():
     cfg.train.epochs, cfg.model.bottom = 3, "mlp"
     cfg.method_params = {"ssl_epochs": 1, "ssl_batch_size": 256}
     out = execute(cfg)
-    a = out.result["attacks"]["mc-active"]
+    a = out.to_json()["attacks"]["mc-active"]
     assert a["malicious_updates"] == out.federation.passives[0].step > 0
     assert a["encoder"] == "½(f_c + f_l)" and a["malicious_training"] == ["mc-active"]
     assert a["value"] > a["prior"]
@@ -235,7 +235,7 @@ def test_default_mc_sees_the_encoder_on_fashion_mnist_halves():
         cfg.data.max_rows = 10000
         cfg.partition.aligned_fraction, cfg.partition.n_labeled = 0.2, 200
         cfg.train.epochs, cfg.train.batch_size, cfg.model.bottom = 50, 64, "mlp"
-        res = execute(cfg).result["attacks"]
+        res = execute(cfg).to_json()["attacks"]
         for name in gaps:
             gaps[name].append(res[name]["value"] - res[name]["control"])
     assert np.mean(gaps["mc"]) >= 0.05 and min(gaps["mc"]) > 0, gaps

@@ -7,7 +7,7 @@ import pytest
 from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
-from securevfl.run import build_partition
+from securevfl.lab.compose import build_partition
 
 
 def party_files(tmp_path, n=400, overlap=300, parquet=False):

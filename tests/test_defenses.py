@@ -40,7 +40,7 @@ def test_zero_strength_training_run_is_bitwise_identical(digits_cfg):
     base = execute(digits_cfg)
     digits_cfg.defense = "iso:0"
     zero = execute(digits_cfg)
-    assert base.result["utility"] == zero.result["utility"]
+    assert base.to_json()["utility"] == zero.to_json()["utility"]
     for a, b in zip(base.federation.passives[0].bottom.parameters(), zero.federation.passives[0].bottom.parameters(),
                     strict=True):
         assert torch.equal(a, b)

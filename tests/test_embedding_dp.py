@@ -41,16 +41,16 @@ def run():
 
 
 def test_the_passive_bottom_steps_only_on_the_private_update_and_every_release_is_charged(run):
-    p = run.result["privacy"]["features"]["passive1"]
+    p = run.to_json()["privacy"]["features"]["passive1"]
     # two training epochs, a release and an update per epoch (test rows are other entities, released once)
     assert p["max_releases_per_entity"] == 2 * 2
     assert p["epsilon"] == pytest.approx(epsilon(p["ledger"], p["delta"]))
-    assert run.result["privacy"]["epsilon"] is None  # no label mechanism: nothing about labels is claimed
+    assert run.to_json()["privacy"]["epsilon"] is None  # no label mechanism: nothing about labels is claimed
 
 
 def test_passive_optimizer_applies_only_the_noised_sum():
+    from securevfl.lab.compose import build_partition
     from securevfl.methods import MethodContext, get_method
-    from securevfl.run import build_partition
 
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, defense="embedding-dp:noise=1")
     cfg.train.epochs = 1
@@ -86,6 +86,6 @@ def test_methods_using_passive_features_outside_the_loop_refuse_it(capsys):
 def test_noise_defense_reports_no_epsilon():
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, defense="noise:0.5")
     cfg.train.epochs = 1
-    r = execute(cfg).result
+    r = execute(cfg).to_json()
     assert r["privacy"]["features"]["passive1"]["epsilon"] is None
     assert r["privacy"]["epsilon"] is None

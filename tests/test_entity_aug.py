@@ -6,6 +6,7 @@ from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_tensor
 from securevfl.cutlayer import PlainCutLayer
 from securevfl.errors import UserError
+from securevfl.lab.compose import build_partition, execute
 from securevfl.methods import MethodContext
 from securevfl.methods.entity_aug import (
     EntityAugmentation,
@@ -16,7 +17,6 @@ from securevfl.methods.entity_aug import (
     guest_announce,
     soft_labels,
 )
-from securevfl.run import build_partition, run_training
 
 
 def test_soft_label_is_true_label_when_all_send_the_same_entity():
@@ -47,8 +47,8 @@ def ea_cfg(digits_cfg):
 
 def test_label_only_host_trains_on_unaligned_rows_and_what_each_party_saw(ea_cfg):
     ea_cfg.record = True
-    out = run_training(ea_cfg)
-    r, fed, part = out.result, out.federation, out.partition
+    out = execute(ea_cfg)
+    r, fed, part = out.to_json(), out.federation, out.partition
     assert isinstance(fed.active.bottom, NoFeatures) and len(part.active.columns) == 0
     info = r["method_info"]["entity_aug"]
     n_guest = len(part.passives[0].train_ids)
@@ -74,19 +74,19 @@ def test_label_only_host_trains_on_unaligned_rows_and_what_each_party_saw(ea_cfg
 
 
 def test_augmented_beats_aligned_only_draws(ea_cfg):
-    aug = run_training(ea_cfg).result
+    aug = execute(ea_cfg).to_json()
     ea_cfg.method_params = {"draw": "aligned"}
-    aligned = run_training(ea_cfg).result
+    aligned = execute(ea_cfg).to_json()
     assert aligned["method_info"]["entity_aug"]["steps"] < aug["method_info"]["entity_aug"]["steps"]
     assert aug["utility"]["test"] > aligned["utility"]["test"]
 
 
 def test_feature_holding_host_with_two_guests(ea_cfg):
     ea_cfg.partition.active_features = True
-    out = run_training(ea_cfg)
+    out = execute(ea_cfg)
     fed = out.federation
     assert not isinstance(fed.active.bottom, NoFeatures) and len(fed.passives) == 2
-    assert out.result["utility"]["test"] > 0.5
+    assert out.to_json()["utility"]["test"] > 0.5
     # the host's labels cover every training entity, its features only its own rows
     part = out.partition
     assert len(part.active.label_ids) == len(part.truth_ids) > len(part.active.train_ids)
@@ -146,11 +146,11 @@ def test_missing_guest_without_queue_is_a_clear_error(ea_cfg):
 
 def test_straggler_simulation_with_queue_end_to_end(ea_cfg):
     ea_cfg.method_params = {"queue": True, "miss_rate": 0.3}
-    r = run_training(ea_cfg).result
+    r = execute(ea_cfg).to_json()
     assert r["method_info"]["entity_aug"]["queue_reuses"] > 0 and r["utility"]["test"] > 0.3
     ea_cfg.method_params = {"miss_rate": 0.3}
     with pytest.raises(UserError, match="sent no activation"):
-        run_training(ea_cfg)
+        execute(ea_cfg)
 
 
 def test_incompatible_options_are_user_errors(ea_cfg):
@@ -158,18 +158,18 @@ def test_incompatible_options_are_user_errors(ea_cfg):
     assert main(["train", "--dataset", "digits", "--method", "entity-aug", "--defense", "dp:noise=1"]) == 2
     ea_cfg.method = "splitnn"
     with pytest.raises(UserError, match="label-only host"):
-        run_training(ea_cfg)
+        execute(ea_cfg)
     ea_cfg.method = "entity-aug"
     ea_cfg.method_params = {"draw": "sometimes"}
     with pytest.raises(UserError, match="draw"):
-        run_training(ea_cfg)
+        execute(ea_cfg)
 
 
 def test_per_message_defense_and_mc_attack_work(ea_cfg):
     from securevfl.lab.compose import execute
     ea_cfg.defense = "iso:1"
     ea_cfg.attacks = ["mc-plain"]
-    r = execute(ea_cfg).result
+    r = execute(ea_cfg).to_json()
     assert r["privacy"]["mechanism"] == "iso" and 0.0 <= r["attacks"]["mc-plain"]["value"] <= 1.0
 
 
@@ -187,5 +187,5 @@ def test_gradient_scoring_pairs_gradients_with_the_ids_the_guest_sent(ea_cfg):
     from securevfl.lab.compose import execute
     ea_cfg.dataset = "breast-cancer"
     ea_cfg.attacks = ["norm"]
-    r = execute(ea_cfg).result["attacks"]["norm"]
+    r = execute(ea_cfg).to_json()["attacks"]["norm"]
     assert r["batches"] > 0 and 0.0 <= r["value"] <= 1.0

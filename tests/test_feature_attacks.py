@@ -25,7 +25,7 @@ def plain():
 
 
 def test_fr_beats_its_control_and_the_mean_predictor_without_he(plain):
-    a = plain.result["attacks"]["fr"]
+    a = plain.to_json()["attacks"]["fr"]
     assert a["observes"] == "released rows t"
     assert a["value"] - max(a["control"], a["prior"]) > 0.2 and a["leakage"] > 0.2
     assert a["psnr"] > a["control_psnr"] + 2  # image halves: the reconstruction is visibly better
@@ -38,7 +38,7 @@ def test_fr_beats_its_control_and_the_mean_predictor_without_he(plain):
 def test_fr_on_breast_cancer_beats_its_control():
     cfg = RunConfig(dataset="breast-cancer", method="splitnn", seed=0, attacks=["fr:epochs=300"])
     cfg.train.epochs = 5
-    a = execute(cfg).result["attacks"]["fr"]
+    a = execute(cfg).to_json()["attacks"]["fr"]
     assert a["metric"] == "r2" and a["leakage"] > 0.3 and a["value"] > 0.5
 
 
@@ -57,7 +57,7 @@ def test_fr_scores_categorical_fields_by_accuracy(tmp_path):
     cfg.data.party_files = [str(tmp_path / "a.csv"), str(tmp_path / "b.csv")]
     cfg.partition.alignment = "plain"
     cfg.train.epochs = 5
-    a = execute(cfg).result["attacks"]["fr"]
+    a = execute(cfg).to_json()["attacks"]["fr"]
     assert a["metric"] == "r2"
     assert a["categorical_accuracy"] > max(a["control_categorical_accuracy"], a["prior_categorical_accuracy"]) + 0.1
 
@@ -92,7 +92,7 @@ def test_feature_attacks_read_only_what_the_active_party_observes(plain, attack)
 
 def test_fr_under_he_runs_on_a_p_only():
     out = fr_run(he="ckks", epochs=2)
-    a = out.result["attacks"]["fr"]
+    a = out.to_json()["attacks"]["fr"]
     assert a["observes"] == "a_P = t·W_P"
     # measured, not asserted away: a decoder trained on aux rows can undo the unknown linear map
     assert a["value"] == a["value"] and -1 < a["control"] < a["value"]
@@ -100,7 +100,7 @@ def test_fr_under_he_runs_on_a_p_only():
 
 def test_strong_embedding_dp_moves_fr_toward_its_control(plain):
     defended = fr_run(defense="embedding-dp:noise=8")
-    a, d = plain.result["attacks"]["fr"], defended.result["attacks"]["fr"]
+    a, d = plain.to_json()["attacks"]["fr"], defended.to_json()["attacks"]["fr"]
     assert d["value"] < a["value"] - 0.15
     assert d["leakage"] < a["leakage"] - 0.15
 
@@ -124,6 +124,6 @@ def test_fr_under_paillier_runs_on_a_p_only():
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he="paillier", attacks=["fr:epochs=200,eval_rows=300"])
     cfg.he_params = {"key_bits": 2048, "seeded_shares": True}
     cfg.data.max_rows, cfg.model.cut_dim, cfg.train.epochs = 600, 8, 1
-    a = execute(cfg).result["attacks"]["fr"]
+    a = execute(cfg).to_json()["attacks"]["fr"]
     assert a["observes"] == "a_P = t·W_P" and a["rows_scored"] == 300
     assert a["value"] == a["value"] and a["control"] < a["value"]  # measured: the decoder undoes W_P

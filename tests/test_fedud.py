@@ -7,8 +7,8 @@ import torch
 from securevfl.channel import MessageKind, codec
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
+from securevfl.lab.compose import execute
 from securevfl.methods.fedud import FedUD, distillation_loss
-from securevfl.run import run_training
 
 
 def fedud_cfg(**partition) -> RunConfig:
@@ -35,7 +35,7 @@ def fedud_run(monkeypatch_module):
         return orig(self, fed, ids, **kw)
 
     monkeypatch_module.setattr(FedUD, "finetune", spy)
-    out = run_training(fedud_cfg())
+    out = execute(fedud_cfg())
     return out, starts
 
 
@@ -70,7 +70,7 @@ def test_unaligned_test_rows_never_reach_the_guest(fedud_run):
     assert not np.isin(unaligned_test, seen).any()
     unaligned_train = np.setdiff1d(part.active.train_ids, part.aligned_ids)
     assert not np.isin(unaligned_train, seen).any()  # nor the host's unaligned training rows
-    util = out.result["utility"]
+    util = out.to_json()["utility"]
     assert util["unaligned"]["rows"] == len(unaligned_test)
     assert util["aligned"]["rows"] + util["unaligned"]["rows"] == len(part.active.test_ids)
     assert {"auc", "logloss"} <= util["unaligned"].keys() and util["test"] > 0.9
@@ -96,4 +96,4 @@ def test_distillation_loss_stops_gradient_at_the_guest_representation(fedud_run)
 def test_fedud_needs_unaligned_labeled_rows():
     cfg = fedud_cfg(active_labels_unaligned=False)
     with pytest.raises(UserError, match="unaligned"):
-        run_training(cfg)
+        execute(cfg)

@@ -22,7 +22,6 @@ from securevfl.crypto.protocol import fixed, real
 from securevfl.data import dataset_status
 from securevfl.interactive import Drbg, first_linear, init_factors
 from securevfl.lab.compose import execute
-from securevfl.run import run_training
 
 HAVE_FMNIST = dict((n, ok) for n, ok, _ in dataset_status())["fashion-mnist"]
 FAST = {"ckks": {"seeded_shares": True}, "paillier": {"key_bits": 2048, "seeded_shares": True}}
@@ -90,10 +89,10 @@ def test_transcript_invariants(he):
     """Kinds of traffic, no plaintext activation or label bytes, the context carries no secret key.
     (Whether what crosses *reveals* a secret is tested by attacks: tests/test_he_attacks.py.)"""
     cfg = small_cfg(he, record=True)
-    out = run_training(cfg, progress=False)
+    out = execute(cfg, progress=False)
     fed, ch = out.federation, out.federation.channel
     p, a = fed.passives[0], fed.active
-    assert ch.pending() == 0 and out.result["cost"]["train_steps"] >= 3
+    assert ch.pending() == 0 and out.to_json()["cost"]["train_steps"] >= 3
     to_a = ch.received_by(a.name)
     kinds = {m.kind for m in to_a}
     assert MessageKind.ACTIVATION not in kinds and MessageKind.HE_CIPHERTEXT in kinds
@@ -132,8 +131,8 @@ def test_transcript_invariants(he):
 
 # ------------------------------------------------------------------------------------ equivalence
 def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
-    out = run_training(cfg, progress=False)
-    return np.array(out.method.trainer.losses), out.result["utility"]["test"], out.result
+    out = execute(cfg, progress=False)
+    return np.array(out.method.trainer.losses), out.to_json()["utility"]["test"], out.to_json()
 
 
 @pytest.mark.parametrize("he,kw", [
@@ -180,17 +179,17 @@ def test_shares_come_from_os_entropy_unless_seeded():
     the same run seed gives a different W_P(0) (so a different first loss) than HE off."""
     cfg = small_cfg("ckks")
     cfg.he_params = {}
-    out = run_training(cfg, progress=False)
+    out = execute(cfg, progress=False)
     a_end = next(iter(out.federation.active.cut_ends.values()))
     assert isinstance(a_end.rng, Drbg) and a_end.rng.seed != Drbg().seed
-    off = np.array(run_training(small_cfg("off"), progress=False).method.trainer.losses)
+    off = np.array(execute(small_cfg("off"), progress=False).method.trainer.losses)
     on = np.array(out.method.trainer.losses)
     assert abs(on[0] - off[0]) > 1e-4
 
 
 def test_plaintext_interactive_layer():
     """HE off: t = tanh(z) crosses (bounded), A holds W_P outside its parameters, W_P(0) = X·Y, W_P trains."""
-    out = run_training(small_cfg("off", record=True), progress=False)
+    out = execute(small_cfg("off", record=True), progress=False)
     fed = out.federation
     a, p = fed.active, fed.passives[0]
     a_end = a.cut_ends[p.name]
@@ -207,12 +206,12 @@ def test_plaintext_interactive_layer():
 
 @pytest.mark.parametrize("defense", ["iso:5", "dp:clip=0.1,noise=0.5"])
 def test_defenses_act_on_the_gradient_under_he(defense):
-    base = np.array(run_training(small_cfg("ckks"), progress=False).method.trainer.losses)
+    base = np.array(execute(small_cfg("ckks"), progress=False).method.trainer.losses)
     out = execute(small_cfg("ckks", defense=defense), progress=False)
     losses = np.array(out.method.trainer.losses)
     assert losses.shape == base.shape and not np.allclose(losses[1:], base[1:], rtol=1e-4)
     if defense.startswith("dp"):
-        assert out.result["privacy"]["epsilon"] is not None
+        assert out.to_json()["privacy"]["epsilon"] is not None
 
 
 @pytest.mark.parametrize("method,params", [

@@ -36,7 +36,7 @@ from securevfl.config import RunConfig
 from securevfl.crypto.backend import load_ints
 from securevfl.crypto.protocol import HEActiveEnd, HEPassiveEnd, real
 from securevfl.interactive import Drbg
-from securevfl.run import run_training
+from securevfl.lab.compose import execute
 
 F = 20
 THRESH = 0.05
@@ -100,7 +100,7 @@ def run(he: str, shape: str, monkeypatch, known_w0: bool = False, n_labeled: int
     truth = record(monkeypatch)
     if known_w0:  # control: the old design's "W_P(0) known to the active party" (X = I)
         monkeypatch.setattr(Drbg, "normal", lambda self, shape: np.eye(shape[0]) * np.sqrt(shape[0]))
-    out = run_training(cfg, progress=False)
+    out = execute(cfg, progress=False)
     fed = out.federation
     p = fed.passives[0]
     # P's recorded view: what it received, decrypted with its own key, in order

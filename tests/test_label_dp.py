@@ -22,9 +22,8 @@ from defenses.functional import dp_sgd_release, randomized_response, rr_with_pri
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.config import RunConfig
-from securevfl.lab.compose import execute
+from securevfl.lab.compose import build_partition, execute
 from securevfl.methods import MethodContext, get_method
-from securevfl.run import build_partition
 
 
 def small_cfg(method: str = "splitnn", defense: str = "dp:noise=1", **train) -> RunConfig:
@@ -132,7 +131,7 @@ def test_the_active_party_steps_only_on_the_release():
 @pytest.fixture(scope="module")
 def grid_run():
     cfg = small_cfg(defense="dp:noise=1.5", lr_grid=[0.001, 0.003], epochs=1)
-    return execute(cfg).result
+    return execute(cfg).to_json()
 
 
 def test_ledger_has_every_run_of_the_plan_and_epsilon_recomputes_from_it(grid_run):
@@ -165,7 +164,7 @@ def test_target_epsilon_lands_just_under_target_over_the_whole_plan(method, grid
         cfg.partition.unaligned = "active"
     if method == "risa":
         cfg.method_params = {"self_training_epochs": 1}
-    p = execute(cfg).result["privacy"]
+    p = execute(cfg).to_json()["privacy"]
     assert 0.95 * 4 <= p["epsilon"] <= 4 + 1e-9
     planned = sum(e["planned_participations"] for e in p["ledger"] if e["kind"] == "gaussian")
     actual = sum(e["participations"] for e in p["ledger"] if e["kind"] == "gaussian")
@@ -181,7 +180,7 @@ def test_dp_refuses_a_method_that_trains_on_raw_labels_outside_the_mechanism(cap
 
 
 def test_zero_noise_reports_no_epsilon():
-    p = execute(small_cfg(defense="dp:noise=0", epochs=1)).result["privacy"]
+    p = execute(small_cfg(defense="dp:noise=0", epochs=1)).to_json()["privacy"]
     assert p["epsilon"] is None and p["formal_guarantee"] is False
 
 
@@ -206,13 +205,13 @@ def test_rr_randomizes_the_training_labels_once_and_nothing_else():
     k = out.partition.n_classes
     assert changed == pytest.approx(1 - math.e / (math.e + k - 1), abs=0.05)
     assert np.array_equal(a.data.y_test, truth.y_test)  # test labels are never trained on
-    p = out.result["privacy"]
+    p = out.to_json()["privacy"]
     assert p["epsilon"] == 1.0 and p["delta"] == 0.0 and p["labels_changed"] == int((a.data.y_labels !=
                                                                                      truth.y_labels).sum())
 
 
 def test_rr_and_dp_compose_by_adding_epsilon():
-    p = execute(small_cfg(defense="rr:2+dp:noise=2", epochs=1)).result["privacy"]
+    p = execute(small_cfg(defense="rr:2+dp:noise=2", epochs=1)).to_json()["privacy"]
     parts = {c["mechanism"]: c["epsilon"] for c in p["components"]}
     assert p["epsilon"] == pytest.approx(parts["randomized-response"] + parts["label-dp-sgd"])
 
@@ -246,4 +245,4 @@ def test_rr_with_prior_keeps_more_true_labels_than_rr_at_the_same_epsilon():
     truth = plain.partition.active.y_labels
     kept = [float((o.federation.active.data.y_labels == truth).mean()) for o in (plain, prior)]
     assert kept[1] > kept[0] + 0.03
-    assert prior.result["privacy"]["epsilon"] == 1.0 and prior.result["privacy"]["variant"] == "rr-with-prior"
+    assert prior.to_json()["privacy"]["epsilon"] == 1.0 and prior.to_json()["privacy"]["variant"] == "rr-with-prior"

@@ -102,7 +102,7 @@ def test_id_index_lookup(ids):
 @pytest.mark.parametrize("alignment", ["given", "psi"])
 def test_unaligned_test_rows_stay_at_the_active_party(digits, alignment):
     from securevfl.config import RunConfig
-    from securevfl.run import run_training
+    from securevfl.lab.compose import execute
 
     spec = PartitionSpec(aligned_fraction=0.3, test_aligned_fraction=0.5)
     p = make_partition(digits, spec, 0)
@@ -116,9 +116,9 @@ def test_unaligned_test_rows_stay_at_the_active_party(digits, alignment):
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0)
     cfg.train.epochs = 1
     cfg.partition = PartitionSpec(aligned_fraction=0.3, test_aligned_fraction=0.5, alignment=alignment)
-    out = run_training(cfg)
+    out = execute(cfg)
     assert np.array_equal(np.sort(out.federation.active.aligned_test_ids), np.sort(pas.test_ids))
-    util = out.result["utility"]
+    util = out.to_json()["utility"]
     assert util["aligned"]["rows"] == len(pas.test_ids)
     assert util["aligned"]["rows"] + util["unaligned"]["rows"] == len(act.test_ids)
 

@@ -7,7 +7,7 @@ import pytest
 
 from securevfl.config import RunConfig
 from securevfl.data import dataset_status
-from securevfl.run import run_training
+from securevfl.lab.compose import execute
 
 HAVE_FMNIST = dict((n, ok) for n, ok, _ in dataset_status())["fashion-mnist"]
 
@@ -29,5 +29,5 @@ def test_fedhssl_beats_splitnn_at_200_labels_on_fashion_mnist():
             cfg.optim.optimizer, cfg.model.bottom = "sgd", "mlp"
             if method == "fedhssl":
                 cfg.method_params = {"ssl_epochs": 3}
-            acc[method].append(run_training(cfg).result["utility"]["test"])
+            acc[method].append(execute(cfg).to_json()["utility"]["test"])
     assert statistics.mean(acc["fedhssl"]) > statistics.mean(acc["splitnn"]) + 0.01, acc

@@ -7,6 +7,7 @@ import torch
 from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
+from securevfl.lab.compose import execute
 from securevfl.methods.evidential import (
     alpha_from_opinion,
     edl_loss,
@@ -18,7 +19,6 @@ from securevfl.methods.evidential import (
     uncertainty_threshold,
 )
 from securevfl.methods.risa import EvidentialHeads, ImputingView, imputation_vector
-from securevfl.run import run_training
 
 
 def _random_opinion(gen: torch.Generator, n: int, c: int):
@@ -113,8 +113,8 @@ def risa_cfg(digits_cfg):
 
 
 def test_risa_end_to_end_and_what_each_party_saw(risa_cfg):
-    out = run_training(risa_cfg)
-    r, fed, part = out.result, out.federation, out.partition
+    out = execute(risa_cfg)
+    r, fed, part = out.to_json(), out.federation, out.partition
     info = r["method_info"]["risa"]
     assert r["utility"]["test"] > 0.5
     st = info["self_training"]
@@ -142,17 +142,17 @@ def test_risa_end_to_end_and_what_each_party_saw(risa_cfg):
 def test_risa_ablation_flags(risa_cfg):
     risa_cfg.record = False
     risa_cfg.method_params = {"evidential": False, "self_training": False}
-    out = run_training(risa_cfg)
-    info, part = out.result["method_info"]["risa"], out.partition
+    out = execute(risa_cfg)
+    info, part = out.to_json()["method_info"]["risa"], out.partition
     assert not info["evidential"] and "self_training" not in info and info["drops"] == []
     assert isinstance(out.federation.active.head, torch.nn.Sequential)
     assert info["training_rows"] == len(part.active.label_ids)  # labeled aligned + active-only (imputed)
     risa_cfg.method_params = {"imputation": False, "self_training": False, "evidential": False}
-    info = run_training(risa_cfg).result["method_info"]["risa"]
+    info = execute(risa_cfg).to_json()["method_info"]["risa"]
     assert info["training_rows"] == len(part.labeled_ids)  # = splitnn's rows
     with pytest.raises(UserError, match="true or false"):
         risa_cfg.method_params = {"evidential": "yes"}
-        run_training(risa_cfg)
+        execute(risa_cfg)
 
 
 def test_imputation_view_uses_own_aligned_mean(risa_cfg):
@@ -175,24 +175,24 @@ def test_local_vfl_and_random_match(risa_cfg):
     risa_cfg.record = False
     risa_cfg.method_params = {}
     risa_cfg.method = "local-vfl"
-    out = run_training(risa_cfg)
-    info, part = out.result["method_info"]["risa"], out.partition
+    out = execute(risa_cfg)
+    info, part = out.to_json()["method_info"]["risa"], out.partition
     assert info["training_rows"] == len(part.active.label_ids) and not info["evidential"]
     risa_cfg.method = "random-match"
-    info = run_training(risa_cfg).result["method_info"]["risa"]
+    info = execute(risa_cfg).to_json()["method_info"]["risa"]
     n_pairs = min(len(part.active.train_ids), len(part.passives[0].train_ids)) - len(part.aligned_ids)
     assert info["random_pairs"] == n_pairs and info["training_rows"] == len(part.labeled_ids) + n_pairs
     risa_cfg.partition.n_parties = 3
     with pytest.raises(UserError, match="--parties 2"):
-        run_training(risa_cfg)
+        execute(risa_cfg)
 
 
 def test_risa_with_unlabeled_active_rows_and_three_parties(risa_cfg):
     risa_cfg.record = False
     risa_cfg.partition.n_parties = 3
     risa_cfg.partition.unaligned_label_fraction = 0.5
-    out = run_training(risa_cfg)
-    info, part = out.result["method_info"]["risa"], out.partition
+    out = execute(risa_cfg)
+    info, part = out.to_json()["method_info"]["risa"], out.partition
     n_own = len(part.active.train_ids) - len(part.aligned_ids)
     n_passive_only = sum(len(p.train_ids) - len(part.aligned_ids) for p in part.passives)
     assert info["self_training"]["candidates"] == n_passive_only + (n_own - round(0.5 * n_own))
@@ -204,7 +204,7 @@ def test_model_completion_attack_runs_on_risa(risa_cfg):
     risa_cfg.record = False
     risa_cfg.method_params = {"self_training": False}
     risa_cfg.attacks = ["mc-plain"]
-    r = execute(risa_cfg).result
+    r = execute(risa_cfg).to_json()
     assert 0.0 <= r["attacks"]["mc-plain"]["value"] <= 1.0
 
 
@@ -215,4 +215,4 @@ def test_every_row_aligned_leaves_nothing_to_impute_and_runs(method):
 
     cfg = RunConfig(dataset="digits", method=method, seed=0)
     cfg.train.epochs = 1
-    assert execute(cfg).result["utility"]["test"] > 0.3
+    assert execute(cfg).to_json()["utility"]["test"] > 0.3

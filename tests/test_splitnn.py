@@ -7,13 +7,13 @@ import torch
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import tensor_nbytes
 from securevfl.hooks import HookContext, TensorHook
-from securevfl.run import run_training
+from securevfl.lab.compose import execute
 
 
 def test_splitnn_digits_accuracy_and_bytes_match_derivation(digits_cfg):
     digits_cfg.train.epochs = 5
-    out = run_training(digits_cfg)
-    r = out.result
+    out = execute(digits_cfg)
+    r = out.to_json()
     assert r["utility"]["metric"] == "accuracy" and r["utility"]["test"] >= 0.85
     n, b, d = len(out.partition.labeled_ids), digits_cfg.train.batch_size, digits_cfg.model.cut_dim
     n_test, epochs = len(out.partition.active.test_ids), digits_cfg.train.epochs
@@ -34,7 +34,7 @@ def test_splitnn_digits_accuracy_and_bytes_match_derivation(digits_cfg):
 def test_what_each_party_saw(digits_cfg):
     digits_cfg.train.epochs = 1
     digits_cfg.record = True
-    out = run_training(digits_cfg)
+    out = execute(digits_cfg)
     ch = out.federation.channel
     assert ch.pending() == 0
     passive_kinds = {m.kind for m in ch.received_by("passive1")}
@@ -53,9 +53,9 @@ def test_what_each_party_saw(digits_cfg):
 
 def test_same_seed_same_metrics_different_seed_differs(digits_cfg):
     digits_cfg.train.epochs = 1
-    a, b = run_training(digits_cfg).result, run_training(digits_cfg).result
+    a, b = execute(digits_cfg).to_json(), execute(digits_cfg).to_json()
     digits_cfg.seed = 1
-    c = run_training(digits_cfg).result
+    c = execute(digits_cfg).to_json()
     assert a["utility"] == b["utility"] and a["partition"]["fingerprint"] == b["partition"]["fingerprint"]
     assert a["partition"]["fingerprint"] != c["partition"]["fingerprint"]
 
@@ -63,10 +63,10 @@ def test_same_seed_same_metrics_different_seed_differs(digits_cfg):
 def test_local_uses_no_channel_and_only_active_columns(digits_cfg):
     digits_cfg.train.epochs = 5
     digits_cfg.method = "local"
-    out = run_training(digits_cfg)
+    out = execute(digits_cfg)
     assert out.federation.passives == []
-    assert out.result["cost"]["bytes_sent"] == 0
-    assert out.result["utility"]["test"] > 0.5
+    assert out.to_json()["cost"]["bytes_sent"] == 0
+    assert out.to_json()["utility"]["test"] > 0.5
 
 
 class ZeroGradient(TensorHook):
@@ -91,10 +91,10 @@ class BadShape(TensorHook):
 
 def test_gradient_hook_runs_at_active_before_sending(digits_cfg):
     digits_cfg.train.epochs = 1
-    out = run_training(digits_cfg, hooks=[ZeroGradient()])
+    out = execute(digits_cfg, hooks=[ZeroGradient()])
     fed = out.federation
     hook = fed.active.hooks[0]
-    assert len(hook.calls) == out.result["cost"]["train_steps"]
+    assert len(hook.calls) == out.to_json()["cost"]["train_steps"]
     assert all(c.src == "active" and c.dst == "passive1" and c.training for c in hook.calls)
     assert fed.passives[0].hooks[0].calls == []  # the passive party sends no gradients
     # with every returned gradient zeroed, the passive bottom model keeps its initial weights
@@ -108,16 +108,16 @@ def test_gradient_hook_runs_at_active_before_sending(digits_cfg):
 
 def test_hook_may_not_change_shape(digits_cfg):
     with pytest.raises(RuntimeError, match="changed"):
-        run_training(digits_cfg, hooks=[BadShape()])
+        execute(digits_cfg, hooks=[BadShape()])
 
 
 def test_three_parties(digits_cfg):
     digits_cfg.partition.n_parties = 3
     digits_cfg.partition.aligned_fraction = 0.5
-    out = run_training(digits_cfg)
+    out = execute(digits_cfg)
     assert len(out.federation.passives) == 2
-    assert math.isfinite(out.result["utility"]["test"])
-    assert out.result["partition"]["aligned"] == round(0.5 * 1438)
+    assert math.isfinite(out.to_json()["utility"]["test"])
+    assert out.to_json()["partition"]["aligned"] == round(0.5 * 1438)
 
 
 def test_divergence_is_a_clear_error(digits_cfg, capsys):

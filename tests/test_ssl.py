@@ -6,9 +6,9 @@ from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.data import PartitionSpec, load_dataset, make_partition
 from securevfl.federation import OptimConfig, align, build_federation
+from securevfl.lab.compose import execute
 from securevfl.methods import fedhssl as H
 from securevfl.models import ModelConfig
-from securevfl.run import run_training
 from securevfl.ssl import SSLConfig, make_objective, pretrain_local
 from securevfl.ssl.augment import ImageAugment, TabularCorruption
 
@@ -131,9 +131,9 @@ def test_ssl_methods_run_end_to_end(method):
     cfg.partition.aligned_fraction, cfg.partition.n_labeled = 0.4, 100
     cfg.train.epochs, cfg.model.bottom = 3, "mlp"
     cfg.method_params = {"ssl_epochs": 1, "ssl_batch_size": 128}
-    out = run_training(cfg)
-    assert 0 <= out.result["utility"]["test"] <= 1
-    kinds = out.result["cost"]["bytes_by_kind"]
+    out = execute(cfg)
+    assert 0 <= out.to_json()["utility"]["test"] <= 1
+    kinds = out.to_json()["cost"]["bytes_by_kind"]
     assert (MessageKind.SSL_REPRESENTATION in kinds) == (method in ("fedhssl", "fedcssl", "fedgssl"))
     assert (MessageKind.MODEL_PARAMS in kinds) == (method == "fedhssl")
     if method in ("fedhssl", "fedgssl"):
@@ -143,7 +143,7 @@ def test_ssl_methods_run_end_to_end(method):
 def test_lr_grid_selects_by_validation(digits_cfg):
     digits_cfg.train.lr_grid = [0.0001, 0.003]
     digits_cfg.train.epochs = 2
-    out = run_training(digits_cfg)
+    out = execute(digits_cfg)
     search = out.federation.meta["lr_search"]
     assert set(search["scores"]) == {"0.0001", "0.003"} and search["chosen"] in (0.0001, 0.003)
     assert search["chosen"] == max((0.0001, 0.003), key=lambda lr: search["scores"][str(lr)])

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from securevfl.config import RunConfig
+from securevfl.lab.compose import build_partition, execute
 from securevfl.methods import MethodContext, get_method
 from securevfl.methods.vflhlp import active_pretrain, consistency_loss, first_linear
-from securevfl.run import build_partition, run_training
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_vflhlp_variants_run(method):
     cfg.train.epochs = 3
     cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.01
     cfg.method_params = {"ssl_epochs": 1, "pretrain_epochs": 2}
-    r = run_training(cfg).result
+    r = execute(cfg).to_json()
     assert r["utility"]["metric"] == "auc" and r["utility"]["test"] > 0.8
 
 

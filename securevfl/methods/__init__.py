@@ -1,6 +1,13 @@
 """VFL methods, one per file, registered by name."""
 
 from securevfl.methods import entity_aug, fedhssl, fedlocal, fedud, local, risa, splitnn, vflhlp  # noqa: F401
-from securevfl.methods.base import Method, MethodContext, get_method, method_names, register_method
+from securevfl.methods.base import (
+    Method,
+    MethodContext,
+    adversary_exposes,
+    get_method,
+    method_names,
+    register_method,
+)
 
-__all__ = ["Method", "MethodContext", "get_method", "method_names", "register_method"]
+__all__ = ["Method", "MethodContext", "adversary_exposes", "get_method", "method_names", "register_method"]

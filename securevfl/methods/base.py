@@ -11,12 +11,11 @@ import numpy as np
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
-from securevfl.errors import TrainingDiverged, UserError
-from securevfl.federation import STREAM_LR_GRID, Federation, OptimConfig, align, build_federation, make_optimizer
+from securevfl.errors import UserError
+from securevfl.federation import Federation, OptimConfig, align, build_federation, make_optimizer
 from securevfl.hooks import TensorHook
-from securevfl.metrics import utility
 from securevfl.models import ModelConfig
-from securevfl.training import SplitTrainer, TrainConfig
+from securevfl.training import SplitTrainer, TrainConfig, fit_with_lr_search
 from securevfl.validate import check_params
 
 
@@ -37,22 +36,22 @@ class MethodContext:
 
 
 class Method(ABC):
-    """A VFL training method. ``run`` builds the federation, trains it and reports test utility;
-    the trained federation stays split by party so attacks can take exactly the adversary's part."""
+    """A VFL training method. The run pipeline (:func:`securevfl.lab.compose.execute`) calls
+    :meth:`build`, :meth:`train` (which calls :meth:`fit`) and :meth:`evaluate`; the trained
+    federation stays split by party so attacks can take exactly the adversary's part.
+
+    A new method subclasses this, sets ``name`` and ``summary`` (and the class attributes that
+    differ), implements :meth:`fit`, and registers with ``@register_method``."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
     uses_passives: ClassVar[bool] = True
     """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
     default_params: ClassVar[dict] = {}
-    active_labels_unaligned: ClassVar[bool] = False
-    """The partition default for ``active_labels_unaligned`` when the spec leaves it unset."""
-    test_aligned_default: ClassVar[float | str] = 1.0
-    """The partition default for ``test_aligned_fraction`` (``"train"`` for methods that predict
-    rows only the active party holds)."""
-    partition_defaults: ClassVar[dict] = {}
-    """Partition fields this method sets when the spec leaves them ``None`` (e.g. entity-aug's
-    ``active_labels_all``)."""
+    partition_defaults: ClassVar[dict] = {"active_labels_unaligned": False, "test_aligned_fraction": 1.0}
+    """Partition fields this method sets when the spec leaves them ``None``. A subclass lists only
+    what it changes (e.g. ``{"active_labels_unaligned": True}``; ``test_aligned_fraction: "train"``
+    for methods that predict rows only the active party holds); :meth:`default_partition` merges."""
     label_only_host: ClassVar[bool] = False
     """Whether the method can train with a label-only active party (``partition.active_features: false``)."""
     aligned_batches: ClassVar[bool] = True
@@ -75,6 +74,14 @@ class Method(ABC):
     sends: ClassVar[frozenset[str]] = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT})
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
+    @classmethod
+    def default_partition(cls) -> dict:
+        """The partition defaults of this method, its own over those of its base classes."""
+        out: dict = {}
+        for klass in reversed(cls.__mro__):
+            out.update(vars(klass).get("partition_defaults", {}))
+        return out
+
     def __init__(self, ctx: MethodContext) -> None:
         check_params(f"method {self.name}", self.default_params, ctx.params)
         self.ctx = ctx
@@ -83,9 +90,6 @@ class Method(ABC):
 
     def build(self, partition: Partition) -> Federation:
         c = self.ctx
-        if not partition.spec.active_features and not self.label_only_host:
-            raise UserError(f"method {self.name} needs features at the active party; a label-only host "
-                            "(partition.active_features: false) works with entity-aug")
         fed = build_federation(partition, c.model, c.optim, c.seed, c.cut, c.hooks,
                                with_passives=self.uses_passives, record=c.record)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it
@@ -105,51 +109,19 @@ class Method(ABC):
                 end.reset_optimizer_state()
 
     def finetune(self, fed: Federation, ids: np.ndarray, **kw) -> SplitTrainer:
-        """The supervised VFL stage every method ends with. With ``train.lr_grid`` the active party
-        holds out 20 % of ``ids`` for validation, each learning rate trains from the same starting
-        state (every party snapshots and restores its own models), and the best one retrains on all
-        ``ids``. Defense hooks see every grid run, so a DP accountant charges all of them."""
-        grid = list(self.ctx.train.lr_grid)
-        if len(grid) > 1:
-            rng = np.random.default_rng(self.ctx.seed + STREAM_LR_GRID)
-            perm = rng.permutation(np.asarray(ids))
-            n_val = max(1, int(round(0.2 * len(perm))))
-            val, tr = perm[:n_val], perm[n_val:]
-            start = {p.name: p.snapshot() for p in fed.parties}
-            scores = {}
-            for lr in grid:
-                for p in fed.parties:
-                    p.restore(start[p.name])
-                    p.set_lr(lr)
-                trainer = self.make_trainer(fed, **kw)
-                try:
-                    trainer.fit(tr, desc=f"lr {lr}")
-                except TrainingDiverged:
-                    scores[lr] = float("nan")  # this learning rate cannot train here; try the others
-                    continue
-                y_val = fed.active.data.labels(val)
-                probs = trainer.predict_proba(val, "train")
-                # under a step privatizer the choice is private: accuracy (sensitivity 1/n_val) via the
-                # privatizer's selection, charged to its ledger
-                scores[lr] = (float((probs.argmax(1) == y_val).mean()) if fed.active.privatizer is not None
-                              else utility(probs, y_val, fed.n_classes)["test"])
-            if all(np.isnan(v) for v in scores.values()):
-                raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
-                                       "defense strength")
-            if fed.active.privatizer is not None:
-                best = grid[fed.active.privatizer.select([scores[lr] for lr in grid], len(val))]
-            else:
-                best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
-            for p in fed.parties:
-                p.restore(start[p.name])
-            fed.meta["lr_search"] = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best}
-            grid = [best]
-        if grid:
-            for p in fed.parties:
-                p.set_lr(grid[0])
-        trainer = self.make_trainer(fed, **kw)
-        trainer.fit(ids)
-        return trainer
+        """The supervised VFL stage every method ends with: train on ``ids`` (choosing the learning
+        rate from ``train.lr_grid`` when it lists several, :func:`securevfl.training.fit_with_lr_search`).
+
+        Args:
+            fed: the federation, trained in place.
+            ids: labeled rows to train on.
+            **kw: passed to :class:`SplitTrainer` (extra loss terms, the passive inputs of rows only the
+                active party holds).
+
+        Returns:
+            The trainer, which answers inference requests afterwards."""
+        return fit_with_lr_search(fed, ids, lambda: self.make_trainer(fed, **kw), self.ctx.train.lr_grid,
+                                  self.ctx.seed)
 
     def finetune_plan(self, epochs: int | None = None) -> tuple[int, int]:
         """(participations, private selections) one :meth:`finetune` charges a labeled row: ``epochs``
@@ -169,22 +141,14 @@ class Method(ABC):
     def fit(self, fed: Federation) -> None:
         """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference."""
 
-    def exposes(self, fed: Federation) -> set[str]:
-        return adversary_exposes(fed)
-
     def evaluate(self, fed: Federation) -> dict:
         return self.trainer.evaluate()
 
-    def run(self, partition: Partition, before_fit=None) -> tuple[Federation, dict]:
-        """Build, train, evaluate. ``before_fit(fed)`` lets the composition layer install what must
-        be in place during training (e.g. a malicious party's local-update hook)."""
-        fed = self.build(partition)
-        if before_fit is not None:
-            before_fit(fed)
+    def train(self, fed: Federation) -> None:
+        """Plan the step privatizer's budget over the whole method (if a defense has one), then fit."""
         if fed.active.privatizer is not None:
             fed.active.privatizer.plan(*self.privacy_plan(fed))
         self.fit(fed)
-        return fed, self.evaluate(fed)
 
 
 def adversary_exposes(fed: Federation) -> set[str]:

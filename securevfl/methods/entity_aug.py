@@ -225,8 +225,7 @@ class EntityAugmentation(Method):
     name = "entity-aug"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
     default_params = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
-    active_labels_unaligned = True
-    partition_defaults = {"active_labels_all": True}
+    partition_defaults = {"active_labels_unaligned": True, "active_labels_all": True}
     label_only_host = True
     aligned_batches = False
 

@@ -92,8 +92,7 @@ class UnalignedTerm(LabelTerm):
 class FedUD(Method):
     name = "fedud"
     summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
-    active_labels_unaligned = True
-    test_aligned_default = "train"
+    partition_defaults = {"active_labels_unaligned": True, "test_aligned_fraction": "train"}
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
     default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
 

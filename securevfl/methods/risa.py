@@ -240,7 +240,7 @@ class RISA(Method):
     name = "risa"
     summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
     passive_features_outside_loop = True  # imputation statistics of the passive block
-    active_labels_unaligned = True
+    partition_defaults = {"active_labels_unaligned": True}
     default_params = {
         "imputation": True,  # impute missing blocks with the owner's aligned-row mean (false: aligned rows only)
         "self_training": True,  # pseudo-label unlabeled rows with a vertical model trained on aligned rows

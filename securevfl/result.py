@@ -1,0 +1,134 @@
+"""What one run returns: :class:`RunResult`, whose :meth:`RunResult.to_json` is the only place the
+JSON object of ``train --json`` and of a sweep's stored row is built, and the pure functions that
+summarise a trained federation's privacy and cost for it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from securevfl import __version__
+from securevfl.channel import MessageKind
+from securevfl.config import RunConfig
+from securevfl.data.partition import Partition
+from securevfl.federation import Federation
+
+
+@dataclass
+class RunResult:
+    """One finished run: the JSON-able record plus the trained objects (kept split by party) for
+    callers that inspect them (tests, benchmarks)."""
+
+    config: RunConfig
+    """The resolved configuration that ran (presets, method defaults and the learning rate filled in)."""
+    utility: dict
+    """Test utility: ``metric``, ``test`` and per-split details, from the method's evaluation."""
+    privacy: dict
+    """Label privacy (:func:`privacy_report`) with ``features`` (:func:`feature_privacy`)."""
+    cost: dict
+    """Seconds, bytes and messages (by kind), HE cost and supervised steps (:func:`cost_report`)."""
+    method_info: dict
+    """What the method reports about its run (``Federation.meta``)."""
+    warnings: list[str]
+    """Advice about this configuration (too few steps, a method's caveats)."""
+    federation: Federation = field(repr=False)
+    partition: Partition = field(repr=False)
+    method: object = field(repr=False)
+    """The trained :class:`securevfl.methods.Method` (its trainer answers inference requests)."""
+    attacks: dict[str, dict] = field(default_factory=dict)
+    """Per attack name, its result (``AttackResult.as_dict()``)."""
+
+    def to_json(self) -> dict:
+        """The run's JSON object (strict JSON: NaN and infinities become ``null``).
+
+        Returns:
+            The object ``securevfl train --json`` prints and a sweep stores as ``result_json``."""
+        cfg = self.config
+        return json_safe({
+            "dataset": cfg.dataset,
+            "method": cfg.method,
+            "seed": cfg.seed,
+            "defense": cfg.defense,
+            "utility": self.utility,
+            "attacks": self.attacks,
+            "privacy": self.privacy,
+            "cost": self.cost,
+            "partition": self.partition.summary(),
+            "method_info": self.method_info,
+            "warnings": self.warnings,
+            "versions": {"securevfl": __version__, "torch": torch.__version__},
+            "config": cfg.to_dict(),
+        })
+
+
+def json_safe(obj):
+    """``obj`` with NaN/inf as ``None`` (strict JSON for ``--json`` and the sweep store)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def privacy_report(fed: Federation) -> dict:
+    """Privacy object from the active party's label defenses (every party holds its own copy of each
+    defense; the active party's copy did the accounting).
+
+    Accounted label mechanisms (``dp``, ``rr``: their reports carry a ``ledger``) compose by adding
+    ε and δ (sequential composition; a true, possibly loose, bound). Heuristic defenses composed
+    with them (e.g. ISO on the gradients) act on what the accounted mechanism already released, so
+    they are post-processing and leave ε unchanged; without an accounted mechanism ε is ``None``."""
+    # label mechanisms only: the active party's copies of feature-side (activation) defenses are idle
+    reports = [r for h in fed.active.hooks if h.acts_on - {MessageKind.ACTIVATION} and (r := h.privacy()) is not None]
+    if not reports:
+        return {"epsilon": None, "delta": None, "mechanism": "none"}
+    accounted = [r for r in reports if "ledger" in r]
+    if len(reports) == 1:
+        return reports[0]
+    finite = bool(accounted) and all(r.get("epsilon") is not None for r in accounted)
+    return {"epsilon": sum(r["epsilon"] for r in accounted) if finite else None,
+            "delta": sum(r["delta"] for r in accounted) if finite else None,
+            "formal_guarantee": finite, "mechanism": "+".join(r["mechanism"] for r in reports),
+            "composition": "ε and δ of the accounted label mechanisms add up; the other components act on their "
+                           "output (post-processing)" if accounted else "no component accounts for ε",
+            "components": reports}
+
+
+def feature_privacy(fed: Federation) -> dict:
+    """Per passive party, the report of its feature-side (activation) defenses, if any."""
+    out = {}
+    for party in fed.passives:
+        reports = [r for h in party.hooks if MessageKind.ACTIVATION in h.acts_on and (r := h.privacy()) is not None]
+        if reports:
+            out[party.name] = reports[0] if len(reports) == 1 else {"components": reports}
+    return out
+
+
+def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float) -> dict:
+    """The run's cost: wall seconds, channel bytes and messages by kind, and the HE layer's own cost.
+
+    Args:
+        fed: the trained federation (its channel counted every message).
+        partition: the partition; a file source's PSI ran on its own setup channel before the
+            federation existed, and that traffic counts too, under the alignment kind.
+        he: the cut layer's description (``CutLayer.describe()``).
+        seconds: wall time of build, fit and evaluate.
+
+    Returns:
+        The ``cost`` object of the run's JSON."""
+    stats = fed.channel.stats.as_dict()
+    setup = int(partition.meta.get("psi_bytes", 0) or 0)
+    if setup:
+        stats["bytes_sent"] += setup
+        stats["bytes_by_kind"]["alignment"] = stats["bytes_by_kind"].get("alignment", 0) + setup
+    he = dict(he)
+    if he.get("scheme", "off") != "off":
+        he_kinds = {k: v for k, v in stats["bytes_by_kind"].items() if k.startswith("he_")}
+        he.update({"bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
+                   "seconds_per_step": round(he["seconds"] / max(fed.active.step, 1), 4)})
+    return {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
+            "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step}
