@@ -12,10 +12,11 @@ from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.cutlayer import ActiveEnd, PassiveEnd
-from securevfl.data.partition import ACTIVE, PartyData
+from securevfl.data.partition import PartyData
 from securevfl.hooks import HookContext, LabelRandomizer, PassivePrivatizer, StepPrivatizer, TensorHook, find_hook
 from securevfl.models import set_mode
 from securevfl.per_example import PerExampleTracer
+from securevfl.roles import ACTIVE
 
 SPLITS = ("train", "test")
 

@@ -33,8 +33,7 @@ import pandas as pd
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
-
-ACTIVE = "active"
+from securevfl.roles import party_names
 
 
 class IdIndex:
@@ -63,11 +62,6 @@ class IdIndex:
         out = np.full(len(ids), -1, dtype=np.int64)
         out[inside] = self._dense[ids[inside]]
         return out
-
-
-def party_names(n_parties: int) -> list[str]:
-    """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
-    return [ACTIVE] + [f"passive{k}" for k in range(1, n_parties)]
 
 
 @dataclass

@@ -51,13 +51,14 @@ import torch
 from torch import nn
 
 from securevfl.channel import MessageKind
-from securevfl.data.partition import ACTIVE, Partition
+from securevfl.data.partition import Partition
 from securevfl.errors import ProtocolError, UserError
 from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
 from securevfl.hooks import HookContext
 from securevfl.methods.base import Method, register_method
 from securevfl.models import build_head, soft_cross_entropy
 from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.roles import ACTIVE
 from securevfl.training import SplitTrainer
 
 

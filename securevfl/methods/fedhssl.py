@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
-from securevfl.data.partition import ACTIVE
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_HSSL_BATCHES, STREAM_HSSL_CROSS_INIT, STREAM_HSSL_STATE, Federation, seed_for
 from securevfl.hooks import HookContext, apply_hooks
@@ -37,6 +36,7 @@ from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
 from securevfl.models import build_bottom
 from securevfl.parties import Party
+from securevfl.roles import ACTIVE
 from securevfl.ssl import SSLConfig, neg_cosine
 from securevfl.ssl.objectives import SimSiam
 
