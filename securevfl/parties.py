@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
-from securevfl.cutlayer import ActiveEnd, PassiveEnd
+from securevfl.cutlayer import ActiveEnd, EndWiring, PassiveEnd
 from securevfl.data.partition import PartyData
 from securevfl.hooks import HookContext, LabelRandomizer, PassivePrivatizer, StepPrivatizer, TensorHook, find_hook
+from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
 from securevfl.per_example import PerExampleTracer
 from securevfl.roles import ACTIVE
@@ -78,6 +79,11 @@ class Party:
         """This party's cut-layer ends (their protocol state, e.g. HE weight shares, is party state)."""
         return []
 
+    def end_wiring(self, seed: int, interactive_lr: float | None) -> EndWiring:
+        """What this party's cut-layer ends are built with: its endpoint and hooks, the run seed, and
+        the interactive layer's settings read from its optimizer at each step."""
+        return EndWiring(self.endpoint, self.hooks, seed, interactive_hparams(self, interactive_lr))
+
     def snapshot(self) -> dict:
         """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""
         state = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
@@ -107,6 +113,7 @@ class PassiveParty(Party):
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook]) -> None:
         super().__init__(data, endpoint, hooks)
         self.cut_end: PassiveEnd | None = None
+        # this training step's bottom output and its rows: what the returned gradient applies to
         self._z: torch.Tensor | None = None
         self._ids: np.ndarray | None = None
         self.privatizer: PassivePrivatizer | None = find_hook(hooks, PassivePrivatizer)
@@ -202,6 +209,16 @@ class ActiveParty(Party):
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {**super().modules_to_snapshot(), "head": self.head}
+
+    def end_wiring(self, seed: int, interactive_lr: float | None) -> EndWiring:
+        """As :meth:`Party.end_wiring`, plus the head's first-layer shape (read at first use: methods
+        may rebuild the head after the ends exist)."""
+        return dataclasses.replace(super().end_wiring(seed, interactive_lr), head_shape=self.head_shape)
+
+    def head_shape(self) -> tuple[int, int]:
+        """(out, in) features of the head's first linear layer (the interactive layer's W_P is d × out)."""
+        first = first_linear(self.head)
+        return first.out_features, first.in_features
 
     def request(self, ids: np.ndarray, split: str, training: bool) -> None:
         """Ask every passive party for its bottom output on ``ids`` (one control byte: split, mode)."""
