@@ -17,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from securevfl.errors import UserError
+from securevfl.roles import passive_name
 from securevfl.spec import check_params, parse_args, split_name
 
 ATTACKS: dict[str, type[Attack]] = {}
@@ -67,7 +68,7 @@ class AttackTarget:
 
     federation: object
     partition: object
-    adversary: str = "passive1"
+    adversary: str = passive_name(1)
     exposes: frozenset[str] = frozenset()
     ssl_epochs: int | None = None
     """Epochs of the federation's own SSL pre-training stage, if it has one (the adversary took part

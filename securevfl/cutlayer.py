@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -27,18 +28,37 @@ from securevfl.interactive import (
     HParams,
     bound_activation,
     clip_grad,
-    first_linear,
     init_factors,
-    interactive_hparams,
     split_combine,
     tanh_backward,
     velocity,
 )
 
 
+@dataclass(frozen=True)
+class EndWiring:
+    """What a cut-layer end is built with, from the party that owns it (:meth:`Party.end_wiring`).
+    The interactive layer's settings are read at use time, because a method may give the party a
+    fresh optimizer or rebuild the head after the ends exist."""
+
+    endpoint: Endpoint
+    """The owner's channel endpoint."""
+    hooks: list[TensorHook]
+    """The owner's hooks (defenses), applied to what this end sends."""
+    seed: int = 0
+    """The run seed: the interactive layer's W_P(0) factors come from its named streams."""
+    hparams: HParams | None = None
+    """The interactive layer's (lr, momentum, weight decay), read from the owner's optimizer each step."""
+    head_shape: Callable[[], tuple[int, int]] | None = None
+    """Active ends only: (out, in) features of the head's first linear layer, read at first use."""
+
+
 class PassiveEnd(ABC):
-    def __init__(self, endpoint: Endpoint, active: str, hooks: list[TensorHook]) -> None:
-        self.endpoint, self.active, self.hooks = endpoint, active, hooks
+    """The passive party's end of one cut layer (built by :meth:`CutLayer.make_ends` with the passive
+    party's :class:`EndWiring` and the active party's name)."""
+
+    def __init__(self, own: EndWiring, active: str) -> None:
+        self.endpoint, self.active, self.hooks = own.endpoint, active, own.hooks
 
     @abstractmethod
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
@@ -75,8 +95,11 @@ class PassiveEnd(ABC):
 
 
 class ActiveEnd(ABC):
-    def __init__(self, endpoint: Endpoint, passive: str, hooks: list[TensorHook]) -> None:
-        self.endpoint, self.passive, self.hooks = endpoint, passive, hooks
+    """The active party's end of one cut layer towards passive party ``passive`` (built by
+    :meth:`CutLayer.make_ends` with the active party's :class:`EndWiring`)."""
+
+    def __init__(self, own: EndWiring, passive: str) -> None:
+        self.endpoint, self.passive, self.hooks = own.endpoint, passive, own.hooks
 
     @abstractmethod
     def finish_forward(self) -> torch.Tensor:
@@ -104,8 +127,15 @@ class CutLayer(ABC):
         self.params = params
 
     @abstractmethod
-    def make_ends(self, passive: Endpoint, active: Endpoint, hooks_passive: list[TensorHook],
-                  hooks_active: list[TensorHook], cut_dim: int) -> tuple[PassiveEnd, ActiveEnd]: ...
+    def make_ends(self, passive: EndWiring, active: EndWiring) -> tuple[PassiveEnd, ActiveEnd]:
+        """The two ends of this layer between one passive party and the active party.
+
+        Args:
+            passive: what the passive party's end is built with (its endpoint, hooks, settings).
+            active: the same for the active party's end.
+        Returns:
+            (the passive party's end, the active party's end).
+        """
 
     def out_dim(self, cut_dim: int) -> int:
         """Width of what the active party receives per passive party."""
@@ -115,19 +145,6 @@ class CutLayer(ABC):
     """Whether the head's first linear layer is split into an interactive layer per passive party
     (:mod:`securevfl.interactive`); methods whose head has no first linear layer, or that read passive
     representations in plaintext, set it False (plain concatenation; refused under HE)."""
-
-    def bind(self, active, passives: list, cut_dim: int, seed: int = 0, interactive_lr: float | None = None) -> None:
-        """Called once the parties, head and ends exist: wire each interactive end to the head's shape
-        (read at first use, so methods may rebuild the head before training), the run seed and the
-        interactive layer's optimizer settings."""
-        if not self.interactive:
-            return
-        for p in passives:
-            a_end = active.cut_ends[p.name]
-            a_end.head_shape = lambda: (first_linear(active.head).out_features, first_linear(active.head).in_features)
-            a_end.hparams = interactive_hparams(active, interactive_lr)
-            a_end.seed = p.cut_end.seed = seed
-            p.cut_end.hparams = interactive_hparams(p, interactive_lr)
 
     def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         """The active party's head on its own output and what each cut-layer end delivered."""
@@ -165,8 +182,9 @@ class PlainActiveEnd(ActiveEnd):
 class InteractivePassiveEnd(PassiveEnd):
     """P's end of the plaintext interactive layer: sends t = tanh(z), gets ∂L/∂t back."""
 
-    seed: int = 0
-    hparams: HParams | None = None
+    def __init__(self, own: EndWiring, active: str) -> None:
+        super().__init__(own, active)
+        self.seed, self.hparams = own.seed, own.hparams
 
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
         t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx))
@@ -182,12 +200,9 @@ class InteractivePassiveEnd(PassiveEnd):
 class InteractiveActiveEnd(ActiveEnd):
     """A's end of the plaintext interactive layer: holds W_P (d×h) and its momentum, in float64."""
 
-    seed: int = 0
-    hparams: HParams | None = None
-    head_shape = None
-
-    def __init__(self, endpoint: Endpoint, passive: str, hooks: list[TensorHook]) -> None:
-        super().__init__(endpoint, passive, hooks)
+    def __init__(self, own: EndWiring, passive: str) -> None:
+        super().__init__(own, passive)
+        self.seed, self.hparams, self.head_shape = own.seed, own.hparams, own.head_shape
         self.W: np.ndarray | None = None
         self.b: np.ndarray | None = None
         self._t: np.ndarray | None = None
@@ -227,12 +242,10 @@ class PlainCutLayer(CutLayer):
 
     name = "off"
 
-    def make_ends(self, passive, active, hooks_passive, hooks_active, cut_dim):
-        if self.interactive:
-            return (InteractivePassiveEnd(passive, active.party, hooks_passive),
-                    InteractiveActiveEnd(active, passive.party, hooks_active))
-        return (PlainPassiveEnd(passive, active.party, hooks_passive),
-                PlainActiveEnd(active, passive.party, hooks_active))
+    def make_ends(self, passive: EndWiring, active: EndWiring) -> tuple[PassiveEnd, ActiveEnd]:
+        interactive = (InteractivePassiveEnd, InteractiveActiveEnd)
+        p_cls, a_cls = interactive if self.interactive else (PlainPassiveEnd, PlainActiveEnd)
+        return p_cls(passive, active.endpoint.party), a_cls(active, passive.endpoint.party)
 
 
 _CUT_LAYERS: dict[str, Callable[..., CutLayer]] = {"off": PlainCutLayer}

@@ -99,7 +99,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     passive_data = partition.passives if with_passives else []
     names = [p.name for p in passive_data]
     active = ActiveParty(partition.active, channel.endpoint(partition.active.name),
-                         [h.for_party(partition.active.name) for h in hooks], names)
+                         [h.for_party(partition.active.name) for h in hooks], names, combine=cut.combine)
     active.randomize_labels(partition.n_classes)
     passives = [PassiveParty(d, channel.endpoint(d.name), [h.for_party(d.name) for h in hooks]) for d in passive_data]
     for k, party in enumerate([active, *passives]):
@@ -111,10 +111,8 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     for party in [active, *passives]:
         party.optimizer = make_optimizer(party.parameters(), optim)
     for p in passives:
-        p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.endpoint, active.endpoint, p.hooks, active.hooks,
-                                                            model.cut_dim)
-    active.combine = cut.combine
-    cut.bind(active, passives, model.cut_dim, seed, optim.interactive_lr)
+        p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.end_wiring(seed, optim.interactive_lr),
+                                                            active.end_wiring(seed, optim.interactive_lr))
     return Federation(channel, active, passives, cut, partition.n_classes)
 
 

@@ -100,7 +100,7 @@ def _manual_trainer(cfg, queue: bool):
                                               record=True, params={"queue": queue}, cut=cut))
     fed = method.build(build_partition(cfg))
     for k, p in enumerate(fed.passives, start=1):
-        p.entity_aug = GuestState(p, 100 + k, 0.0)
+        p.method_state = GuestState(p, 100 + k, 0.0)
         guest_announce(p)
         fed.active.endpoint.recv_json(p.name, MessageKind.CONTROL)
     return fed, EntityAugTrainer(fed, cfg.train, cfg.seed, queue, None)
@@ -109,7 +109,7 @@ def _manual_trainer(cfg, queue: bool):
 def test_queue_reuses_last_activation_when_a_guest_skips_a_step(ea_cfg):
     fed, trainer = _manual_trainer(ea_cfg, queue=True)
     g2 = fed.party("passive2")
-    g2.entity_aug.skip = {2}
+    g2.method_state.skip = {2}
     for _ in range(4):
         trainer.train_step(np.arange(16))
     assert trainer.reused == [(2, "passive2")]
@@ -126,7 +126,7 @@ def test_queue_reuses_last_activation_when_a_guest_skips_a_step(ea_cfg):
 
 def test_queue_reuse_feeds_the_stale_activation(ea_cfg, monkeypatch):
     fed, trainer = _manual_trainer(ea_cfg, queue=True)
-    fed.party("passive2").entity_aug.skip = {1}
+    fed.party("passive2").method_state.skip = {1}
     seen = []
     original = fed.active.receive
     monkeypatch.setattr(fed.active, "receive", lambda reps, training: (seen.append([r.clone() for r in reps]),
@@ -138,7 +138,7 @@ def test_queue_reuse_feeds_the_stale_activation(ea_cfg, monkeypatch):
 
 def test_missing_guest_without_queue_is_a_clear_error(ea_cfg):
     fed, trainer = _manual_trainer(ea_cfg, queue=False)
-    fed.party("passive1").entity_aug.skip = {1}
+    fed.party("passive1").method_state.skip = {1}
     trainer.train_step(np.arange(8))
     with pytest.raises(UserError, match="passive1 sent no activation at step 1.*queue: true"):
         trainer.train_step(np.arange(8))
@@ -175,7 +175,7 @@ def test_per_message_defense_and_mc_attack_work(ea_cfg):
 
 def test_queue_reuse_adapts_to_a_smaller_batch(ea_cfg):
     fed, trainer = _manual_trainer(ea_cfg, queue=True)
-    fed.party("passive2").entity_aug.skip = {1, 2}
+    fed.party("passive2").method_state.skip = {1, 2}
     trainer.train_step(np.arange(8))
     trainer.train_step(np.arange(5))  # smaller: the first 5 stale rows
     trainer.train_step(np.arange(12))  # larger: stale rows cycled

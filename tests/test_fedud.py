@@ -83,14 +83,14 @@ def test_distillation_loss_stops_gradient_at_the_guest_representation(fedud_run)
     ids = a.aligned_ids[:16]
     recv = torch.randn(16, a.passive_widths[0], requires_grad=True)
     a.own_output = a.bottom(a.features(ids, "train"))
-    a._received = [recv]
+    a.received = [recv]
     loss = distillation_loss(rep, a)
     loss.backward()
     assert recv.grad is None  # nothing of loss2 flows back towards the guest
     assert all(q.grad is not None for q in rep.parameters())
     expected = ((torch.cat(rep(a.own_output), 1) - recv) ** 2).sum(1).mean()
     assert loss.item() == pytest.approx(expected.item())
-    a._received = []
+    a.received = []
 
 
 def test_fedud_needs_unaligned_labeled_rows():

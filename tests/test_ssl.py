@@ -62,7 +62,7 @@ def hybrid_fed():
     for k, p in enumerate(fed.parties):
         torch.manual_seed(k)
         f_c = H.build_bottom(p.data.feature_shape, ModelConfig(bottom="mlp", cut_dim=16, hidden=(32,)))
-        p.hssl = H.HybridState(p, f_c, cfg, k)
+        p.method_state = H.HybridState(p, f_c, cfg, k)
     return fed
 
 
@@ -75,9 +75,10 @@ def test_stop_gradient_across_parties(hybrid_fed, monkeypatch):
         captured.append((party.name, loss))
         others = [q for q in fed.parties if q.name != party.name]
         for q in others:  # a party's loss has no path to another party's parameters
-            grads = torch.autograd.grad(loss, list(q.hssl.cross.parameters()), retain_graph=True, allow_unused=True)
+            grads = torch.autograd.grad(loss, list(q.method_state.cross.parameters()), retain_graph=True,
+                                        allow_unused=True)
             assert all(g is None for g in grads)
-        own = torch.autograd.grad(loss, list(party.hssl.cross.encoder.parameters()), retain_graph=True)
+        own = torch.autograd.grad(loss, list(party.method_state.cross.encoder.parameters()), retain_graph=True)
         assert any(g.abs().sum() > 0 for g in own)
         original(party, loss)
 
@@ -96,10 +97,10 @@ def test_pma_averages_shared_parts_and_leaves_bottoms_untouched(hybrid_fed):
     top = {p.name: H.top_layer(p.bottom) for p in fed.parties}
     private_before = {p.name: [t.detach().clone() for m in p.bottom.modules() if isinstance(m, torch.nn.Linear)
                                and m is not top[p.name] for t in m.parameters()] for p in fed.parties}
-    vecs_before = {p.name: p.hssl.shared_vector() for p in fed.parties}
+    vecs_before = {p.name: p.method_state.shared_vector() for p in fed.parties}
     assert not torch.equal(*vecs_before.values())
     H.pma_round(fed, fed.channel.endpoint(H.SERVER))
-    after = [p.hssl.shared_vector() for p in fed.parties]
+    after = [p.method_state.shared_vector() for p in fed.parties]
     assert torch.equal(after[0], after[1])
     n = {p.name: len(p.data.train_ids) for p in fed.parties}
     w = np.array([n["active"], n["passive1"]], dtype=np.float32) / sum(n.values())

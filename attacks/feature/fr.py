@@ -101,7 +101,7 @@ def observe(target: AttackTarget, ids: np.ndarray, split: str, batch: int = 512)
             with torch.no_grad():
                 trainer._exchange(ids[s:s + batch], split, False)
             if he:  # a_P as the active party computed it (its own unmasked value)
-                out.append(fed.active._received[k].detach().numpy())
+                out.append(fed.active.received[k].detach().numpy())
             else:  # the released rows, decoded from the messages the active party received
                 msgs = [m for m in fed.channel.transcript[start:] if m.dst == fed.active.name
                         and m.src == target.adversary and m.kind == MessageKind.ACTIVATION]

@@ -13,8 +13,8 @@ import torch
 from defenses.base import Defense, _finite, register_defense
 from defenses.functional import gaussian, iso_sigma
 from securevfl.channel import MessageKind
-from securevfl.data.partition import ACTIVE
 from securevfl.hooks import HookContext
+from securevfl.roles import ACTIVE
 
 
 @register_defense

@@ -46,11 +46,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from securevfl.channel import Endpoint, Message, MessageKind
+from securevfl.channel import Message, MessageKind
 from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, he_threads, load_ints
-from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
-from securevfl.hooks import HookContext, TensorHook, apply_hooks
-from securevfl.interactive import GRAD_BOUND, Drbg, HParams, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
+from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
+from securevfl.hooks import HookContext, apply_hooks
+from securevfl.interactive import GRAD_BOUND, Drbg, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,9 @@ def real(q: np.ndarray, bits: int) -> np.ndarray:
 class HEPassiveEnd(PassiveEnd):
     """P's end: owns the key pair, the factor X and the shares R (d×h, 2^f) and b_P (2^2f)."""
 
-    seed: int = 0
-    hparams: HParams | None = None
-
-    def __init__(self, endpoint: Endpoint, active: str, hooks: list[TensorHook], layer: HECutLayer) -> None:
-        super().__init__(endpoint, active, hooks)
+    def __init__(self, own: EndWiring, active: str, layer: HECutLayer) -> None:
+        super().__init__(own, active)
+        self.seed, self.hparams = own.seed, own.hparams
         self.layer = layer
         self.backend: HEBackend = layer.make_backend(None)
         self.context_sent = False
@@ -176,12 +174,9 @@ class HEPassiveEnd(PassiveEnd):
 class HEActiveEnd(ActiveEnd):
     """A's end: the public context, the factor Y, the shares V (2^f) and b_A (2^2f), this step's masks."""
 
-    seed: int = 0
-    hparams: HParams | None = None
-    head_shape = None
-
-    def __init__(self, endpoint: Endpoint, passive: str, hooks: list[TensorHook], layer: HECutLayer) -> None:
-        super().__init__(endpoint, passive, hooks)
+    def __init__(self, own: EndWiring, passive: str, layer: HECutLayer) -> None:
+        super().__init__(own, passive)
+        self.seed, self.hparams, self.head_shape = own.seed, own.hparams, own.head_shape
         self.layer = layer
         self.backend: HEBackend | None = None
         self.V: np.ndarray | None = None
@@ -273,9 +268,9 @@ class HECutLayer(CutLayer):
             return self.backend_cls(self.scheme_params, timer=self.timer, **kw)
         return self.backend_cls.from_public(public, self.scheme_params, timer=self.timer, **kw)
 
-    def make_ends(self, passive, active, hooks_passive, hooks_active, cut_dim):
-        p_end = HEPassiveEnd(passive, active.party, hooks_passive, self)
-        a_end = HEActiveEnd(active, passive.party, hooks_active, self)
+    def make_ends(self, passive: EndWiring, active: EndWiring) -> tuple[HEPassiveEnd, HEActiveEnd]:
+        p_end = HEPassiveEnd(passive, active.endpoint.party, self)
+        a_end = HEActiveEnd(active, passive.endpoint.party, self)
         self.ends.append((p_end, a_end))
         return p_end, a_end
 

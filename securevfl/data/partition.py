@@ -12,12 +12,14 @@
    an ``unaligned_label_fraction`` share: the rest are unlabeled rows at the active party), plus
    the rows only passive parties hold when ``active_labels_all`` is set (Entity Augmentation's host
    knows every entity's label, although it holds features only for its own rows).
+5. aligned test entities: a ``test_aligned_fraction`` draw of the test entities (default all);
+   the others exist only at the active party.
 
 ``active_features: false`` makes the active party a label-only host (Entity Augmentation): it
 holds no feature columns; the columns and the unaligned remainder are spread over the passive
 parties only, and its ID set is every training entity it has a label for.
 
-Test entities are aligned (every party holds their features). Tabular features are preprocessed
+Aligned test entities are held by every party. Tabular features are preprocessed
 per party on that party's own training rows (:mod:`securevfl.data.tabular`): numeric fields are
 imputed and standardised, categorical fields get per-field vocabularies (or hash buckets).
 """
@@ -33,8 +35,7 @@ import pandas as pd
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
-
-ACTIVE = "active"
+from securevfl.roles import party_names
 
 
 class IdIndex:
@@ -63,11 +64,6 @@ class IdIndex:
         out = np.full(len(ids), -1, dtype=np.int64)
         out[inside] = self._dense[ids[inside]]
         return out
-
-
-def party_names(n_parties: int) -> list[str]:
-    """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
-    return [ACTIVE] + [f"passive{k}" for k in range(1, n_parties)]
 
 
 @dataclass
@@ -320,80 +316,113 @@ def _stratified_test_split(y: np.ndarray, frac: float, rng: np.random.Generator)
 
 
 def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig | None = None) -> Partition:
+    """The partition of ``ds`` under ``spec``: the stages of the module docstring, in that order, every
+    draw from one ``default_rng(seed)`` (the order of the stages fixes every recorded split)."""
     spec.validate(ds.n_columns)
     data = data or DataConfig()
     columns = spec.resolve_columns(ds)
     rng = np.random.default_rng(seed)
-    test_mask = ds.test_mask if ds.test_mask is not None else _stratified_test_split(ds.y, spec.test_fraction, rng)
-    train_pos = rng.permutation(np.flatnonzero(~test_mask))
-    test_pos = np.flatnonzero(test_mask)
-    n_train = len(train_pos)
+    train_pos, test_pos = _split_test(ds, spec, rng)
+    aligned_pos, rest = _split_aligned(ds, spec, train_pos)
+    own_unaligned = _spread_unaligned(spec, rest)
+    labeled_pos = _draw_labeled(spec, aligned_pos, rng)
+    test_aligned_pos = _draw_test_aligned(spec, len(aligned_pos) / len(train_pos), test_pos, rng)
+    parties = []
+    for k, name in enumerate(party_names(spec.n_parties)):
+        # a label-only host's ID set is every training entity it has a label for
+        pos_k = np.concatenate([aligned_pos, rest if k == 0 and not spec.active_features else own_unaligned[k]])
+        te_k = test_pos if k == 0 else test_aligned_pos
+        X_tr, X_te, layout = _party_features(ds, columns[k], pos_k, te_k, data)
+        labels = _active_labels(ds, spec, seed, labeled_pos, own_unaligned[0], rest, test_pos) if k == 0 else {}
+        parties.append(PartyData(name, columns[k], ds.ids[pos_k], X_tr.astype(np.float32, copy=False), ds.ids[te_k],
+                                 X_te.astype(np.float32, copy=False), **labels, **layout))
+    return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos],
+                     test_aligned_ids=None if len(test_aligned_pos) == len(test_pos) else ds.ids[test_aligned_pos],
+                     truth_ids=ds.ids[train_pos], truth_y=ds.y[train_pos])
 
+
+# Stages of make_partition. Positions are row indices into the dataset; ``rng`` is the one stream.
+def _split_test(ds: Dataset, spec: PartitionSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1: (shuffled training rows, test rows) — the dataset's own test split, else a stratified draw."""
+    test_mask = ds.test_mask if ds.test_mask is not None else _stratified_test_split(ds.y, spec.test_fraction, rng)
+    return rng.permutation(np.flatnonzero(~test_mask)), np.flatnonzero(test_mask)
+
+
+def _split_aligned(ds: Dataset, spec: PartitionSpec, train_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2: (aligned rows, unaligned remainder): the first ``aligned_count`` / ``aligned_fraction``
+    of the shuffled training rows are held by every party."""
+    n_train = len(train_pos)
     n_aligned = spec.aligned_count if spec.aligned_count is not None else int(round(spec.aligned_fraction * n_train))
     if n_aligned > n_train:
         raise UserError(f"aligned count {n_aligned} exceeds the {n_train} training rows of {ds.name}")
     if n_aligned < 1:
         raise UserError("the partition has no aligned rows; raise --aligned-fraction")
-    aligned_pos, rest = train_pos[:n_aligned], train_pos[n_aligned:]
+    return train_pos[:n_aligned], train_pos[n_aligned:]
+
+
+def _spread_unaligned(spec: PartitionSpec, rest: np.ndarray) -> list[np.ndarray]:
+    """Step 3: each party's own unaligned rows (``disjoint``, ``all`` or ``active``)."""
     K = spec.n_parties
     if not spec.active_features:  # label-only host: the guests share the unaligned rows; the host knows every ID
         guests = np.array_split(rest, K - 1) if spec.unaligned == "disjoint" else [rest] * (K - 1)
-        own_unaligned = [rest[:0], *guests]
-    elif spec.unaligned == "disjoint":
-        own_unaligned = np.array_split(rest, K)
-    elif spec.unaligned == "all":
-        own_unaligned = [rest] * K
-    else:
-        own_unaligned = [rest] + [rest[:0]] * (K - 1)
+        return [rest[:0], *guests]
+    if spec.unaligned == "disjoint":
+        return np.array_split(rest, K)
+    if spec.unaligned == "all":
+        return [rest] * K
+    return [rest] + [rest[:0]] * (K - 1)
 
+
+def _draw_labeled(spec: PartitionSpec, aligned_pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Step 4a: the aligned rows labeled for supervised VFL (``n_labeled``, a seeded draw)."""
+    n_aligned = len(aligned_pos)
     n_labeled = n_aligned if spec.n_labeled is None else spec.n_labeled
     if n_labeled > n_aligned:
         raise UserError(f"--labeled {n_labeled} exceeds the {n_aligned} aligned rows")
-    labeled_pos = aligned_pos[rng.permutation(n_aligned)[:n_labeled]]
+    return aligned_pos[rng.permutation(n_aligned)[:n_labeled]]
 
+
+def _draw_test_aligned(spec: PartitionSpec, train_aligned_share: float, test_pos: np.ndarray,
+                       rng: np.random.Generator) -> np.ndarray:
+    """Step 5: the aligned test rows (a seeded draw, sorted): passive parties hold only those."""
     taf = spec.test_aligned_fraction
-    taf = n_aligned / n_train if taf == "train" else (1.0 if taf is None else float(taf))
-    # the aligned test rows are a seeded draw; passive parties hold only those
-    test_aligned_pos = np.sort(rng.permutation(test_pos)[: max(1, int(round(taf * len(test_pos))))])
+    taf = train_aligned_share if taf == "train" else (1.0 if taf is None else float(taf))
+    return np.sort(rng.permutation(test_pos)[: max(1, int(round(taf * len(test_pos))))])
 
-    names = party_names(K)
-    parties = []
-    for k in range(K):
-        cols = columns[k]
-        pos_k = np.concatenate([aligned_pos, own_unaligned[k]])
-        if k == 0 and not spec.active_features:
-            pos_k = np.concatenate([aligned_pos, rest])
-        layout: dict = {"column_names": tuple(ds.column_names[c] for c in cols)}
-        te_k = test_pos if k == 0 else test_aligned_pos
-        if len(cols) == 0:  # label-only host: zero-width feature block
-            X_tr, X_te = (np.zeros((len(p), *ds.X.shape[1:-1], 0), dtype=np.float32) for p in (pos_k, te_k))
-        elif ds.kind == "image":
-            X_tr, X_te = ds.X[pos_k][..., cols], ds.X[te_k][..., cols]
-        else:  # party-local preprocessing fitted on its own training rows only
-            num, cat = cols[cols < ds.n_numeric], cols[cols >= ds.n_numeric] - ds.n_numeric
-            C = ds.categorical if ds.categorical is not None else np.zeros((len(ds.y), 0), dtype=np.int64)
-            # gathered one column at a time (rows-then-columns copied every column of the table first:
-            # ≈ 2 GB per party on a 10M-row Criteo file)
-            X_tr, X_te, card = encode_party(Gather(ds.X, pos_k, num), Gather(ds.X, te_k, num),
-                                            Gather(C, pos_k, cat), Gather(C, te_k, cat), log=ds.log_transform,
-                                            min_freq=data.min_freq, hash_buckets=data.hash_buckets)
-            layout.update(n_numeric=len(num), cardinalities=card,
-                          column_names=tuple(ds.column_names[c] for c in [*num, *(cat + ds.n_numeric)]))
-        labels = {}
-        if k == 0:
-            lab_pos = [labeled_pos]
-            if spec.active_labels_unaligned:
-                own = own_unaligned[0]
-                if spec.unaligned_label_fraction < 1.0:  # own generator: leaves every other draw unchanged
-                    keep = np.random.default_rng([seed, 17]).permutation(len(own))
-                    own = own[np.sort(keep[: int(round(spec.unaligned_label_fraction * len(own)))])]
-                lab_pos.append(own)
-            if spec.active_labels_all:
-                lab_pos.append(np.setdiff1d(rest, own_unaligned[0]))
-            lab_pos = np.concatenate(lab_pos)
-            labels = {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}
-        parties.append(PartyData(names[k], cols, ds.ids[pos_k], X_tr.astype(np.float32, copy=False), ds.ids[te_k],
-                                 X_te.astype(np.float32, copy=False), **labels, **layout))
-    return Partition(ds.name, spec, seed, ds.n_classes, ds.kind, parties, ds.ids[aligned_pos], ds.ids[labeled_pos],
-                     test_aligned_ids=None if len(test_aligned_pos) == len(test_pos) else ds.ids[test_aligned_pos],
-                     truth_ids=ds.ids[train_pos], truth_y=ds.y[train_pos])
+
+def _party_features(ds: Dataset, cols: np.ndarray, pos: np.ndarray, test_pos: np.ndarray,
+                    data: DataConfig) -> tuple[np.ndarray, np.ndarray, dict]:
+    """One party's feature block on its training and test rows, and its tabular layout (PartyData fields)."""
+    layout: dict = {"column_names": tuple(ds.column_names[c] for c in cols)}
+    if len(cols) == 0:  # label-only host: zero-width feature block
+        X_tr, X_te = (np.zeros((len(p), *ds.X.shape[1:-1], 0), dtype=np.float32) for p in (pos, test_pos))
+    elif ds.kind == "image":
+        X_tr, X_te = ds.X[pos][..., cols], ds.X[test_pos][..., cols]
+    else:  # party-local preprocessing fitted on its own training rows only
+        num, cat = cols[cols < ds.n_numeric], cols[cols >= ds.n_numeric] - ds.n_numeric
+        C = ds.categorical if ds.categorical is not None else np.zeros((len(ds.y), 0), dtype=np.int64)
+        # gathered one column at a time (rows-then-columns copied every column of the table first:
+        # ≈ 2 GB per party on a 10M-row Criteo file)
+        X_tr, X_te, card = encode_party(Gather(ds.X, pos, num), Gather(ds.X, test_pos, num),
+                                        Gather(C, pos, cat), Gather(C, test_pos, cat), log=ds.log_transform,
+                                        min_freq=data.min_freq, hash_buckets=data.hash_buckets)
+        layout.update(n_numeric=len(num), cardinalities=card,
+                      column_names=tuple(ds.column_names[c] for c in [*num, *(cat + ds.n_numeric)]))
+    return X_tr, X_te, layout
+
+
+def _active_labels(ds: Dataset, spec: PartitionSpec, seed: int, labeled_pos: np.ndarray, own_unaligned: np.ndarray,
+                   rest: np.ndarray, test_pos: np.ndarray) -> dict:
+    """Step 4b: the active party's labels (PartyData fields): the labeled aligned rows, its own unaligned
+    rows with ``active_labels_unaligned``, the passive-only rows with ``active_labels_all``."""
+    lab_pos = [labeled_pos]
+    if spec.active_labels_unaligned:
+        own = own_unaligned
+        if spec.unaligned_label_fraction < 1.0:  # own generator: leaves every other draw unchanged
+            keep = np.random.default_rng([seed, 17]).permutation(len(own))
+            own = own[np.sort(keep[: int(round(spec.unaligned_label_fraction * len(own)))])]
+        lab_pos.append(own)
+    if spec.active_labels_all:
+        lab_pos.append(np.setdiff1d(rest, own_unaligned))
+    lab_pos = np.concatenate(lab_pos)
+    return {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}

@@ -51,13 +51,13 @@ import torch
 from torch import nn
 
 from securevfl.channel import MessageKind
-from securevfl.data.partition import ACTIVE, Partition
+from securevfl.data.partition import Partition
 from securevfl.errors import ProtocolError, UserError
 from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
-from securevfl.hooks import HookContext
 from securevfl.methods.base import Method, register_method
 from securevfl.models import build_head, soft_cross_entropy
-from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.parties import PassiveParty
+from securevfl.roles import ACTIVE
 from securevfl.training import SplitTrainer
 
 
@@ -120,35 +120,18 @@ def guest_announce(party: PassiveParty) -> None:
 def guest_forward(party: PassiveParty) -> None:
     """Guest step (Algorithm 1, guest lines 1–3): take the host's request for ``b`` rows, draw them
     from its own entities, send the IDs and a_i = m_i(x) — or, as a straggler, send nothing."""
-    st: GuestState = party.entity_aug
+    st: GuestState = party.method_state
     b = int(party.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
     step, st.requests = st.requests, st.requests + 1
     missed = st.miss_rate > 0 and step > 0 and st.miss_rng.random() < st.miss_rate
     if missed or step in st.skip:
         return
     ids = st.sampler.draw(b)
-    party.bottom.train(True)
-    z = party.bottom(party.features(ids, "train"))
-    party._z = z  # what the returned gradient applies to (PassiveParty.backward)
     party.endpoint.send_ids(ACTIVE, MessageKind.BATCH_IDS, ids)
-    party.cut_end.send_forward(z, HookContext(MessageKind.ACTIVATION, party.name, ACTIVE, party.step, True, ids))
+    party.send_output(ids, "train", True)
 
 
 # ----------------------------------------------------------------------------------- host role
-def host_backward(active: ActiveParty, loss: torch.Tensor, live: dict[str, np.ndarray]) -> None:
-    """The host's backward step: like :meth:`ActiveParty.backward`, but each guest's gradient
-    carries that guest's own batch IDs, and guests whose activation came from the queue get none."""
-    active.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    active.optimizer.step()
-    for name, r in zip(active.passive_names, active._received, strict=True):
-        if name in live:
-            ctx = HookContext(MessageKind.GRADIENT, active.name, name, active.step, True, live[name])
-            active.cut_ends[name].send_backward(r.grad, ctx)
-    active._received = []
-    active.step += 1
-
-
 class EntityAugTrainer(SplitTrainer):
     """The shared loop (epochs, batching, divergence check, aligned evaluation) with Entity
     Augmentation's training step. ``fit`` runs over step slots (``np.arange(n_max)``): a slot
@@ -209,7 +192,7 @@ class EntityAugTrainer(SplitTrainer):
         self._soft = soft_labels(labels, weights, fed.n_classes)
         a.receive(reps, training=True)
         loss = self.total_loss(a.logits(own, "train", True), own)
-        host_backward(a, loss, live)
+        a.backward(loss, live)  # each guest's gradient carries its own IDs; queued guests get none
         for p in fed.passives:
             if p.name in live:
                 p.backward(fed.cut.complete_backward(p.cut_end, a.cut_ends[p.name]))
@@ -263,7 +246,7 @@ class EntityAugmentation(Method):
                 a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
         for k, p in enumerate(fed.passives, start=1):
             seed = None if shared is None else int(p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
-            p.entity_aug = GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed)
+            p.method_state = GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed)
             guest_announce(p)
         counts = [int(a.endpoint.recv_json(p.name, MessageKind.CONTROL)) for p in fed.passives]
         host_sampler = None

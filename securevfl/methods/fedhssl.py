@@ -29,7 +29,6 @@ import torch
 from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
-from securevfl.data.partition import ACTIVE
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_HSSL_BATCHES, STREAM_HSSL_CROSS_INIT, STREAM_HSSL_STATE, Federation, seed_for
 from securevfl.hooks import HookContext, apply_hooks
@@ -37,6 +36,7 @@ from securevfl.methods.base import Method, labeled_aligned_ids, register_method
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
 from securevfl.models import build_bottom
 from securevfl.parties import Party
+from securevfl.roles import ACTIVE
 from securevfl.ssl import SSLConfig, neg_cosine
 from securevfl.ssl.objectives import SimSiam
 
@@ -87,7 +87,7 @@ class HybridState:
 
 # ----------------------------------------------------------------------------- step 1: FedCSSL
 def _cross_forward(party: Party, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    st: HybridState = party.hssl
+    st: HybridState = party.method_state
     st.cross.train()
     return st.cross.embed(party.features(ids, "train"))
 
@@ -98,7 +98,7 @@ def _send_rep(party: Party, dst: str, z: torch.Tensor) -> None:
 
 
 def _cross_update(party: Party, loss: torch.Tensor) -> None:
-    st: HybridState = party.hssl
+    st: HybridState = party.method_state
     st.opt_c.zero_grad(set_to_none=True)
     loss.backward()
     st.opt_c.step()
@@ -131,7 +131,7 @@ def cross_party_step(fed: Federation, ids: np.ndarray) -> dict[str, float]:
 def guided_local_epoch(party: Party, gamma: float, batch_size: int, rng: np.random.Generator) -> float:
     """Eq. 4 on all of the party's rows. The paper prints D(p1,z1)+D(p2,z1) for the SimSiam part;
     that is a typo for the symmetric SimSiam loss D(p1,z2)+D(p2,z1), which is what we use."""
-    st: HybridState = party.hssl
+    st: HybridState = party.method_state
     X = party.data.X_train
     st.local.train()
     st.cross.eval()
@@ -160,7 +160,7 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
     """Parties send f_lt∘proj∘h_l and their row counts to the server; it sends back the FedAvg."""
     for party in fed.parties:
         party.endpoint.send_json(SERVER, MessageKind.MODEL_PARAMS, len(party.data.train_ids))
-        party.endpoint.send_tensor(SERVER, MessageKind.MODEL_PARAMS, party.hssl.shared_vector())
+        party.endpoint.send_tensor(SERVER, MessageKind.MODEL_PARAMS, party.method_state.shared_vector())
     counts, vecs = [], []
     for party in fed.parties:
         counts.append(int(server.recv_json(party.name, MessageKind.MODEL_PARAMS)))
@@ -172,7 +172,7 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
     avg = (torch.stack(vecs) * w[:, None]).sum(0)
     for party in fed.parties:
         server.send_tensor(party.name, MessageKind.MODEL_PARAMS, avg)
-        party.hssl.load_shared_vector(party.endpoint.recv_tensor(SERVER, MessageKind.MODEL_PARAMS))
+        party.method_state.load_shared_vector(party.endpoint.recv_tensor(SERVER, MessageKind.MODEL_PARAMS))
 
 
 @register_method
@@ -197,7 +197,7 @@ class FedHSSL(Method):
         for k, party in enumerate(fed.parties):
             torch.manual_seed(seed_for(self.ctx.seed, k) + STREAM_HSSL_CROSS_INIT)
             f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
-            party.hssl = HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE)
+            party.method_state = HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE)
         server = fed.channel.endpoint(SERVER)
         aligned = fed.active.aligned_ids
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
@@ -216,7 +216,7 @@ class FedHSSL(Method):
             history.append(record)
         fed.meta["pretrain_history"] = history
         for party in fed.parties:
-            f_c = party.hssl.cross.encoder
+            f_c = party.method_state.cross.encoder
             party.bottom = AveragedEncoder(f_c, party.bottom) if self.use_local else f_c
         self.reset_optimizers(fed)
         fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"

@@ -54,7 +54,7 @@ class RepNet(nn.Module):
 def distillation_loss(rep: RepNet, host: ActiveParty) -> torch.Tensor:
     """loss2 = mean over rows of ‖Rep(h_H) − sg(h_G)‖² (guest representations as received)."""
     pred = torch.cat(rep(host.own_output), dim=1)
-    target = torch.cat([r.detach() for r in host._received], dim=1)
+    target = torch.cat([r.detach() for r in host.received], dim=1)
     return ((pred - target) ** 2).sum(dim=1).mean()
 
 

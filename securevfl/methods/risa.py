@@ -71,7 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.channel import MessageKind
-from securevfl.data.partition import ACTIVE, IdIndex, PartyData
+from securevfl.data.partition import IdIndex, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
 from securevfl.methods.base import Method, labeled_aligned_ids, register_method
@@ -85,6 +85,7 @@ from securevfl.methods.evidential import (
 )
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import Party
+from securevfl.roles import ACTIVE
 from securevfl.training import SplitTrainer
 
 

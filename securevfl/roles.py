@@ -1,0 +1,17 @@
+"""Role names of a federation's parties: party 0 is the active party (labels and head), the others are
+``passive1``, ``passive2``, ... Kept apart from the data package so that parties, methods, defenses and
+attacks can name a role without importing the data layer."""
+
+from __future__ import annotations
+
+ACTIVE = "active"
+
+
+def passive_name(k: int) -> str:
+    """The name of passive party ``k`` (k ≥ 1; party 0 is :data:`ACTIVE`)."""
+    return f"passive{k}"
+
+
+def party_names(n_parties: int) -> list[str]:
+    """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
+    return [ACTIVE] + [passive_name(k) for k in range(1, n_parties)]

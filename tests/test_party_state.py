@@ -1,0 +1,85 @@
+"""Parties show what they hold (issue 14, item 2): every attribute a party holds is declared in its
+constructor (a method keeps its per-party state in ``method_state``), and role names come from
+securevfl.roles, so defenses and attacks need nothing of the data package."""
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from securevfl.cli import main
+from securevfl.data import PartitionSpec, load_dataset, make_partition
+from securevfl.federation import OptimConfig, build_federation
+from securevfl.models import ModelConfig
+from securevfl.parties import ActiveParty, PassiveParty
+
+REPO = Path(__file__).parent.parent
+
+# every method that keeps state in its parties, a party's own update rule (mc-active), both label
+# defenses' privatizers, and the HE layer's ends; small runs (about a second each)
+RUNS = {
+    "fedhssl": ["--method", "fedhssl", "--method-param", "ssl_epochs=1"],
+    "fedlocal": ["--method", "fedlocal-simsiam", "--method-param", "ssl_epochs=1"],
+    "entity-aug": ["--method", "entity-aug", "--method-param", "queue=true", "--method-param", "miss_rate=0.2"],
+    "fedud": ["--method", "fedud", "--aligned-fraction", "0.5"],
+    "risa": ["--method", "risa", "--aligned-fraction", "0.5"],
+    "vflhlp": ["--method", "vflhlp", "--dataset", "breast-cancer", "--aligned-fraction", "0.5"],
+    "splitnn-dp-mc-active": ["--method", "splitnn", "--defense", "dp:noise=1", "--attack", "mc-active:steps=10"],
+    "splitnn-embedding-dp": ["--method", "splitnn", "--defense", "embedding-dp:noise=1"],
+    "splitnn-ckks": ["--method", "splitnn", "--dataset", "breast-cancer", "--he", "ckks"],
+}
+
+
+@pytest.fixture
+def attribute_guard(monkeypatch):
+    """Record every assignment to a party attribute its constructor did not declare (a run goes on,
+    so one test lists them all)."""
+    part = make_partition(load_dataset("digits"), PartitionSpec(), 0)
+    fed = build_federation(part, ModelConfig(bottom="mlp"), OptimConfig(), 0)
+    declared = {ActiveParty: set(vars(fed.active)), PassiveParty: set(vars(fed.passives[0]))}
+    undeclared: list[tuple[str, str]] = []
+
+    def guard(self, name: str, value: object) -> None:
+        if name not in declared[type(self)]:
+            undeclared.append((type(self).__name__, name))
+        object.__setattr__(self, name, value)
+
+    for cls in declared:
+        monkeypatch.setattr(cls, "__setattr__", guard)
+    return fed, undeclared
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_no_code_assigns_an_undeclared_party_attribute(run, attribute_guard, capsys):
+    _, undeclared = attribute_guard
+    argv = ["train", "--dataset", "digits", "--epochs", "1", "--seed", "0", "--json", "--no-progress", *RUNS[run]]
+    assert main(argv) == 0, capsys.readouterr().err
+    json.loads(capsys.readouterr().out)
+    assert undeclared == []
+
+
+def test_guard_control_catches_an_undeclared_attribute(attribute_guard):
+    """Control: what the methods used to do (``party.hssl = ...``) is caught."""
+    fed, undeclared = attribute_guard
+    fed.passives[0].hssl = object()
+    fed.active.method_state = object()  # the declared slot is fine
+    assert undeclared == [("PassiveParty", "hssl")]
+
+
+def _imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def test_defenses_and_attacks_do_not_import_the_data_package():
+    offenders = [f"{p.relative_to(REPO)} imports {m}" for d in ("defenses", "attacks") for p in (REPO / d).rglob("*.py")
+                 for m in _imports(p) if m == "securevfl.data" or m.startswith("securevfl.data.")]
+    assert offenders == []
+    # control: the scan sees such an import where there is one
+    assert "securevfl.data.partition" in _imports(REPO / "securevfl" / "federation.py")
