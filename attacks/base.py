@@ -17,9 +17,8 @@ from typing import ClassVar
 import numpy as np
 
 from securevfl.errors import UserError
+from securevfl.registry import Registry
 from securevfl.spec import check_params, parse_args, split_name
-
-ATTACKS: dict[str, type[Attack]] = {}
 
 NEEDS = {
     "bottom_model": "a passive party with a bottom model (this method trains the active party alone)",
@@ -131,19 +130,8 @@ class Attack(ABC):
     def run(self, target: AttackTarget) -> AttackResult: ...
 
 
-def register_attack(cls: type[Attack]) -> type[Attack]:
-    ATTACKS[cls.name] = cls
-    return cls
-
-
-def attack_names() -> list[str]:
-    return sorted(ATTACKS)
-
-
-def attack_class(name: str) -> type[Attack]:
-    if name not in ATTACKS:
-        raise UserError(f"unknown attack {name!r}; available: {', '.join(attack_names())}")
-    return ATTACKS[name]
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+"""Every attack by name; an attack module registers its class with ``@ATTACKS.register``."""
 
 
 def parse_attack(entry: object) -> tuple[type[Attack], dict]:
@@ -151,7 +139,7 @@ def parse_attack(entry: object) -> tuple[type[Attack], dict]:
     ``{mc: {n_aux: 40}}`` (config and sweep files) → its class and typed, validated parameters."""
     if isinstance(entry, dict) and len(entry) == 1:
         (name, given), = entry.items()
-        cls = attack_class(str(name))
+        cls = ATTACKS.get(str(name))
         if given is None:
             given = {}
         if not isinstance(given, dict):
@@ -160,7 +148,7 @@ def parse_attack(entry: object) -> tuple[type[Attack], dict]:
     if not isinstance(entry, str):
         raise UserError(f"attack {entry!r}: expected a name, 'name:key=value,...' or {{name: {{key: value}}}}")
     name, arg = split_name(entry)
-    cls = attack_class(name)
+    cls = ATTACKS.get(name)
     return cls, cls.check(parse_args("attack", name, entry, arg, cls.param_types()))
 
 

@@ -17,9 +17,8 @@ import torch
 
 from securevfl.errors import UserError
 from securevfl.hooks import TensorHook
+from securevfl.registry import Registry
 from securevfl.spec import parse_args, split_name
-
-DEFENSES: dict[str, type[Defense]] = {}
 
 
 def _finite(name: str, value: float, lo: float = 0.0, lo_inclusive: bool = True) -> float:
@@ -70,20 +69,18 @@ class Defense(TensorHook):
         self.generator.set_state(state["generator"])
 
 
-def register_defense(cls: type[Defense]) -> type[Defense]:
-    DEFENSES[cls.name] = cls
-    return cls
+DEFENSES: Registry[type[Defense]] = Registry("defense", unknown="unknown defense {name!r}; available: none, {names}")
+"""Every defense by name (``none`` is the absence of one); a defense module registers its class with
+``@DEFENSES.register``."""
 
 
 def defense_names() -> list[str]:
-    return ["none", *sorted(DEFENSES)]
+    return ["none", *DEFENSES.names()]
 
 
 def _parse_one(text: str, seed: int) -> Defense:
     name, arg = split_name(text)
-    if name not in DEFENSES:
-        raise UserError(f"unknown defense {name!r}; available: {', '.join(defense_names())}")
-    cls = DEFENSES[name]
+    cls = DEFENSES.get(name)
     return cls(seed=seed, **parse_args("defense", name, text, arg, cls.params, cls.primary))
 
 

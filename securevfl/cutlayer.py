@@ -12,7 +12,6 @@ the HE layer (securevfl/crypto/) override these two scripts. Hooks (defenses) ru
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -34,6 +33,7 @@ from securevfl.interactive import (
     tanh_backward,
     velocity,
 )
+from securevfl.registry import Registry
 
 
 class PassiveEnd(ABC):
@@ -235,24 +235,24 @@ class PlainCutLayer(CutLayer):
                 PlainActiveEnd(active, passive.party, hooks_active))
 
 
-_CUT_LAYERS: dict[str, Callable[..., CutLayer]] = {"off": PlainCutLayer}
-
-
-def register_cut_layer(name: str, factory: Callable[..., CutLayer]) -> None:
-    _CUT_LAYERS[name] = factory
-
-
-def cut_layer_names() -> list[str]:
-    import securevfl.crypto  # noqa: F401 - registers the HE schemes
-
-    return sorted(_CUT_LAYERS)
+CUT_LAYERS: Registry[type[CutLayer]] = Registry("cut layer", unknown="--he {name} is not available; available: {names}")
+"""Every cut-layer scheme by ``--he`` name. The HE layers (securevfl/crypto) subclass this module's
+classes, so they are named here by module path and imported on first use, without an import cycle."""
+CUT_LAYERS.register(PlainCutLayer)
+CUT_LAYERS.register_lazy("ckks", "securevfl.crypto:CKKSCutLayer")
+CUT_LAYERS.register_lazy("paillier", "securevfl.crypto:PaillierCutLayer")
+cut_layer_names = CUT_LAYERS.names  # sweep files check --he names with it
 
 
 def make_cut_layer(name: str, **params: object) -> CutLayer:
-    import securevfl.crypto  # noqa: F401 - registers the HE schemes
+    """The cut layer ``--he name --he-param key=value ...`` asks for.
 
+    Args:
+        name: ``off``, ``ckks`` or ``paillier``.
+        params: the scheme's parameters (validated by the scheme).
+    Returns:
+        A fresh cut layer (its ends are made per passive party by the federation).
+    """
     if name == "off" and params:
         raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
-    if name not in _CUT_LAYERS:
-        raise UserError(f"--he {name} is not available; available: {', '.join(cut_layer_names())}")
-    return _CUT_LAYERS[name](**params)
+    return CUT_LAYERS.get(name)(**params)

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attacks.base import Attack, AttackResult, AttackTarget, register_attack
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_tensor
 from securevfl.errors import UserError
@@ -273,7 +273,7 @@ class FeatureAttack(Attack):
                             control=theirs[key], details=details)
 
 
-@register_attack
+@ATTACKS.register
 class FeatureReconstruction(FeatureAttack):
     name = "fr"
     requires = frozenset({"passive_messages", "aux_features"})
@@ -305,7 +305,7 @@ class FeatureReconstruction(FeatureAttack):
                            "the same decoder trained on noise inputs of the same shape")
 
 
-@register_attack
+@ATTACKS.register
 class GenerativeRegression(FeatureAttack):
     name = "fr-grn"
     requires = frozenset({"passive_messages"})

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attacks.base import Attack, AttackResult, AttackTarget, register_attack
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.model_completion.mixmatch import linear_rampup, mixup, sharpen
 from securevfl.errors import UserError
 from securevfl.metrics import headline_score
@@ -88,7 +88,7 @@ FALLBACK_SSL_EPOCHS = 10
 SSL stage, ``ssl_epochs`` of fedhssl / fedlocal-*)."""
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletion(Attack):
     name = "mc"
     requires = frozenset({"bottom_model", "own_rows", "aux_labels"})
@@ -239,7 +239,7 @@ class ModelCompletion(Attack):
         return loss_x + cfg["lambda_u"] * linear_rampup(step, steps) * loss_u
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletionFull(ModelCompletion):
     """MixMatch fine-tuning the whole completed model (bottom at the head's lr): Fu et al.'s setting
     on image data; with a small step budget it is encoder-blind (see ``mc``)."""
@@ -248,7 +248,7 @@ class ModelCompletionFull(ModelCompletion):
     params = {**ModelCompletion.params, "bottom_lr": 2e-3}
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletionPlain(ModelCompletion):
     """Supervised training of the head on the aux rows alone, bottom frozen (no MixMatch)."""
 
@@ -307,7 +307,7 @@ class MaliciousSGD:
             p.add_(step, alpha=-lr)
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletionActive(ModelCompletion):
     """Active model completion: during VFL training the adversary steps its bottom model with
     :class:`MaliciousSGD` instead of the federation's optimizer, then runs ``mc``."""

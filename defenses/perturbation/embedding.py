@@ -31,13 +31,13 @@ import numpy as np
 import torch
 
 from defenses.accounting import epsilon
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import clip_per_example, dp_sgd_release, gaussian
 from securevfl.channel import MessageKind
 from securevfl.hooks import HookContext, PassivePrivatizer
 
 
-@register_defense
+@DEFENSES.register
 class ActivationNoise(Defense):
     name = "noise"
     primary = "sigma"
@@ -57,7 +57,7 @@ class ActivationNoise(Defense):
                 "protects": "passive features (heuristic)", "sigma": self.config["sigma"]}
 
 
-@register_defense
+@DEFENSES.register
 class EmbeddingDP(Defense, PassivePrivatizer):
     name = "embedding-dp"
     primary = "noise"

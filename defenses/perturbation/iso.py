@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import torch
 
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import gaussian, iso_sigma
 from securevfl.channel import MessageKind
 from securevfl.data.partition import ACTIVE
 from securevfl.hooks import HookContext
 
 
-@register_defense
+@DEFENSES.register
 class ISO(Defense):
     name = "iso"
     primary = "lam"

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from defenses.accounting import epsilon, exponential_mechanism, noise_for_target
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import dp_sgd_release
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
@@ -44,7 +44,7 @@ SAMPLING = ("no amplification by subsampling (passive parties see batch IDs): ea
             "that contains it, one per epoch of every training run")
 
 
-@register_defense
+@DEFENSES.register
 class LabelDP(Defense, StepPrivatizer):
     name = "dp"
     primary = "noise"

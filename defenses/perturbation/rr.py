@@ -19,14 +19,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import randomized_response, rr_with_prior
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, LabelRandomizer
 
 
-@register_defense
+@DEFENSES.register
 class RandomizedResponse(Defense, LabelRandomizer):
     name = "rr"
     primary = "epsilon"

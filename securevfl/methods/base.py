@@ -16,6 +16,7 @@ from securevfl.federation import STREAM_LR_GRID, Federation, OptimConfig, align,
 from securevfl.hooks import TensorHook
 from securevfl.metrics import utility
 from securevfl.models import ModelConfig
+from securevfl.registry import Registry
 from securevfl.training import SplitTrainer, TrainConfig
 from securevfl.validate import check_params
 
@@ -207,20 +208,9 @@ def labeled_aligned_ids(fed: Federation) -> np.ndarray:
     return np.intersect1d(a.data.label_ids, a.aligned_ids)
 
 
-_METHODS: dict[str, type[Method]] = {}
+METHODS: Registry[type[Method]] = Registry("method")
+"""Every method by name; a method file registers its class with ``@METHODS.register``."""
 
-
-def register_method(cls: type[Method]) -> type[Method]:
-    _METHODS[cls.name] = cls
-    return cls
-
-
-def method_names() -> list[str]:
-    return sorted(_METHODS)
-
-
-def get_method(name: str) -> type[Method]:
-    try:
-        return _METHODS[name]
-    except KeyError:
-        raise UserError(f"unknown method {name!r}; available: {', '.join(method_names())}") from None
+# the run path (run.py, lab/sweep.py, catalog) looks methods up by these two names
+get_method = METHODS.get
+method_names = METHODS.names

@@ -55,7 +55,7 @@ from securevfl.data.partition import ACTIVE, Partition
 from securevfl.errors import ProtocolError, UserError
 from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
 from securevfl.hooks import HookContext
-from securevfl.methods.base import Method, register_method
+from securevfl.methods.base import METHODS, Method
 from securevfl.models import build_head, soft_cross_entropy
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.training import SplitTrainer
@@ -220,7 +220,7 @@ class EntityAugTrainer(SplitTrainer):
         return soft_cross_entropy(out, self._soft)
 
 
-@register_method
+@METHODS.register
 class EntityAugmentation(Method):
     name = "entity-aug"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"

@@ -74,7 +74,7 @@ from securevfl.channel import MessageKind
 from securevfl.data.partition import ACTIVE, IdIndex, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.evidential import (
     alpha_from_opinion,
     edl_loss,
@@ -235,7 +235,7 @@ class RisaTrainer(SplitTrainer):
 
 
 # ---------------------------------------------------------------------------------------- method
-@register_method
+@METHODS.register
 class RISA(Method):
     name = "risa"
     summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
@@ -385,7 +385,7 @@ class RISA(Method):
         return candidates[keep], probs.argmax(1)[keep].astype(np.int64), summary
 
 
-@register_method
+@METHODS.register
 class LocalVFL(RISA):
     name = "local-vfl"
     summary = "RISA baseline Local+VFL: the active party's non-overlapping rows with zero-imputed passive blocks"
@@ -393,7 +393,7 @@ class LocalVFL(RISA):
     default_params = {**RISA.default_params, "self_training": False, "evidential": False}
 
 
-@register_method
+@METHODS.register
 class RandomMatch(RISA):
     name = "random-match"
     summary = "RISA baseline Random Match: the active party's non-overlapping rows paired with random passive rows"

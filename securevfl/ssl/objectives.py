@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from securevfl.registry import Registry
+
 
 @dataclass
 class SSLConfig:
@@ -164,8 +166,19 @@ class SCARF(SSLObjective):
         return 0.5 * (info_nce(z1, z2, self.cfg.temperature) + info_nce(z2, z1, self.cfg.temperature))
 
 
-OBJECTIVES: dict[str, type[SSLObjective]] = {c.name: c for c in (SimSiam, BYOL, MoCo, SCARF)}
+OBJECTIVES: Registry[type[SSLObjective]] = Registry("SSL objective")
+"""SSL objectives by name (``SSLConfig.objective``)."""
+for _cls in (SimSiam, BYOL, MoCo, SCARF):
+    OBJECTIVES.register(_cls)
 
 
 def make_objective(encoder: nn.Module, cfg: SSLConfig) -> SSLObjective:
-    return OBJECTIVES[cfg.objective](encoder, cfg)
+    """``cfg.objective`` wrapped around ``encoder``.
+
+    Args:
+        encoder: the party's bottom model (``out_dim`` attribute: its output width).
+        cfg: SSL hyperparameters; ``cfg.objective`` names the objective.
+    Returns:
+        The objective module (its parameters: the encoder's plus its own heads).
+    """
+    return OBJECTIVES.get(cfg.objective)(encoder, cfg)
