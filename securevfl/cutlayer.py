@@ -98,14 +98,31 @@ class ActiveEnd(ABC):
 
 
 class CutLayer(ABC):
+    """A cut-layer protocol (``--he`` scheme). To add one: subclass, set :attr:`name`, implement
+    :meth:`make_ends` (a :class:`PassiveEnd` and an :class:`ActiveEnd` that talk only through their
+    endpoints and run the hooks before they send), override :meth:`complete_forward` /
+    :meth:`complete_backward` for a multi-round exchange, and add the class to :data:`CUT_LAYERS`."""
+
     name: ClassVar[str]
+    """The ``--he`` name."""
 
     def __init__(self, **params: object) -> None:
         self.params = params
 
     @abstractmethod
     def make_ends(self, passive: Endpoint, active: Endpoint, hooks_passive: list[TensorHook],
-                  hooks_active: list[TensorHook], cut_dim: int) -> tuple[PassiveEnd, ActiveEnd]: ...
+                  hooks_active: list[TensorHook], cut_dim: int) -> tuple[PassiveEnd, ActiveEnd]:
+        """The two ends of one passive party's link.
+
+        Args:
+            passive: the passive party's channel endpoint.
+            active: the active party's channel endpoint.
+            hooks_passive: the passive party's hooks (defenses on what it sends).
+            hooks_active: the active party's hooks (defenses on what it sends back).
+            cut_dim: width of the passive bottom model's output.
+        Returns:
+            (passive end, active end), each owned by its party.
+        """
 
     def out_dim(self, cut_dim: int) -> int:
         """Width of what the active party receives per passive party."""

@@ -54,7 +54,7 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
 
 class GradientScoring(Attack):
     requires = frozenset({"transcript", "binary_task"})
-    params = {"n_aux": 40}
+    defaults = {"n_aux": 40}
 
     def scores(self, g: np.ndarray, ids: np.ndarray, known_pos: set) -> np.ndarray:
         raise NotImplementedError

@@ -101,7 +101,7 @@ class ModelCompletion(Attack):
     # the federation taught its encoder. The default therefore follows their frozen-bottom variant
     # (``bottom_lr`` 0: the head alone learns, on the encoder the federation trained); the full
     # fine-tune is ``mc-full``.
-    params = {"n_aux": 40, "steps": 300, "batch_size": 64, "lr": 2e-3, "bottom_lr": 0.0, "T": 0.8, "alpha": 0.75,
+    defaults = {"n_aux": 40, "steps": 300, "batch_size": 64, "lr": 2e-3, "bottom_lr": 0.0, "T": 0.8, "alpha": 0.75,
               "lambda_u": 50.0, "ema": 0.999, "eval_rows": 5000, "control": True, "baseline": True,
               "baseline_ssl_epochs": 0, "baseline_rows": 0}
     """``bottom_lr`` 0 freezes the bottom; ``baseline_ssl_epochs`` 0 = as long as the federation's SSL
@@ -245,7 +245,7 @@ class ModelCompletionFull(ModelCompletion):
     on image data; with a small step budget it is encoder-blind (see ``mc``)."""
 
     name = "mc-full"
-    params = {**ModelCompletion.params, "bottom_lr": 2e-3}
+    defaults = {**ModelCompletion.defaults, "bottom_lr": 2e-3}
 
 
 @ATTACKS.register
@@ -314,7 +314,7 @@ class ModelCompletionActive(ModelCompletion):
 
     name = "mc-active"
     during_training = True
-    params = {**ModelCompletion.params, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.3}
+    defaults = {**ModelCompletion.defaults, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.3}
     """``mal_lr``: the adversary's own learning rate; 0 follows the one the federation gives it (Fu
     et al.'s federations use SGD and give every party the same lr). Following the federation's is
     useless under Adam (lr 1e-3 is tiny for SGD): on digits (splitnn, 10 epochs, seeds 0–2) MC went

@@ -17,7 +17,6 @@ from securevfl.hooks import HookContext
 class Sparsify(Defense):
     name = "sparsify"
     primary = "keep"
-    params = {"keep": float}
     defaults = {"keep": 10.0}
     acts_on = frozenset({MessageKind.GRADIENT})
 

@@ -41,7 +41,6 @@ from securevfl.hooks import HookContext, PassivePrivatizer
 class ActivationNoise(Defense):
     name = "noise"
     primary = "sigma"
-    params = {"sigma": float}
     defaults = {"sigma": 1.0}
     acts_on = frozenset({MessageKind.ACTIVATION})
 
@@ -61,7 +60,6 @@ class ActivationNoise(Defense):
 class EmbeddingDP(Defense, PassivePrivatizer):
     name = "embedding-dp"
     primary = "noise"
-    params = {"clip": float, "noise": float, "grad_clip": float, "delta": float}
     defaults = {"clip": 1.0, "noise": 1.0, "grad_clip": 1.0, "delta": 1e-5}
     acts_on = frozenset({MessageKind.ACTIVATION})
     needs_aligned_batches = True

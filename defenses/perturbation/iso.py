@@ -21,7 +21,6 @@ from securevfl.hooks import HookContext
 class ISO(Defense):
     name = "iso"
     primary = "lam"
-    params = {"lam": float, "lam_p": float}
     defaults = {"lam": 1.0, "lam_p": 0.0}
 
     def validate(self) -> None:

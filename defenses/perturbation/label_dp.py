@@ -48,8 +48,8 @@ SAMPLING = ("no amplification by subsampling (passive parties see batch IDs): ea
 class LabelDP(Defense, StepPrivatizer):
     name = "dp"
     primary = "noise"
-    params = {"clip": float, "noise": float, "epsilon": float, "delta": float, "select_epsilon": float}
     defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1}
+    optional = {"noise": float, "epsilon": float}
     acts_on = frozenset({MessageKind.GRADIENT})
     needs_aligned_batches = True  # one labeled example per released row
 

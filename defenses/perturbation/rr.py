@@ -30,8 +30,8 @@ from securevfl.hooks import HookContext, LabelRandomizer
 class RandomizedResponse(Defense, LabelRandomizer):
     name = "rr"
     primary = "epsilon"
-    params = {"epsilon": float, "prior": int}
     defaults = {"prior": 0}
+    optional = {"epsilon": float}
     # acts on the labels behind every gradient; listed so methods that return gradients accept it
     acts_on = frozenset({MessageKind.GRADIENT})
 

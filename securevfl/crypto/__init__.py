@@ -17,9 +17,9 @@ class CKKSCutLayer(HECutLayer):
 
     @staticmethod
     def validate(params: dict) -> dict:
-        from securevfl.crypto.ckks import validate_params
+        from securevfl.crypto.ckks import CKKSBackend
 
-        return validate_params(params)
+        return CKKSBackend.validate(params)
 
     @property
     def backend_cls(self) -> type[HEBackend]:
@@ -36,9 +36,9 @@ class PaillierCutLayer(HECutLayer):
 
     @staticmethod
     def validate(params: dict) -> dict:
-        from securevfl.crypto.paillier import validate_params
+        from securevfl.crypto.paillier import PaillierBackend
 
-        return validate_params(params)
+        return PaillierBackend.validate(params)
 
     @property
     def backend_cls(self) -> type[HEBackend]:

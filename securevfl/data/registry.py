@@ -15,13 +15,23 @@ from securevfl.registry import Registry
 
 @dataclass(frozen=True)
 class DatasetEntry:
+    """One dataset. To add one: write ``locate`` and ``load`` and call
+    ``DATASETS.register(DatasetEntry(...))`` in a module imported by ``securevfl/data/__init__.py``."""
+
     name: str
+    """The ``--dataset`` name."""
     description: str
+    """One line for ``securevfl datasets``."""
     load: Callable[[DataConfig], Dataset] | None
+    """Args: the loader options (``--data-dir``, ``--data-path``, ``sample``, ``max_rows``…).
+    Returns: the whole table as a :class:`Dataset` (rows, labels, IDs, optional test mask). None for
+    sources built from per-party files (``partition`` instead)."""
     locate: Callable[[DataConfig], str]
-    """Where the data is found, or raises UserError saying how to get it."""
+    """Args: the loader options. Returns: where the data is found (for ``securevfl datasets``), or
+    raises a one-line UserError saying how to get it."""
     partition: Callable | None = None
-    """Sources whose parties come from separate files build their partition themselves."""
+    """Sources whose parties come from separate files build their partition themselves:
+    ``(DataConfig, PartitionSpec, seed) → Partition``."""
 
 
 DATASETS: Registry[DatasetEntry] = Registry("dataset")

@@ -51,7 +51,11 @@ def run_cell(cell: Cell, sweep: str) -> dict:
 
 
 class Engine(ABC):
+    """Runs sweep cells. To add one: subclass, set :attr:`name`, implement :meth:`run` (each cell
+    through :func:`run_cell`, rows handed back to this process) and add it to :data:`ENGINES`."""
+
     name: str
+    """The ``--engine`` name."""
 
     def __init__(self, workers: int) -> None:
         if not isinstance(workers, int) or workers < 1:
@@ -60,7 +64,14 @@ class Engine(ABC):
 
     @abstractmethod
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
-        """Run every cell, calling ``on_result(row)`` in this process as each finishes."""
+        """Run every cell, calling ``on_result(row)`` in this process as each finishes.
+
+        Args:
+            cells: the cells to run, pulled lazily (a cell is claimed in the store when pulled).
+            sweep: the sweep's name, stored with each row.
+            on_result: receives each finished row (:func:`run_cell`'s dict); only this process
+                writes the store.
+        """
 
 
 class LocalEngine(Engine):

@@ -17,8 +17,8 @@ from securevfl.hooks import TensorHook
 from securevfl.metrics import utility
 from securevfl.models import ModelConfig
 from securevfl.registry import Registry
+from securevfl.spec import check_nonnegative, check_params
 from securevfl.training import SplitTrainer, TrainConfig
-from securevfl.validate import check_params
 
 
 @dataclass
@@ -39,13 +39,22 @@ class MethodContext:
 
 class Method(ABC):
     """A VFL training method. ``run`` builds the federation, trains it and reports test utility;
-    the trained federation stays split by party so attacks can take exactly the adversary's part."""
+    the trained federation stays split by party so attacks can take exactly the adversary's part.
+
+    To add one: subclass, set :attr:`name`, :attr:`summary` and :attr:`defaults`, implement
+    :meth:`fit`, decorate the class with ``@METHODS.register`` and import its module in
+    ``securevfl/methods/__init__.py``. ``self.params`` holds the checked parameters, ``self.ctx`` the
+    run's configuration (:class:`MethodContext`)."""
 
     name: ClassVar[str]
+    """The ``--method`` name."""
     summary: ClassVar[str]
+    """One line for ``securevfl methods``."""
     uses_passives: ClassVar[bool] = True
     """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
-    default_params: ClassVar[dict] = {}
+    defaults: ClassVar[dict[str, object]] = {}
+    """The method's parameters and their defaults (``--method-param key=value``); a default's type is the
+    parameter's type and every number must be finite and ≥ 0 (:func:`securevfl.spec.check_params`)."""
     active_labels_unaligned: ClassVar[bool] = False
     """The partition default for ``active_labels_unaligned`` when the spec leaves it unset."""
     test_aligned_default: ClassVar[float | str] = 1.0
@@ -77,9 +86,11 @@ class Method(ABC):
     """Cut-layer message kinds this method exchanges; a defense must act on at least one of them."""
 
     def __init__(self, ctx: MethodContext) -> None:
-        check_params(f"method {self.name}", self.default_params, ctx.params)
+        owner = f"method {self.name}"
+        given = check_params(owner, self.defaults, ctx.params, parse_strings=False)  # typed by YAML
+        check_nonnegative(owner, given)
         self.ctx = ctx
-        self.params = {**self.default_params, **ctx.params}
+        self.params = {**self.defaults, **given}
         self.trainer: SplitTrainer | None = None
 
     def build(self, partition: Partition) -> Federation:
@@ -168,12 +179,27 @@ class Method(ABC):
 
     @abstractmethod
     def fit(self, fed: Federation) -> None:
-        """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference."""
+        """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference.
+
+        Args:
+            fed: the federation :meth:`build` made (parties, channel, cut layer, hooks), aligned.
+                Cross-party data moves only through ``fed.channel``; most methods end with
+                :meth:`finetune` on :func:`labeled_aligned_ids`.
+        Returns:
+            None; results go to ``self.trainer`` and run facts to ``fed.meta``.
+        """
 
     def exposes(self, fed: Federation) -> set[str]:
         return adversary_exposes(fed)
 
     def evaluate(self, fed: Federation) -> dict:
+        """Test utility of the trained federation.
+
+        Args:
+            fed: the federation :meth:`fit` trained.
+        Returns:
+            ``{"metric": "accuracy" | "auc", "test": value, ...}`` as :func:`securevfl.metrics.utility`.
+        """
         return self.trainer.evaluate()
 
     def run(self, partition: Partition, before_fit=None) -> tuple[Federation, dict]:

@@ -224,7 +224,7 @@ class EntityAugTrainer(SplitTrainer):
 class EntityAugmentation(Method):
     name = "entity-aug"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
-    default_params = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
+    defaults = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
     active_labels_unaligned = True
     partition_defaults = {"active_labels_all": True}
     label_only_host = True

@@ -182,7 +182,7 @@ class FedHSSL(Method):
     passive_features_outside_loop = True  # cross-party and local SSL on raw features
     use_local: ClassVar[bool] = True
     use_pma: ClassVar[bool] = True
-    default_params = {**SSL_PARAMS, "gamma": 0.5}
+    defaults = {**SSL_PARAMS, "gamma": 0.5}
     sends = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT, MessageKind.SSL_REPRESENTATION})
     # cross-party SSL exchanges the parties' representations z_c in plaintext (Eq. 2 needs them at
     # both ends); encrypting that exchange is not implemented, so --he is refused rather than implied

@@ -14,7 +14,7 @@ from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl
 class FedLocalSSL(Method):
     objective: ClassVar[str]
     passive_features_outside_loop = True  # local SSL pre-training on raw features
-    default_params = dict(SSL_PARAMS)
+    defaults = dict(SSL_PARAMS)
 
     def fit(self, fed: Federation) -> None:
         cfg = ssl_config(self.params, self.objective)

@@ -95,7 +95,7 @@ class FedUD(Method):
     active_labels_unaligned = True
     test_aligned_default = "train"
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
-    default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
+    defaults = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
 
     def privacy_plan(self, fed: Federation) -> tuple[int, int]:
         k, s = self.finetune_plan()  # two supervised stages; step 2's unaligned rows once per epoch too

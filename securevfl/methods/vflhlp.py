@@ -104,7 +104,7 @@ class VFLHLP(Method):
     use_active: ClassVar[bool] = True
     use_passive: ClassVar[bool] = True
     active_labels_unaligned = True
-    default_params = {**SSL_PARAMS, "corruption": 0.6, "temperature": 1.0, "beta": 10.0, "init_active": True,
+    defaults = {**SSL_PARAMS, "corruption": 0.6, "temperature": 1.0, "beta": 10.0, "init_active": True,
                       "pretrain_epochs": 10, "pretrain_batch_size": 256, "pretrain_lr": 1e-3}
 
     def privacy_plan(self, fed: Federation) -> tuple[int, int]:

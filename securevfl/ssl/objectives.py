@@ -68,7 +68,12 @@ def info_nce(q: torch.Tensor, k: torch.Tensor, tau: float, negatives: torch.Tens
 
 
 class SSLObjective(nn.Module):
+    """A self-supervised objective around a party's encoder. To add one: subclass, set ``name``,
+    build the heads in ``__init__``, implement :meth:`loss` (and :meth:`after_step` for a momentum
+    target) and add the class to :data:`OBJECTIVES`."""
+
     name = "ssl"
+    """The ``SSLConfig.objective`` name."""
     anchor_is_clean = False
     """SCARF contrasts the clean row with one corrupted view; the others use two augmented views."""
 
@@ -81,10 +86,18 @@ class SSLObjective(nn.Module):
         self.projector = projector(d, cfg.proj_dim)
 
     def loss(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        """The objective on one batch.
+
+        Args:
+            x1: the first view (the clean rows when :attr:`anchor_is_clean`).
+            x2: the second, augmented view of the same rows.
+        Returns:
+            A scalar loss to minimise.
+        """
         raise NotImplementedError
 
     def after_step(self) -> None:
-        """Hook for momentum targets."""
+        """Called after each optimizer step (momentum targets update here)."""
 
 
 class SimSiam(SSLObjective):
