@@ -17,10 +17,9 @@ from typing import ClassVar
 import numpy as np
 
 from securevfl.errors import UserError
+from securevfl.registry import Registry
 from securevfl.roles import passive_name
-from securevfl.spec import check_params, parse_args, split_name
-
-ATTACKS: dict[str, type[Attack]] = {}
+from securevfl.spec import check_nonnegative, check_params, parse_args, split_name
 
 NEEDS = {
     "bottom_model": "a passive party with a bottom model (this method trains the active party alone)",
@@ -89,62 +88,83 @@ class AttackTarget:
 
 
 class Attack(ABC):
+    """An attack on a trained federation. To add one: subclass, set :attr:`name`, :attr:`requires`
+    and :attr:`defaults`, implement :meth:`run`, decorate the class with ``@ATTACKS.register`` and
+    import its module in ``attacks/__init__.py``. ``self.config`` holds the checked parameters."""
+
     name: ClassVar[str]
+    """The ``--attack`` name."""
     threat_model: ClassVar[str] = "passive"
+    """Which party attacks: ``passive`` (label inference) or ``active`` (feature reconstruction)."""
     requires: ClassVar[frozenset[str]] = frozenset()
-    """What the attack must observe: ``bottom_model``, ``own_rows``, ``aux_labels``, ``transcript``,
-    ``binary_task``."""
+    """What the attack must observe, keys of :data:`NEEDS` plus ``own_rows`` and ``aux_labels``
+    (e.g. ``bottom_model``, ``received_gradients``, ``transcript``, ``binary_task``); construction
+    refuses, with a one-line error, a federation that does not expose all of them."""
     during_training: ClassVar[bool] = False
     """True when the attack must act while the federation trains (it gets :meth:`prepare`)."""
-    params: ClassVar[dict[str, object]] = {}
-    """Parameters and their defaults; a default's type is the parameter's type (ints pass as floats)."""
+    defaults: ClassVar[dict[str, object]] = {}
+    """Parameters and their defaults; a default's type is the parameter's type (ints pass as floats;
+    :func:`securevfl.spec.check_params`)."""
 
     def __init__(self, exposes: frozenset[str], seed: int = 0, **params: object) -> None:
+        """Args:
+            exposes: what the trained federation lets the adversary observe
+                (:func:`securevfl.methods.base.adversary_exposes`).
+            seed: the attack's own randomness.
+            params: parameters as the user wrote them.
+        Raises:
+            UserError: the federation does not expose :attr:`requires`, or a bad parameter.
+        """
         missing = self.requires - exposes
         if missing:
             need = "; ".join(NEEDS.get(m, m) for m in sorted(missing))
             raise UserError(f"attack {self.name} cannot run here: it needs {need}")
-        self.config = {**self.params, **self.check(params)}
+        self.config = {**self.defaults, **self.check(params)}
         self.seed = seed
 
     @classmethod
-    def param_types(cls) -> dict[str, type]:
-        return {k: type(v) for k, v in cls.params.items()}
-
-    @classmethod
     def check(cls, params: dict) -> dict:
-        """Typed, validated parameters (one ``error:`` line naming a bad key)."""
-        out = check_params("attack", cls.name, params, cls.param_types())
-        cls.validate({**cls.params, **out})
+        """Typed, validated parameters.
+
+        Args:
+            params: parameter → value as the user wrote it (spec strings or YAML values).
+        Returns:
+            The given parameters, typed (merge them over :attr:`defaults`).
+        Raises:
+            UserError: one line naming a bad key or value.
+        """
+        out = check_params(f"attack {cls.name}", cls.defaults, params)
+        cls.validate({**cls.defaults, **out})
         return out
 
     @classmethod
     def validate(cls, config: dict) -> None:
-        """Range checks on the merged parameters; raise UserError naming the bad one."""
-        for key, value in config.items():
-            if isinstance(value, int | float) and not isinstance(value, bool) and (value < 0 or value != value):
-                raise UserError(f"attack {cls.name}: {key} must be ≥ 0, got {value}")
+        """Range checks on the merged parameters (default: every number finite and ≥ 0); raise a
+        UserError naming the bad one."""
+        check_nonnegative(f"attack {cls.name}", config)
 
     def prepare(self, federation: object, adversary: str) -> None:  # noqa: B027 - optional
-        """Act before training (only for ``during_training`` attacks)."""
+        """Act before training (only for ``during_training`` attacks).
+
+        Args:
+            federation: the built, untrained federation.
+            adversary: the attacking party's name; the attack may touch only that party's objects.
+        """
 
     @abstractmethod
-    def run(self, target: AttackTarget) -> AttackResult: ...
+    def run(self, target: AttackTarget) -> AttackResult:
+        """Attack the trained federation from the adversary's view.
+
+        Args:
+            target: the adversary's party (``target.party``), its recorded channel view, the
+                simulator's auxiliary labels and ground truth (``target.truth``, for scoring only).
+        Returns:
+            The headline value with its prior and, where defined, a control and a baseline.
+        """
 
 
-def register_attack(cls: type[Attack]) -> type[Attack]:
-    ATTACKS[cls.name] = cls
-    return cls
-
-
-def attack_names() -> list[str]:
-    return sorted(ATTACKS)
-
-
-def attack_class(name: str) -> type[Attack]:
-    if name not in ATTACKS:
-        raise UserError(f"unknown attack {name!r}; available: {', '.join(attack_names())}")
-    return ATTACKS[name]
+ATTACKS: Registry[type[Attack]] = Registry("attack")
+"""Every attack by name; an attack module registers its class with ``@ATTACKS.register``."""
 
 
 def parse_attack(entry: object) -> tuple[type[Attack], dict]:
@@ -152,7 +172,7 @@ def parse_attack(entry: object) -> tuple[type[Attack], dict]:
     ``{mc: {n_aux: 40}}`` (config and sweep files) → its class and typed, validated parameters."""
     if isinstance(entry, dict) and len(entry) == 1:
         (name, given), = entry.items()
-        cls = attack_class(str(name))
+        cls = ATTACKS.get(str(name))
         if given is None:
             given = {}
         if not isinstance(given, dict):
@@ -161,8 +181,8 @@ def parse_attack(entry: object) -> tuple[type[Attack], dict]:
     if not isinstance(entry, str):
         raise UserError(f"attack {entry!r}: expected a name, 'name:key=value,...' or {{name: {{key: value}}}}")
     name, arg = split_name(entry)
-    cls = attack_class(name)
-    return cls, cls.check(parse_args("attack", name, entry, arg, cls.param_types()))
+    cls = ATTACKS.get(name)
+    return cls, cls.check(parse_args("attack", entry, arg))
 
 
 def attack_spec(name: str, params: dict) -> str:

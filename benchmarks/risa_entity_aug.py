@@ -29,7 +29,7 @@ from runlog import append, load, mean_std
 from securevfl.config import RunConfig
 from securevfl.data import load_dataset
 from securevfl.data.dataset import DataConfig, Dataset
-from securevfl.data.registry import DatasetEntry, get_dataset_entry, register_dataset
+from securevfl.data.registry import DATASETS, DatasetEntry, get_dataset_entry
 from securevfl.lab.compose import execute
 
 KEY = ("table", "variant", "aligned", "seed")
@@ -62,7 +62,7 @@ def capped(name: str, rows: int, test_rows: int) -> str:
                        ds.log_transform, cat, ds.cat_names, ds.presets)
 
     cname = f"{name}@{rows}"
-    register_dataset(DatasetEntry(cname, f"{name}, {rows} training rows", _load, base.locate))
+    DATASETS.register(DatasetEntry(cname, f"{name}, {rows} training rows", _load, base.locate))
     return cname
 
 

@@ -1,8 +1,8 @@
 """Defenses on cut-layer messages, organised by family. Only securevfl's composition
 layer imports this package."""
 
-from defenses.base import DEFENSES, Defense, defense_names, parse_defense, register_defense
+from defenses.base import DEFENSES, Defense, defense_names, parse_defense
 from defenses.compression import sparsify  # noqa: F401  (registration)
 from defenses.perturbation import embedding, iso, label_dp, rr  # noqa: F401  (registration)
 
-__all__ = ["DEFENSES", "Defense", "defense_names", "parse_defense", "register_defense"]
+__all__ = ["DEFENSES", "Defense", "defense_names", "parse_defense"]

@@ -17,9 +17,8 @@ import torch
 
 from securevfl.errors import UserError
 from securevfl.hooks import TensorHook
-from securevfl.spec import parse_args, split_name
-
-DEFENSES: dict[str, type[Defense]] = {}
+from securevfl.registry import Registry
+from securevfl.spec import check_params, parse_args, split_name
 
 
 def _finite(name: str, value: float, lo: float = 0.0, lo_inclusive: bool = True) -> float:
@@ -30,24 +29,35 @@ def _finite(name: str, value: float, lo: float = 0.0, lo_inclusive: bool = True)
 
 
 class Defense(TensorHook):
+    """A protection applied by the sending party to its outgoing cut-layer messages. To add one:
+    subclass, set :attr:`name`, :attr:`acts_on`, :attr:`defaults` (and :attr:`primary`), implement
+    ``__call__`` (:meth:`securevfl.hooks.TensorHook.__call__`) and :meth:`validate`, draw noise only from
+    ``self.generator``, decorate the class with ``@DEFENSES.register`` and import its module in
+    ``defenses/__init__.py``. ``self.config`` holds the checked parameters."""
+
     primary: ClassVar[str | None] = None
     """Parameter that ``NAME:VALUE`` sets; it is the strength shown in sweeps and reports."""
-    params: ClassVar[dict[str, type]] = {}
-    """Accepted parameters and their types."""
     defaults: ClassVar[dict[str, object]] = {}
+    """Parameters and their defaults; a default's type is the parameter's type
+    (:func:`securevfl.spec.check_params`)."""
+    optional: ClassVar[dict[str, type]] = {}
+    """Parameters without a default (absent from :attr:`config` unless given) and their types."""
 
     def __init__(self, seed: int = 0, **kwargs: object) -> None:
-        unknown = set(kwargs) - set(self.params)
-        if unknown:
-            raise UserError(f"defense {self.name} has no parameter {sorted(unknown)[0]!r}; "
-                            f"accepted: {', '.join(self.params) or 'none'}")
-        self.config = {**self.defaults, **kwargs}
+        """Args:
+            seed: seeds the defense's noise generator (reseeded per party by :meth:`for_party`).
+            kwargs: parameters as the user wrote them (spec strings or typed values).
+        Raises:
+            UserError: one line naming an unknown or bad parameter (:meth:`validate`).
+        """
+        self.config = {**self.defaults, **check_params(f"defense {self.name}", self.defaults, kwargs, self.optional)}
         self.seed = seed
         self.generator = torch.Generator().manual_seed(seed)
         self.validate()
 
     def validate(self) -> None:
-        """Check parameters; raise UserError naming the bad one."""
+        """Range checks on ``self.config`` (called at construction); raise a one-line UserError
+        naming the bad parameter."""
 
     def for_party(self, party: str) -> Defense:
         twin = super().for_party(party)
@@ -70,21 +80,19 @@ class Defense(TensorHook):
         self.generator.set_state(state["generator"])
 
 
-def register_defense(cls: type[Defense]) -> type[Defense]:
-    DEFENSES[cls.name] = cls
-    return cls
+DEFENSES: Registry[type[Defense]] = Registry("defense", unknown="unknown defense {name!r}; available: none, {names}")
+"""Every defense by name (``none`` is the absence of one); a defense module registers its class with
+``@DEFENSES.register``."""
 
 
 def defense_names() -> list[str]:
-    return ["none", *sorted(DEFENSES)]
+    return ["none", *DEFENSES.names()]
 
 
 def _parse_one(text: str, seed: int) -> Defense:
     name, arg = split_name(text)
-    if name not in DEFENSES:
-        raise UserError(f"unknown defense {name!r}; available: {', '.join(defense_names())}")
-    cls = DEFENSES[name]
-    return cls(seed=seed, **parse_args("defense", name, text, arg, cls.params, cls.primary))
+    cls = DEFENSES.get(name)
+    return cls(seed=seed, **parse_args("defense", text, arg, cls.primary))
 
 
 def parse_defense(text: str | None, seed: int = 0) -> list[Defense]:

@@ -33,6 +33,7 @@ from securevfl.interactive import (
     tanh_backward,
     velocity,
 )
+from securevfl.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,13 @@ class ActiveEnd(ABC):
 
 
 class CutLayer(ABC):
+    """A cut-layer protocol (``--he`` scheme). To add one: subclass, set :attr:`name`, implement
+    :meth:`make_ends` (a :class:`PassiveEnd` and an :class:`ActiveEnd` that talk only through their
+    endpoints and run the hooks before they send), override :meth:`complete_forward` /
+    :meth:`complete_backward` for a multi-round exchange, and add the class to :data:`CUT_LAYERS`."""
+
     name: ClassVar[str]
+    """The ``--he`` name."""
 
     def __init__(self, **params: object) -> None:
         self.params = params
@@ -248,24 +255,24 @@ class PlainCutLayer(CutLayer):
         return p_cls(passive, active.endpoint.party), a_cls(active, passive.endpoint.party)
 
 
-_CUT_LAYERS: dict[str, Callable[..., CutLayer]] = {"off": PlainCutLayer}
-
-
-def register_cut_layer(name: str, factory: Callable[..., CutLayer]) -> None:
-    _CUT_LAYERS[name] = factory
-
-
-def cut_layer_names() -> list[str]:
-    import securevfl.crypto  # noqa: F401 - registers the HE schemes
-
-    return sorted(_CUT_LAYERS)
+CUT_LAYERS: Registry[type[CutLayer]] = Registry("cut layer", unknown="--he {name} is not available; available: {names}")
+"""Every cut-layer scheme by ``--he`` name. The HE layers (securevfl/crypto) subclass this module's
+classes, so they are named here by module path and imported on first use, without an import cycle."""
+CUT_LAYERS.register(PlainCutLayer)
+CUT_LAYERS.register_lazy("ckks", "securevfl.crypto:CKKSCutLayer")
+CUT_LAYERS.register_lazy("paillier", "securevfl.crypto:PaillierCutLayer")
+cut_layer_names = CUT_LAYERS.names  # sweep files check --he names with it
 
 
 def make_cut_layer(name: str, **params: object) -> CutLayer:
-    import securevfl.crypto  # noqa: F401 - registers the HE schemes
+    """The cut layer ``--he name --he-param key=value ...`` asks for.
 
+    Args:
+        name: ``off``, ``ckks`` or ``paillier``.
+        params: the scheme's parameters (validated by the scheme).
+    Returns:
+        A fresh cut layer (its ends are made per passive party by the federation).
+    """
     if name == "off" and params:
         raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
-    if name not in _CUT_LAYERS:
-        raise UserError(f"--he {name} is not available; available: {', '.join(cut_layer_names())}")
-    return _CUT_LAYERS[name](**params)
+    return CUT_LAYERS.get(name)(**params)

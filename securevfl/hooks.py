@@ -36,6 +36,7 @@ class TensorHook(ABC):
     """Transforms one outgoing message tensor. Subclasses declare the kinds they act on."""
 
     acts_on: ClassVar[frozenset[str]] = frozenset()
+    """Message kinds (:class:`securevfl.channel.MessageKind`) the hook transforms; others pass."""
     name: ClassVar[str] = "hook"
     needs_aligned_batches: ClassVar[bool] = False
     """True when the hook's guarantee assumes each released row belongs to one labeled example of
@@ -43,21 +44,44 @@ class TensorHook(ABC):
     (entity-aug) refuse such hooks."""
 
     @abstractmethod
-    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor: ...
+    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
+        """Transform one outgoing message.
+
+        Args:
+            tensor: what the sending party is about to send (detached), one row per example.
+            ctx: the message's kind, sender, receiver, batch IDs and whether the step trains.
+        Returns:
+            A tensor of the same shape and dtype (checked by :func:`apply_hooks`).
+        """
 
     def for_party(self, party: str) -> TensorHook:
-        """The copy a given party installs (parties never share hook state); defenses reseed here."""
+        """The copy a given party installs (parties never share hook state); defenses reseed here.
+
+        Args:
+            party: the installing party's name.
+        Returns:
+            An independent copy.
+        """
         return copy.deepcopy(self)
 
     def privacy(self) -> dict | None:
-        """Privacy report (ε, δ, mechanism, ...) if the hook accounts for one."""
+        """Privacy report (ε, δ, mechanism, ...) if the hook accounts for one.
+
+        Returns:
+            A dict whose ``epsilon`` must be a true upper bound over the whole run, or None.
+        """
         return None
 
     def state_dict(self) -> dict:
+        """State a party snapshots with its models (e.g. an accountant's ledger).
+
+        Returns:
+            A dict :meth:`load_state_dict` restores.
+        """
         return {}
 
     def load_state_dict(self, state: dict) -> None:  # noqa: B027 - optional for stateless hooks
-        pass
+        """Restore what :meth:`state_dict` returned."""
 
 
 def apply_hooks(hooks: list[TensorHook], tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:

@@ -135,35 +135,6 @@ def validate_config(cfg: object) -> None:
     _walk(cfg, "")
 
 
-def check_params(owner: str, defaults: dict, given: dict) -> None:
-    """The parameter convention of methods: each value has the type of its default (a whole number
-    where the default is an int — never silently truncated —, true/false where it is a flag, a
-    string where it is a choice) and every number is finite and ≥ 0 (all method hyperparameters —
-    epochs, sizes, rates, weights, thresholds — are non-negative). A default of None accepts a number."""
-    for key, value in given.items():
-        if key not in defaults:
-            raise UserError(f"{owner} has no parameter {key!r}; accepted: {', '.join(sorted(defaults))}")
-        d = defaults[key]
-        if isinstance(d, bool):
-            ok = isinstance(value, bool)
-            want = "true or false"
-        elif isinstance(d, int) or (d is None and isinstance(value, int) and not isinstance(value, bool)):
-            ok = isinstance(value, int) and not isinstance(value, bool)
-            want = "a whole number"
-        elif isinstance(d, float) or d is None:
-            ok = value is None if d is None and value is None else (
-                isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value))
-            want = "a finite number"
-        elif isinstance(d, str):
-            ok, want = isinstance(value, str), "a string"
-        else:
-            ok, want = True, ""
-        if not ok:
-            raise UserError(f"{owner}: {key}={value!r} must be {want}")
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-            raise UserError(f"{owner}: {key} must be ≥ 0, got {value}")
-
-
 def whole_number(owner: str, key: str, value: object) -> int:
     """``value`` as an int if it is a whole number (an int, or a float/str with no fractional part);
     a one-line UserError otherwise — never a silent truncation."""

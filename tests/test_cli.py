@@ -49,7 +49,7 @@ def test_user_errors_exit_2_with_one_line(args, needle, capsys):
 
 
 def test_missing_fashion_mnist_says_how_to_get_it(tmp_path, monkeypatch, capsys):
-    import securevfl.data.builtin as b
+    import securevfl.data.registry as b
 
     monkeypatch.setattr(b, "DEBIAN_DATASETS", tmp_path / "none")
     monkeypatch.delenv("SECUREVFL_DATA", raising=False)

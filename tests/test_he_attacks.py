@@ -504,9 +504,9 @@ PASSIVE_SENDS_UNDER_HE = {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, Mes
 
 
 def test_every_method_allowed_under_he_is_listed():
-    from securevfl.methods.base import _METHODS
+    from securevfl.methods.base import METHODS
 
-    allowed = {k for k, m in _METHODS.items() if m.supports_he and m.uses_passives}
+    allowed = {k for k, m in METHODS.items() if m.supports_he and m.uses_passives}
     assert allowed == set(HE_METHODS) | {"splitnn", "fedlocal-byol", "fedlocal-moco", "fedlocal-scarf", "vflhlp-a",
                                          "vflhlp-p"}
 

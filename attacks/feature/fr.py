@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from attacks.base import Attack, AttackResult, AttackTarget, register_attack
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_tensor
 from securevfl.errors import UserError
@@ -273,11 +273,11 @@ class FeatureAttack(Attack):
                             control=theirs[key], details=details)
 
 
-@register_attack
+@ATTACKS.register
 class FeatureReconstruction(FeatureAttack):
     name = "fr"
     requires = frozenset({"passive_messages", "aux_features"})
-    params = {"n_aux": 0, "epochs": 500, "lr": 3e-3, "hidden": 256, "eval_rows": 2000}
+    defaults = {"n_aux": 0, "epochs": 500, "lr": 3e-3, "hidden": 256, "eval_rows": 2000}
 
     def run(self, target: AttackTarget) -> AttackResult:
         aux, rest, test_ids, n_aux = self.split_rows(target)
@@ -305,11 +305,11 @@ class FeatureReconstruction(FeatureAttack):
                            "the same decoder trained on noise inputs of the same shape")
 
 
-@register_attack
+@ATTACKS.register
 class GenerativeRegression(FeatureAttack):
     name = "fr-grn"
     requires = frozenset({"passive_messages"})
-    params = {"epochs": 300, "lr": 1e-3, "hidden": 256, "eval_rows": 2000, "train_rows": 4000, "noise_dim": 16}
+    defaults = {"epochs": 300, "lr": 1e-3, "hidden": 256, "eval_rows": 2000, "train_rows": 4000, "noise_dim": 16}
 
     def fit(self, x_a: np.ndarray, obs: np.ndarray, t: Truth, seed: int) -> tuple[nn.Module, float]:
         """Jointly fit G(x_A, r) and the surrogate S so that S(G(x_A, r)) ≈ the observation; returns G

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from attacks.base import Attack, AttackResult, AttackTarget, register_attack
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.model_completion.mc import balanced_draw
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_ids, decode_json
@@ -54,7 +54,7 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
 
 class GradientScoring(Attack):
     requires = frozenset({"transcript", "binary_task"})
-    params = {"n_aux": 40}
+    defaults = {"n_aux": 40}
 
     def scores(self, g: np.ndarray, ids: np.ndarray, known_pos: set) -> np.ndarray:
         raise NotImplementedError
@@ -88,7 +88,7 @@ class GradientScoring(Attack):
                              "adversary": target.adversary, "control_kind": "labels shuffled within each batch"})
 
 
-@register_attack
+@ATTACKS.register
 class NormScoring(GradientScoring):
     name = "norm"
 
@@ -96,7 +96,7 @@ class NormScoring(GradientScoring):
         return np.linalg.norm(g, axis=1)
 
 
-@register_attack
+@ATTACKS.register
 class DirectionScoring(GradientScoring):
     name = "direction"
     requires = GradientScoring.requires | {"aux_labels"}

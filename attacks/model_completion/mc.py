@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attacks.base import Attack, AttackResult, AttackTarget, register_attack
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.model_completion.mixmatch import linear_rampup, mixup, sharpen
 from securevfl.errors import UserError
 from securevfl.metrics import headline_score
@@ -88,7 +88,7 @@ FALLBACK_SSL_EPOCHS = 10
 SSL stage, ``ssl_epochs`` of fedhssl / fedlocal-*)."""
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletion(Attack):
     name = "mc"
     requires = frozenset({"bottom_model", "own_rows", "aux_labels"})
@@ -101,7 +101,7 @@ class ModelCompletion(Attack):
     # the federation taught its encoder. The default therefore follows their frozen-bottom variant
     # (``bottom_lr`` 0: the head alone learns, on the encoder the federation trained); the full
     # fine-tune is ``mc-full``.
-    params = {"n_aux": 40, "steps": 300, "batch_size": 64, "lr": 2e-3, "bottom_lr": 0.0, "T": 0.8, "alpha": 0.75,
+    defaults = {"n_aux": 40, "steps": 300, "batch_size": 64, "lr": 2e-3, "bottom_lr": 0.0, "T": 0.8, "alpha": 0.75,
               "lambda_u": 50.0, "ema": 0.999, "eval_rows": 5000, "control": True, "baseline": True,
               "baseline_ssl_epochs": 0, "baseline_rows": 0}
     """``bottom_lr`` 0 freezes the bottom; ``baseline_ssl_epochs`` 0 = as long as the federation's SSL
@@ -239,16 +239,16 @@ class ModelCompletion(Attack):
         return loss_x + cfg["lambda_u"] * linear_rampup(step, steps) * loss_u
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletionFull(ModelCompletion):
     """MixMatch fine-tuning the whole completed model (bottom at the head's lr): Fu et al.'s setting
     on image data; with a small step budget it is encoder-blind (see ``mc``)."""
 
     name = "mc-full"
-    params = {**ModelCompletion.params, "bottom_lr": 2e-3}
+    defaults = {**ModelCompletion.defaults, "bottom_lr": 2e-3}
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletionPlain(ModelCompletion):
     """Supervised training of the head on the aux rows alone, bottom frozen (no MixMatch)."""
 
@@ -307,14 +307,14 @@ class MaliciousSGD:
             p.add_(step, alpha=-lr)
 
 
-@register_attack
+@ATTACKS.register
 class ModelCompletionActive(ModelCompletion):
     """Active model completion: during VFL training the adversary steps its bottom model with
     :class:`MaliciousSGD` instead of the federation's optimizer, then runs ``mc``."""
 
     name = "mc-active"
     during_training = True
-    params = {**ModelCompletion.params, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.3}
+    defaults = {**ModelCompletion.defaults, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.3}
     """``mal_lr``: the adversary's own learning rate; 0 follows the one the federation gives it (Fu
     et al.'s federations use SGD and give every party the same lr). Following the federation's is
     useless under Adam (lr 1e-3 is tiny for SGD): on digits (splitnn, 10 epochs, seeds 0–2) MC went

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import torch
 
-from defenses.base import Defense, register_defense
+from defenses.base import DEFENSES, Defense
 from defenses.functional import topk_per_example
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext
 
 
-@register_defense
+@DEFENSES.register
 class Sparsify(Defense):
     name = "sparsify"
     primary = "keep"
-    params = {"keep": float}
     defaults = {"keep": 10.0}
     acts_on = frozenset({MessageKind.GRADIENT})
 

@@ -31,17 +31,16 @@ import numpy as np
 import torch
 
 from defenses.accounting import epsilon
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import clip_per_example, dp_sgd_release, gaussian
 from securevfl.channel import MessageKind
 from securevfl.hooks import HookContext, PassivePrivatizer
 
 
-@register_defense
+@DEFENSES.register
 class ActivationNoise(Defense):
     name = "noise"
     primary = "sigma"
-    params = {"sigma": float}
     defaults = {"sigma": 1.0}
     acts_on = frozenset({MessageKind.ACTIVATION})
 
@@ -57,11 +56,10 @@ class ActivationNoise(Defense):
                 "protects": "passive features (heuristic)", "sigma": self.config["sigma"]}
 
 
-@register_defense
+@DEFENSES.register
 class EmbeddingDP(Defense, PassivePrivatizer):
     name = "embedding-dp"
     primary = "noise"
-    params = {"clip": float, "noise": float, "grad_clip": float, "delta": float}
     defaults = {"clip": 1.0, "noise": 1.0, "grad_clip": 1.0, "delta": 1e-5}
     acts_on = frozenset({MessageKind.ACTIVATION})
     needs_aligned_batches = True

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import torch
 
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import gaussian, iso_sigma
 from securevfl.channel import MessageKind
 from securevfl.hooks import HookContext
 from securevfl.roles import ACTIVE
 
 
-@register_defense
+@DEFENSES.register
 class ISO(Defense):
     name = "iso"
     primary = "lam"
-    params = {"lam": float, "lam_p": float}
     defaults = {"lam": 1.0, "lam_p": 0.0}
 
     def validate(self) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from defenses.accounting import epsilon, exponential_mechanism, noise_for_target
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import dp_sgd_release
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
@@ -44,12 +44,12 @@ SAMPLING = ("no amplification by subsampling (passive parties see batch IDs): ea
             "that contains it, one per epoch of every training run")
 
 
-@register_defense
+@DEFENSES.register
 class LabelDP(Defense, StepPrivatizer):
     name = "dp"
     primary = "noise"
-    params = {"clip": float, "noise": float, "epsilon": float, "delta": float, "select_epsilon": float}
     defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1}
+    optional = {"noise": float, "epsilon": float}
     acts_on = frozenset({MessageKind.GRADIENT})
     needs_aligned_batches = True  # one labeled example per released row
 

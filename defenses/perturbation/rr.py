@@ -19,19 +19,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from defenses.base import Defense, _finite, register_defense
+from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import randomized_response, rr_with_prior
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, LabelRandomizer
 
 
-@register_defense
+@DEFENSES.register
 class RandomizedResponse(Defense, LabelRandomizer):
     name = "rr"
     primary = "epsilon"
-    params = {"epsilon": float, "prior": int}
     defaults = {"prior": 0}
+    optional = {"epsilon": float}
     # acts on the labels behind every gradient; listed so methods that return gradients accept it
     acts_on = frozenset({MessageKind.GRADIENT})
 

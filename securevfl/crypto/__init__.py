@@ -1,31 +1,47 @@
 """Homomorphic encryption for the cut layer: a scheme-agnostic protocol
 (:mod:`securevfl.crypto.protocol`) over CKKS (:mod:`securevfl.crypto.ckks`, TenSEAL) and Paillier
-(:mod:`securevfl.crypto.paillier`, phe + gmpy2) backends. Registers ``--he ckks`` and
-``--he paillier``; the scheme libraries are imported only when a layer is built."""
+(:mod:`securevfl.crypto.paillier`, phe + gmpy2) backends. ``--he ckks`` and ``--he paillier`` are the
+two layers below, named in :data:`securevfl.cutlayer.CUT_LAYERS`; a scheme's library is imported only
+when its layer is built."""
 
 from __future__ import annotations
 
+from securevfl.crypto.backend import HEBackend
 from securevfl.crypto.protocol import HECutLayer
-from securevfl.cutlayer import CutLayer, register_cut_layer
 
 
-def make_ckks(**params: object) -> CutLayer:
-    from securevfl.crypto import ckks
+class CKKSCutLayer(HECutLayer):
+    """``--he ckks``: the HE-protected interactive layer over CKKS (TenSEAL)."""
 
-    cls = type("CKKSCutLayer", (HECutLayer,), {"name": "ckks", "backend_cls": ckks.CKKSBackend,
-                                                "validate": staticmethod(ckks.validate_params)})
-    return cls(**params)
+    name = "ckks"
+
+    @staticmethod
+    def validate(params: dict) -> dict:
+        from securevfl.crypto.ckks import CKKSBackend
+
+        return CKKSBackend.validate(params)
+
+    @property
+    def backend_cls(self) -> type[HEBackend]:
+        from securevfl.crypto.ckks import CKKSBackend
+
+        return CKKSBackend
 
 
-def make_paillier(**params: object) -> CutLayer:
-    from securevfl.crypto import paillier
+class PaillierCutLayer(HECutLayer):
+    """``--he paillier``: the same layer over packed Paillier; ``packing: false`` is the textbook
+    one-value-per-ciphertext baseline."""
 
-    checked = paillier.validate_params({k: v for k, v in params.items() if k != "seeded_shares"})
-    backend = paillier.PaillierBackend if checked["packing"] else paillier.NaivePaillierBackend
-    cls = type("PaillierCutLayer", (HECutLayer,), {"name": "paillier", "backend_cls": backend,
-                                                    "validate": staticmethod(paillier.validate_params)})
-    return cls(**params)
+    name = "paillier"
 
+    @staticmethod
+    def validate(params: dict) -> dict:
+        from securevfl.crypto.paillier import PaillierBackend
 
-register_cut_layer("ckks", make_ckks)
-register_cut_layer("paillier", make_paillier)
+        return PaillierBackend.validate(params)
+
+    @property
+    def backend_cls(self) -> type[HEBackend]:
+        from securevfl.crypto import paillier
+
+        return paillier.PaillierBackend if self.scheme_params["packing"] else paillier.NaivePaillierBackend

@@ -21,8 +21,11 @@ import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
+
+from securevfl.spec import check_params
 
 # ----------------------------------------------------------------------------------- threads
 _HE_THREADS: list[int] = []
@@ -85,9 +88,31 @@ class HEBackend(ABC):
     """One party's handle on a scheme instance (keys + codec)."""
 
     scheme: str
+    defaults: ClassVar[dict[str, object]] = {}
+    """The scheme's parameters (``--he-param key=value``) and their defaults; a default's type is the
+    parameter's type (:func:`securevfl.spec.check_params`)."""
 
     def __init__(self, timer: HETimer | None = None) -> None:
         self.timer = timer or HETimer()
+
+    @classmethod
+    def validate(cls, params: dict) -> dict:
+        """The scheme's parameters, typed and checked.
+
+        Args:
+            params: parameter → value as the user wrote it (the layer's own ``seeded_shares`` excluded).
+        Returns:
+            :attr:`defaults` updated with ``params``, normalised by :meth:`check_ranges`.
+        Raises:
+            UserError: one line naming an unknown key or a bad value.
+        """
+        return cls.check_ranges({**cls.defaults, **check_params(f"--he {cls.scheme}", cls.defaults, params)})
+
+    @classmethod
+    def check_ranges(cls, p: dict) -> dict:
+        """The scheme's own rules on its merged parameters (bounds, security level); returns them,
+        normalised."""
+        return p
 
     # ---- keys
     @abstractmethod

@@ -70,23 +70,16 @@ from securevfl.validate import whole_number
 
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
-DEFAULTS = {"poly_modulus_degree": 16384, "coeff_mod_bit_sizes": [60, 60, 60, 60], "global_scale_bits": 60}
 MIN_KAPPA = 8
 
 
-def validate_params(params: dict) -> dict:
-    unknown = set(params) - set(DEFAULTS)
-    if unknown:
-        raise UserError(f"--he ckks has no parameter {sorted(unknown)[0]!r}; known: {', '.join(sorted(DEFAULTS))}, "
-                        "seeded_shares")
-    p = {**DEFAULTS, **{k: v for k, v in params.items() if k in DEFAULTS}}
+def ckks_ranges(p: dict) -> dict:
+    """CKKS parameters within 128-bit security and one rescaling level (``p`` typed by the shared check)."""
     n, bits, scale = p["poly_modulus_degree"], p["coeff_mod_bit_sizes"], p["global_scale_bits"]
     if isinstance(bits, str):
         bits = [b for b in bits.replace("[", "").replace("]", "").split(",") if b.strip()]
     if not isinstance(bits, list | tuple):
         raise UserError(f"--he ckks: coeff_mod_bit_sizes must be a list of integers, got {bits!r}")
-    n = whole_number("--he ckks", "poly_modulus_degree", n)
-    scale = whole_number("--he ckks", "global_scale_bits", scale)
     bits = [whole_number("--he ckks", "coeff_mod_bit_sizes", b) for b in bits]
     if n not in MAX_COEFF_BITS_128:
         raise UserError(f"--he ckks: poly_modulus_degree must be one of {sorted(MAX_COEFF_BITS_128)}, got {n}")
@@ -239,13 +232,15 @@ def proto_blobs(buf: bytes) -> tuple[list[bytes], float]:
 
 class CKKSBackend(HEBackend):
     scheme = "ckks"
+    defaults = {"poly_modulus_degree": 16384, "coeff_mod_bit_sizes": [60, 60, 60, 60], "global_scale_bits": 60}
+    check_ranges = staticmethod(ckks_ranges)
     exact = False
     flood = True  # the imaginary flooding (tests switch it off for their control)
 
     def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
                  frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
         super().__init__(timer)
-        self.params = validate_params(params)
+        self.params = self.validate(params)
         self.f = frac_bits
         self.kappa = ckks_kappa(self.params["global_scale_bits"], frac_bits, weight_bits)
         if self.kappa < MIN_KAPPA:

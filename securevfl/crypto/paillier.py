@@ -43,23 +43,14 @@ from phe import paillier
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
-from securevfl.validate import whole_number
 
 DEFAULTS = {"key_bits": 3072, "packing": True, "mask_bits": 40}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
 ALPHA_BITS = 256
 
 
-def validate_params(params: dict) -> dict:
-    unknown = set(params) - set(DEFAULTS)
-    if unknown:
-        raise UserError(f"--he paillier has no parameter {sorted(unknown)[0]!r}; known: "
-                        f"{', '.join(sorted(DEFAULTS))}, seeded_shares")
-    p = {**DEFAULTS, **params}
-    p["key_bits"] = whole_number("--he paillier", "key_bits", p["key_bits"])
-    p["mask_bits"] = whole_number("--he paillier", "mask_bits", p["mask_bits"])
-    if isinstance(p["packing"], str):
-        p["packing"] = p["packing"].lower() in ("1", "true", "yes", "on")
+def paillier_ranges(p: dict) -> dict:
+    """A key of at least 112-bit security and 40..128 mask bits (``p`` typed by the shared check)."""
     if p["key_bits"] < 2048:
         raise UserError(f"--he paillier: key_bits {p['key_bits']} is insecure; use ≥ 2048 (112-bit) or the "
                         "default 3072 (128-bit)")
@@ -158,13 +149,14 @@ class PackedResult(Encrypted):
 
 class PaillierBackend(HEBackend):
     scheme = "paillier"
-
+    defaults = DEFAULTS
+    check_ranges = staticmethod(paillier_ranges)
     exact = True
 
     def __init__(self, params: dict, public: tuple[int, int] | None = None, timer: HETimer | None = None,
                  slot_bits: int = 160, **_) -> None:
         super().__init__(timer)
-        self.params = validate_params(params)
+        self.params = self.validate(params)
         self.kappa = self.params["mask_bits"]
         self.private_key = None
         if public is None:  # key owner
@@ -335,12 +327,13 @@ class NaivePaillierBackend(HEBackend):
     """One ``phe.EncryptedNumber`` per value; the per-value baseline of the benchmark."""
 
     scheme = "paillier"
-
+    defaults = DEFAULTS
+    check_ranges = staticmethod(paillier_ranges)
     exact = True
 
     def __init__(self, params: dict, public: int | None = None, timer: HETimer | None = None, **_) -> None:
         super().__init__(timer)
-        self.params = validate_params(params)
+        self.params = self.validate(params)
         self.kappa = self.params["mask_bits"]
         self.private_key = None
         if public is None:

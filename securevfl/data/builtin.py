@@ -10,10 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from securevfl.data.dataset import DataConfig, Dataset
-from securevfl.data.registry import DatasetEntry, register_dataset, search_dirs
+from securevfl.data.registry import DATASETS, DatasetEntry, search_dirs
 from securevfl.errors import UserError
-
-DEBIAN_DATASETS = Path("/usr/share/datasets")
 
 
 def subsample(ds: Dataset, cfg: DataConfig) -> Dataset:
@@ -64,10 +62,10 @@ def _digits(cfg: DataConfig) -> Dataset:
     ), cfg)
 
 
-register_dataset(DatasetEntry("breast-cancer", "569 × 30 tabular, binary (scikit-learn)", _breast_cancer,
-                              _sklearn_locate))
-register_dataset(DatasetEntry("digits", "1,797 × 8×8 images, 10 classes (scikit-learn)", _digits,
-                              _sklearn_locate))
+DATASETS.register(DatasetEntry("breast-cancer", "569 × 30 tabular, binary (scikit-learn)", _breast_cancer,
+                               _sklearn_locate))
+DATASETS.register(DatasetEntry("digits", "1,797 × 8×8 images, 10 classes (scikit-learn)", _digits,
+                               _sklearn_locate))
 
 # ---------------------------------------------------------------------------------------------- IDX
 _IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -135,5 +133,5 @@ for _name, _how in [
      "or pass --data-dir"),
 ]:
     _loc = _idx_locate_factory(_name, _how)
-    register_dataset(DatasetEntry(_name, "70,000 × 28×28 images, 10 classes (IDX files)",
-                                  _idx_loader_factory(_name, _loc), _loc))
+    DATASETS.register(DatasetEntry(_name, "70,000 × 28×28 images, 10 classes (IDX files)",
+                                   _idx_loader_factory(_name, _loc), _loc))

@@ -11,7 +11,7 @@ import pandas as pd
 
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.readers import bad_line
-from securevfl.data.registry import DatasetEntry, locate_file, register_dataset
+from securevfl.data.registry import DATASETS, DatasetEntry, locate_file
 from securevfl.data.tabular import hash_values
 from securevfl.errors import UserError
 
@@ -73,5 +73,5 @@ def load_uci_credit(cfg: DataConfig) -> Dataset:
                    presets=PRESETS)
 
 
-register_dataset(DatasetEntry("uci-credit", "UCI default of credit card clients, 30,000 × 23, binary",
-                              load_uci_credit, _locate))
+DATASETS.register(DatasetEntry("uci-credit", "UCI default of credit card clients, 30,000 × 23, binary",
+                               load_uci_credit, _locate))

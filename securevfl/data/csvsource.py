@@ -35,7 +35,7 @@ from securevfl.channel import InMemoryChannel, MessageKind
 from securevfl.data import psi
 from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import Partition, PartitionSpec, PartyData, party_names
-from securevfl.data.registry import DatasetEntry, register_dataset
+from securevfl.data.registry import DATASETS, DatasetEntry
 from securevfl.data.tabular import encode_party, hash_values
 from securevfl.errors import UserError
 
@@ -265,5 +265,5 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     return part
 
 
-register_dataset(DatasetEntry("csv", "your own data: one CSV/Parquet file per party (--party-file), PSI-aligned",
-                              None, _locate, partition=csv_partition))
+DATASETS.register(DatasetEntry("csv", "your own data: one CSV/Parquet file per party (--party-file), PSI-aligned",
+                               None, _locate, partition=csv_partition))

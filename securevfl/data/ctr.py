@@ -22,7 +22,7 @@ from securevfl.data.readers import (
     read_arrow_batches,
     read_chunks,
 )
-from securevfl.data.registry import DatasetEntry, locate_file, register_dataset
+from securevfl.data.registry import DATASETS, DatasetEntry, locate_file
 from securevfl.data.tabular import hash_values
 from securevfl.errors import UserError
 
@@ -222,7 +222,7 @@ def load_avazu(cfg: DataConfig) -> Dataset:
                    presets=AVAZU_PRESETS)
 
 
-register_dataset(DatasetEntry("criteo", "Criteo display-ads click log (Kaggle train.txt), binary", load_criteo,
-                              _criteo_locate))
-register_dataset(DatasetEntry("avazu", "Avazu click log (Kaggle CSV), 22 categorical fields, binary", load_avazu,
-                              _avazu_locate))
+DATASETS.register(DatasetEntry("criteo", "Criteo display-ads click log (Kaggle train.txt), binary", load_criteo,
+                               _criteo_locate))
+DATASETS.register(DatasetEntry("avazu", "Avazu click log (Kaggle CSV), 22 categorical fields, binary", load_avazu,
+                               _avazu_locate))

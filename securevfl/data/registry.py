@@ -3,43 +3,47 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.errors import UserError
+from securevfl.registry import Registry
 
 
 @dataclass(frozen=True)
 class DatasetEntry:
+    """One dataset. To add one: write ``locate`` and ``load`` and call
+    ``DATASETS.register(DatasetEntry(...))`` in a module imported by ``securevfl/data/__init__.py``."""
+
     name: str
+    """The ``--dataset`` name."""
     description: str
+    """One line for ``securevfl datasets``."""
     load: Callable[[DataConfig], Dataset] | None
+    """Args: the loader options (``--data-dir``, ``--data-path``, ``sample``, ``max_rows``…).
+    Returns: the whole table as a :class:`Dataset` (rows, labels, IDs, optional test mask). None for
+    sources built from per-party files (``partition`` instead)."""
     locate: Callable[[DataConfig], str]
-    """Where the data is found, or raises UserError saying how to get it."""
+    """Args: the loader options. Returns: where the data is found (for ``securevfl datasets``), or
+    raises a one-line UserError saying how to get it."""
     partition: Callable | None = None
-    """Sources whose parties come from separate files build their partition themselves."""
+    """Sources whose parties come from separate files build their partition themselves:
+    ``(DataConfig, PartitionSpec, seed) → Partition``."""
 
 
-_DATASETS: dict[str, DatasetEntry] = {}
+DATASETS: Registry[DatasetEntry] = Registry("dataset")
+"""Every dataset by name; a source module registers its entries with ``DATASETS.register(DatasetEntry(...))``."""
+
+# the run path and the CLI look datasets up by these two names
+get_dataset_entry = DATASETS.get
+dataset_names = DATASETS.names
+
 _CACHE: dict[str, Dataset] = {}
-
-
-def register_dataset(entry: DatasetEntry) -> DatasetEntry:
-    _DATASETS[entry.name] = entry
-    return entry
-
-
-def dataset_names() -> list[str]:
-    return sorted(_DATASETS)
-
-
-def get_dataset_entry(name: str) -> DatasetEntry:
-    try:
-        return _DATASETS[name]
-    except KeyError:
-        raise UserError(f"unknown dataset {name!r}; available: {', '.join(dataset_names())}") from None
+DEBIAN_DATASETS = Path("/usr/share/datasets")
+"""Where Debian's ``dataset-*`` packages install data (searched last)."""
 
 
 def as_config(source: DataConfig | str | Path | None) -> DataConfig:
@@ -69,7 +73,7 @@ def dataset_status(source: DataConfig | str | Path | None = None) -> list[tuple[
     rows = []
     for name in dataset_names():
         try:
-            rows.append((name, True, _DATASETS[name].locate(cfg)))
+            rows.append((name, True, DATASETS.get(name).locate(cfg)))
         except UserError as e:
             rows.append((name, False, str(e)))
     return rows
@@ -78,10 +82,6 @@ def dataset_status(source: DataConfig | str | Path | None = None) -> list[tuple[
 def search_dirs(cfg: DataConfig, name: str) -> list[Path]:
     """Folders a file dataset is looked for in: --data-dir (and its ``name`` subfolder), then
     ``$SECUREVFL_DATA/name``, then Debian's ``/usr/share/datasets/name``."""
-    import os
-
-    from securevfl.data import builtin
-
     out = []
     if cfg.dir is not None:
         if not Path(cfg.dir).is_dir():
@@ -89,7 +89,7 @@ def search_dirs(cfg: DataConfig, name: str) -> list[Path]:
         out += [Path(cfg.dir) / name, Path(cfg.dir)]
     if os.environ.get("SECUREVFL_DATA"):
         out += [Path(os.environ["SECUREVFL_DATA"]) / name, Path(os.environ["SECUREVFL_DATA"])]
-    out.append(builtin.DEBIAN_DATASETS / name)
+    out.append(DEBIAN_DATASETS / name)
     return out
 
 

@@ -6,6 +6,7 @@ store, committing each row as it arrives (a kill loses only the cells in flight)
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import traceback
 from abc import ABC, abstractmethod
@@ -17,6 +18,7 @@ from multiprocessing import get_context
 from securevfl.errors import UserError
 from securevfl.lab.sweep import Cell
 from securevfl.lab.worker import init_worker
+from securevfl.registry import Registry
 
 OnResult = Callable[[dict], None]
 
@@ -46,7 +48,11 @@ def run_cell(cell: Cell, sweep: str) -> dict:
 
 
 class Engine(ABC):
+    """Runs sweep cells. To add one: subclass, set :attr:`name`, implement :meth:`run` (each cell
+    through :func:`run_cell`, rows handed back to this process) and add it to :data:`ENGINES`."""
+
     name: str
+    """The ``--engine`` name."""
 
     def __init__(self, workers: int) -> None:
         if not isinstance(workers, int) or workers < 1:
@@ -55,7 +61,14 @@ class Engine(ABC):
 
     @abstractmethod
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
-        """Run every cell, calling ``on_result(row)`` in this process as each finishes."""
+        """Run every cell, calling ``on_result(row)`` in this process as each finishes.
+
+        Args:
+            cells: the cells to run, pulled lazily (a cell is claimed in the store when pulled).
+            sweep: the sweep's name, stored with each row.
+            on_result: receives each finished row (:func:`run_cell`'s dict); only this process
+                writes the store.
+        """
 
 
 class LocalEngine(Engine):
@@ -86,27 +99,19 @@ class LocalEngine(Engine):
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-ENGINES: dict[str, type[Engine]] = {"local": LocalEngine}
-_MISSING: dict[str, str] = {}
-
-
-def register_engine(cls: type[Engine]) -> type[Engine]:
-    ENGINES[cls.name] = cls
-    return cls
-
-
-try:  # Ray is an optional extra: registered only when it imports
-    from securevfl.lab import ray_engine  # noqa: F401
-except ImportError:
-    _MISSING["ray"] = "pip install 'securevfl[ray]'"
+ENGINES: Registry[type[Engine]] = Registry("engine")
+"""Sweep engines by ``--engine`` name."""
+ENGINES.register(LocalEngine)
+if importlib.util.find_spec("ray") is not None:  # an optional extra, imported only when a sweep asks for it
+    ENGINES.register_lazy("ray", "securevfl.lab.ray_engine:RayEngine")
+else:
+    ENGINES.refuse("ray", "--engine ray needs the optional extra: pip install 'securevfl[ray]'")
 
 
 def make_engine(name: str, workers: int) -> Engine:
-    if name in _MISSING:
-        raise UserError(f"--engine {name} needs the optional extra: {_MISSING[name]}")
-    if name not in ENGINES:
-        raise UserError(f"unknown engine {name!r}; available: {', '.join(sorted(ENGINES))}")
-    return ENGINES[name](workers)
+    """The ``--engine`` called ``name`` with ``workers`` workers (a UserError for an unknown name,
+    a missing extra or a bad worker count)."""
+    return ENGINES.get(name)(workers)
 
 
 def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, engine: str = "local",

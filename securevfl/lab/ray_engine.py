@@ -1,5 +1,6 @@
 """``--engine ray``: each cell is a Ray task, so a sweep can use a cluster (``ray start`` / the
-``RAY_ADDRESS`` environment variable) or a local Ray instance. Imported only when Ray is installed."""
+``RAY_ADDRESS`` environment variable) or a local Ray instance. Named in
+:data:`securevfl.lab.engine.ENGINES` when Ray is installed and imported only when a sweep uses it."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import os
 from collections.abc import Iterable
 from itertools import islice
 
-import ray  # ImportError here keeps the engine unregistered
+import ray
 
-from securevfl.lab.engine import Engine, OnResult, register_engine, run_cell
+from securevfl.lab.engine import Engine, OnResult, run_cell
 from securevfl.lab.sweep import Cell
 from securevfl.threads import idle_cores, share_for
 
@@ -22,7 +23,6 @@ def _ray_cell(cell: Cell, sweep: str, threads: int) -> dict:
     return run_cell(cell, sweep)
 
 
-@register_engine
 class RayEngine(Engine):
     name = "ray"
 

@@ -11,12 +11,12 @@ import numpy as np
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
-from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, align, build_federation, make_optimizer
 from securevfl.hooks import TensorHook
 from securevfl.models import ModelConfig
+from securevfl.registry import Registry
+from securevfl.spec import check_nonnegative, check_params
 from securevfl.training import SplitTrainer, TrainConfig, fit_with_lr_search
-from securevfl.validate import check_params
 
 
 @dataclass
@@ -40,14 +40,20 @@ class Method(ABC):
     :meth:`build`, :meth:`train` (which calls :meth:`fit`) and :meth:`evaluate`; the trained
     federation stays split by party so attacks can take exactly the adversary's part.
 
-    A new method subclasses this, sets ``name`` and ``summary`` (and the class attributes that
-    differ), implements :meth:`fit`, and registers with ``@register_method``."""
+    To add one: subclass, set :attr:`name`, :attr:`summary` and :attr:`defaults`, implement
+    :meth:`fit`, decorate the class with ``@METHODS.register`` and import its module in
+    ``securevfl/methods/__init__.py``. ``self.params`` holds the checked parameters, ``self.ctx`` the
+    run's configuration (:class:`MethodContext`)."""
 
     name: ClassVar[str]
+    """The ``--method`` name."""
     summary: ClassVar[str]
+    """One line for ``securevfl methods``."""
     uses_passives: ClassVar[bool] = True
     """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
-    default_params: ClassVar[dict] = {}
+    defaults: ClassVar[dict[str, object]] = {}
+    """The method's parameters and their defaults (``--method-param key=value``); a default's type is the
+    parameter's type and every number must be finite and ≥ 0 (:func:`securevfl.spec.check_params`)."""
     partition_defaults: ClassVar[dict] = {"active_labels_unaligned": False, "test_aligned_fraction": 1.0}
     """Partition fields this method sets when the spec leaves them ``None``. A subclass lists only
     what it changes (e.g. ``{"active_labels_unaligned": True}``; ``test_aligned_fraction: "train"``
@@ -83,9 +89,11 @@ class Method(ABC):
         return out
 
     def __init__(self, ctx: MethodContext) -> None:
-        check_params(f"method {self.name}", self.default_params, ctx.params)
+        owner = f"method {self.name}"
+        given = check_params(owner, self.defaults, ctx.params, parse_strings=False)  # typed by YAML
+        check_nonnegative(owner, given)
         self.ctx = ctx
-        self.params = {**self.default_params, **ctx.params}
+        self.params = {**self.defaults, **given}
         self.trainer: SplitTrainer | None = None
 
     def build(self, partition: Partition) -> Federation:
@@ -139,9 +147,24 @@ class Method(ABC):
 
     @abstractmethod
     def fit(self, fed: Federation) -> None:
-        """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference."""
+        """Train ``fed`` in place; set ``self.trainer`` to the trainer used for inference.
+
+        Args:
+            fed: the federation :meth:`build` made (parties, channel, cut layer, hooks), aligned.
+                Cross-party data moves only through ``fed.channel``; most methods end with
+                :meth:`finetune` on :func:`labeled_aligned_ids`.
+        Returns:
+            None; results go to ``self.trainer`` and run facts to ``fed.meta``.
+        """
 
     def evaluate(self, fed: Federation) -> dict:
+        """Test utility of the trained federation.
+
+        Args:
+            fed: the federation :meth:`fit` trained.
+        Returns:
+            ``{"metric": "accuracy" | "auc", "test": value, ...}`` as :func:`securevfl.metrics.utility`.
+        """
         return self.trainer.evaluate()
 
     def train(self, fed: Federation) -> None:
@@ -171,20 +194,9 @@ def labeled_aligned_ids(fed: Federation) -> np.ndarray:
     return np.intersect1d(a.data.label_ids, a.aligned_ids)
 
 
-_METHODS: dict[str, type[Method]] = {}
+METHODS: Registry[type[Method]] = Registry("method")
+"""Every method by name; a method file registers its class with ``@METHODS.register``."""
 
-
-def register_method(cls: type[Method]) -> type[Method]:
-    _METHODS[cls.name] = cls
-    return cls
-
-
-def method_names() -> list[str]:
-    return sorted(_METHODS)
-
-
-def get_method(name: str) -> type[Method]:
-    try:
-        return _METHODS[name]
-    except KeyError:
-        raise UserError(f"unknown method {name!r}; available: {', '.join(method_names())}") from None
+# the run path (run.py, lab/sweep.py, catalog) looks methods up by these two names
+get_method = METHODS.get
+method_names = METHODS.names

@@ -54,7 +54,7 @@ from securevfl.channel import MessageKind
 from securevfl.data.partition import Partition
 from securevfl.errors import ProtocolError, UserError
 from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
-from securevfl.methods.base import Method, register_method
+from securevfl.methods.base import METHODS, Method
 from securevfl.models import build_head, soft_cross_entropy
 from securevfl.parties import PassiveParty
 from securevfl.roles import ACTIVE
@@ -203,11 +203,11 @@ class EntityAugTrainer(SplitTrainer):
         return soft_cross_entropy(out, self._soft)
 
 
-@register_method
+@METHODS.register
 class EntityAugmentation(Method):
     name = "entity-aug"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
-    default_params = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
+    defaults = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
     partition_defaults = {"active_labels_unaligned": True, "active_labels_all": True}
     label_only_host = True
     aligned_batches = False

@@ -32,7 +32,7 @@ from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_HSSL_BATCHES, STREAM_HSSL_CROSS_INIT, STREAM_HSSL_STATE, Federation, seed_for
 from securevfl.hooks import HookContext, apply_hooks
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
 from securevfl.models import build_bottom
 from securevfl.parties import Party
@@ -175,14 +175,14 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
         party.method_state.load_shared_vector(party.endpoint.recv_tensor(SERVER, MessageKind.MODEL_PARAMS))
 
 
-@register_method
+@METHODS.register
 class FedHSSL(Method):
     name = "fedhssl"
     summary = "cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)"
     passive_features_outside_loop = True  # cross-party and local SSL on raw features
     use_local: ClassVar[bool] = True
     use_pma: ClassVar[bool] = True
-    default_params = {**SSL_PARAMS, "gamma": 0.5}
+    defaults = {**SSL_PARAMS, "gamma": 0.5}
     sends = frozenset({MessageKind.ACTIVATION, MessageKind.GRADIENT, MessageKind.SSL_REPRESENTATION})
     # cross-party SSL exchanges the parties' representations z_c in plaintext (Eq. 2 needs them at
     # both ends); encrypting that exchange is not implemented, so --he is refused rather than implied
@@ -223,7 +223,7 @@ class FedHSSL(Method):
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 
 
-@register_method
+@METHODS.register
 class FedCSSL(FedHSSL):
     name = "fedcssl"
     summary = "FedHSSL ablation: cross-party SSL only; fine-tunes f_c"
@@ -231,7 +231,7 @@ class FedCSSL(FedHSSL):
     use_pma = False
 
 
-@register_method
+@METHODS.register
 class FedGSSL(FedHSSL):
     name = "fedgssl"
     summary = "FedHSSL ablation: cross-party + guided local SSL, no partial model aggregation"

@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 from securevfl.federation import STREAM_LOCAL_SSL, Federation, seed_for
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 
 
 class FedLocalSSL(Method):
     objective: ClassVar[str]
     passive_features_outside_loop = True  # local SSL pre-training on raw features
-    default_params = dict(SSL_PARAMS)
+    defaults = dict(SSL_PARAMS)
 
     def fit(self, fed: Federation) -> None:
         cfg = ssl_config(self.params, self.objective)
@@ -26,8 +26,25 @@ class FedLocalSSL(Method):
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 
 
-for _obj, _label in (("simsiam", "SimSiam"), ("byol", "BYOL"), ("moco", "MoCo"), ("scarf", "SCARF")):
-    register_method(type(f"FedLocal_{_obj}", (FedLocalSSL,), {
-        "name": f"fedlocal-{_obj}", "objective": _obj,
-        "summary": f"each party pre-trains alone with {_label} on all its rows, then split-learning fine-tuning",
-    }))
+@METHODS.register
+class FedLocalSimSiam(FedLocalSSL):
+    name, objective = "fedlocal-simsiam", "simsiam"
+    summary = "each party pre-trains alone with SimSiam on all its rows, then split-learning fine-tuning"
+
+
+@METHODS.register
+class FedLocalBYOL(FedLocalSSL):
+    name, objective = "fedlocal-byol", "byol"
+    summary = "each party pre-trains alone with BYOL on all its rows, then split-learning fine-tuning"
+
+
+@METHODS.register
+class FedLocalMoCo(FedLocalSSL):
+    name, objective = "fedlocal-moco", "moco"
+    summary = "each party pre-trains alone with MoCo on all its rows, then split-learning fine-tuning"
+
+
+@METHODS.register
+class FedLocalSCARF(FedLocalSSL):
+    name, objective = "fedlocal-scarf", "scarf"
+    summary = "each party pre-trains alone with SCARF on all its rows, then split-learning fine-tuning"

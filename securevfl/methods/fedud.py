@@ -33,7 +33,7 @@ from torch import nn
 
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_FEDUD_REP, STREAM_FEDUD_UNALIGNED, Federation, seed_for
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty
 from securevfl.training import LabelTerm
@@ -88,13 +88,13 @@ class UnalignedTerm(LabelTerm):
         return self.beta * losses * (self.batch_size / self.rows_per_step), ids
 
 
-@register_method
+@METHODS.register
 class FedUD(Method):
     name = "fedud"
     summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
     partition_defaults = {"active_labels_unaligned": True, "test_aligned_fraction": "train"}
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
-    default_params = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
+    defaults = {"alpha": 1.0, "beta": 1.0, "rep_hidden": None, "reinit": False}
 
     def privacy_plan(self, fed: Federation) -> tuple[int, int]:
         k, s = self.finetune_plan()  # two supervised stages; step 2's unaligned rows once per epoch too

@@ -4,10 +4,10 @@ Uses the same trainer with no passive parties, so the head sees only r^1 and not
 channel."""
 
 from securevfl.federation import Federation
-from securevfl.methods.base import Method, register_method
+from securevfl.methods.base import METHODS, Method
 
 
-@register_method
+@METHODS.register
 class Local(Method):
     name = "local"
     summary = "active party alone on all its labeled local rows (Local-A baseline)"

@@ -51,7 +51,7 @@ passive-only                the active party's and the   pseudo-label (self-trai
    the selection is for.
 
 The paper gives no value for the confidence threshold, τ_final, N or T; our defaults (0.9, 0.5,
-2, 10 as Sensoy et al.) are documented in ``default_params``.
+2, 10 as Sensoy et al.) are documented in ``defaults``.
 
 Baselines: ``local-vfl`` = the active party's non-overlapping rows with the passive blocks imputed
 with zeros, then plain VFL (no self-training, no evidential heads); ``random-match`` = each of the
@@ -74,7 +74,7 @@ from securevfl.channel import MessageKind
 from securevfl.data.partition import IdIndex, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.evidential import (
     alpha_from_opinion,
     edl_loss,
@@ -236,13 +236,13 @@ class RisaTrainer(SplitTrainer):
 
 
 # ---------------------------------------------------------------------------------------- method
-@register_method
+@METHODS.register
 class RISA(Method):
     name = "risa"
     summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
     passive_features_outside_loop = True  # imputation statistics of the passive block
     partition_defaults = {"active_labels_unaligned": True}
-    default_params = {
+    defaults = {
         "imputation": True,  # impute missing blocks with the owner's aligned-row mean (false: aligned rows only)
         "self_training": True,  # pseudo-label unlabeled rows with a vertical model trained on aligned rows
         "evidential": True,  # per-party evidential heads + reduced Yager fusion + EDL loss + row dropping
@@ -386,17 +386,17 @@ class RISA(Method):
         return candidates[keep], probs.argmax(1)[keep].astype(np.int64), summary
 
 
-@register_method
+@METHODS.register
 class LocalVFL(RISA):
     name = "local-vfl"
     summary = "RISA baseline Local+VFL: the active party's non-overlapping rows with zero-imputed passive blocks"
     fill = "zero"
-    default_params = {**RISA.default_params, "self_training": False, "evidential": False}
+    defaults = {**RISA.defaults, "self_training": False, "evidential": False}
 
 
-@register_method
+@METHODS.register
 class RandomMatch(RISA):
     name = "random-match"
     summary = "RISA baseline Random Match: the active party's non-overlapping rows paired with random passive rows"
     random_match = True
-    default_params = {**RISA.default_params, "self_training": False, "evidential": False}
+    defaults = {**RISA.defaults, "self_training": False, "evidential": False}

@@ -1,10 +1,10 @@
 """``splitnn`` — FedSplitNN / FedVanilla: supervised VFL on the labeled aligned rows."""
 
 from securevfl.federation import Federation
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 
 
-@register_method
+@METHODS.register
 class SplitNN(Method):
     name = "splitnn"
     summary = "supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)"

@@ -34,7 +34,7 @@ from torch import nn
 
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_VFLHLP_ACTIVE, STREAM_VFLHLP_PASSIVE, Federation, seed_for
-from securevfl.methods.base import Method, labeled_aligned_ids, register_method
+from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.models import build_head, reset_parameters
 from securevfl.parties import ActiveParty
@@ -96,7 +96,7 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
     return theta1, theta0, encoder
 
 
-@register_method
+@METHODS.register
 class VFLHLP(Method):
     name = "vflhlp"
     summary = "active supervised pre-training as a constraint + passive SCARF initialisation (VFLHLP)"
@@ -104,7 +104,7 @@ class VFLHLP(Method):
     use_active: ClassVar[bool] = True
     use_passive: ClassVar[bool] = True
     partition_defaults = {"active_labels_unaligned": True}
-    default_params = {**SSL_PARAMS, "corruption": 0.6, "temperature": 1.0, "beta": 10.0, "init_active": True,
+    defaults = {**SSL_PARAMS, "corruption": 0.6, "temperature": 1.0, "beta": 10.0, "init_active": True,
                       "pretrain_epochs": 10, "pretrain_batch_size": 256, "pretrain_lr": 1e-3}
 
     def privacy_plan(self, fed: Federation) -> tuple[int, int]:
@@ -146,7 +146,7 @@ class VFLHLP(Method):
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed), loss_terms=terms)
 
 
-@register_method
+@METHODS.register
 class VFLHLPActive(VFLHLP):
     name = "vflhlp-a"
     summary = "VFLHLP ablation: only the active party's pre-trained constraint"
@@ -154,7 +154,7 @@ class VFLHLPActive(VFLHLP):
     use_passive = False
 
 
-@register_method
+@METHODS.register
 class VFLHLPPassive(VFLHLP):
     name = "vflhlp-p"
     summary = "VFLHLP ablation: only the passive parties' SCARF initialisation"

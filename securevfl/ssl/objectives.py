@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from securevfl.registry import Registry
+
 
 @dataclass
 class SSLConfig:
@@ -66,7 +68,12 @@ def info_nce(q: torch.Tensor, k: torch.Tensor, tau: float, negatives: torch.Tens
 
 
 class SSLObjective(nn.Module):
+    """A self-supervised objective around a party's encoder. To add one: subclass, set ``name``,
+    build the heads in ``__init__``, implement :meth:`loss` (and :meth:`after_step` for a momentum
+    target) and add the class to :data:`OBJECTIVES`."""
+
     name = "ssl"
+    """The ``SSLConfig.objective`` name."""
     anchor_is_clean = False
     """SCARF contrasts the clean row with one corrupted view; the others use two augmented views."""
 
@@ -79,10 +86,18 @@ class SSLObjective(nn.Module):
         self.projector = projector(d, cfg.proj_dim)
 
     def loss(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        """The objective on one batch.
+
+        Args:
+            x1: the first view (the clean rows when :attr:`anchor_is_clean`).
+            x2: the second, augmented view of the same rows.
+        Returns:
+            A scalar loss to minimise.
+        """
         raise NotImplementedError
 
     def after_step(self) -> None:
-        """Hook for momentum targets."""
+        """Called after each optimizer step (momentum targets update here)."""
 
 
 class SimSiam(SSLObjective):
@@ -164,8 +179,19 @@ class SCARF(SSLObjective):
         return 0.5 * (info_nce(z1, z2, self.cfg.temperature) + info_nce(z2, z1, self.cfg.temperature))
 
 
-OBJECTIVES: dict[str, type[SSLObjective]] = {c.name: c for c in (SimSiam, BYOL, MoCo, SCARF)}
+OBJECTIVES: Registry[type[SSLObjective]] = Registry("SSL objective")
+"""SSL objectives by name (``SSLConfig.objective``)."""
+for _cls in (SimSiam, BYOL, MoCo, SCARF):
+    OBJECTIVES.register(_cls)
 
 
 def make_objective(encoder: nn.Module, cfg: SSLConfig) -> SSLObjective:
-    return OBJECTIVES[cfg.objective](encoder, cfg)
+    """``cfg.objective`` wrapped around ``encoder``.
+
+    Args:
+        encoder: the party's bottom model (``out_dim`` attribute: its output width).
+        cfg: SSL hyperparameters; ``cfg.objective`` names the objective.
+    Returns:
+        The objective module (its parameters: the encoder's plus its own heads).
+    """
+    return OBJECTIVES.get(cfg.objective)(encoder, cfg)
