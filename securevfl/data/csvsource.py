@@ -164,8 +164,8 @@ def _align(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
     active = ch.endpoint(names[0])
     if mode == "plain":  # ID lists in the clear, through the same counted setup channel
         for name, ids in zip(names[1:], id_sets[1:], strict=True):
-            ch.endpoint(name).send_ids(names[0], MessageKind.PSI, ids)
-        received = [active.recv_ids(name, MessageKind.PSI) for name in names[1:]]
+            ch.endpoint(name).send_ids(names[0], MessageKind.ALIGNMENT, ids)
+        received = [active.recv_ids(name, MessageKind.ALIGNMENT) for name in names[1:]]
         return psi.plain_intersection([id_sets[0], *received]), ch.stats.total_bytes
     per_party = []
     for name, ids in zip(names[1:], id_sets[1:], strict=True):

@@ -643,11 +643,12 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
     rows = data.get("max_rows")
     size = f"the first {rows:,} rows" if rows else "all rows"
     per_setting = {}
-    for sw, p in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
-                     strict=True):
+    for sw, cell_part in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
+                             strict=True):
         label = ", ".join(f"{k} {v}" for k, v in json.loads(sw).items() if ":" not in k)
-        p = json.loads(p)
-        per_setting[label] = f"{p.get('aligned', '?')} aligned training rows, {p.get('labeled', '?')} of them labeled"
+        counts = json.loads(cell_part)
+        per_setting[label] = (f"{counts.get('aligned', '?')} aligned training rows, {counts.get('labeled', '?')} of "
+                              "them labeled")
     aligned = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(per_setting.items()))
     lines = [f"Data: **{dataset}**, {size}; {part.get('parties', spec.get('n_parties'))} parties "
              f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",

@@ -114,10 +114,10 @@ def expand_defenses(entries: object) -> list[tuple[str, str, float | None]]:
             fixed = {k: _number(v, f"{key}.{k}") for k, v in params.items() if k not in swept}
             values = _as_list(params[swept[0]], f"{key}.{swept[0]}") if swept else [None]
             for v in values:
-                p = dict(fixed)
+                point = dict(fixed)  # this strength's parameter values
                 if swept:
-                    p[swept[0]] = _number(v, f"{key}.{swept[0]}")
-                spec = f"{family}:" + ",".join(f"{k}={p[k]:g}" for k in p)
+                    point[swept[0]] = _number(v, f"{key}.{swept[0]}")
+                spec = f"{family}:" + ",".join(f"{k}={point[k]:g}" for k in point)
                 out.append((spec, family, None if v is None else float(v)))
         else:
             for v in _as_list(params, key):

@@ -294,8 +294,8 @@ class RISA(Method):
     def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
         for p in fed.passives:
-            p.endpoint.send_ids(ACTIVE, MessageKind.PSI, np.setdiff1d(p.data.train_ids, p.aligned_ids))
-        return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.PSI) for p in fed.passives}
+            p.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, np.setdiff1d(p.data.train_ids, p.aligned_ids))
+        return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT) for p in fed.passives}
 
     def _pair_randomly(self, fed: Federation, own: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Active party: pair its labeled non-overlapping rows with random passive-only IDs."""
