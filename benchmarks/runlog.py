@@ -1,5 +1,6 @@
 """Shared pieces of the resumable benchmark scripts: a JSON-lines run log keyed by the grid
-coordinates, the paper-style fine-tuning settings, and mean ± std formatting."""
+coordinates, the paper-style fine-tuning settings, mean ± std formatting, and running a sweep file
+for the scripts whose grid is one (they only format its rows)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from securevfl.config import RunConfig
+from securevfl.lab.sweep import Cell
 
 PAPER_LR_GRID = [0.005, 0.01, 0.03]  # FedHSSL appendix: fine-tuning learning rates
 
@@ -46,3 +48,24 @@ def mean_std(vals: list[float], digits: int = 4) -> str:
         return "–"
     sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
     return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}"
+
+
+def run_sweep_file(path: str | Path, store: str | None = None, workers: int = 1) -> list[tuple[Cell, dict]]:
+    """Run a sweep file as ``securevfl sweep FILE --store STORE --workers N`` does (into the same store,
+    so a rerun skips the cells already done) and return every cell of the file, in grid order, with
+    its stored row: ``status``, ``error`` and the run's ``result`` JSON (``None`` unless ok)."""
+    from securevfl.lab.engine import run_sweep
+    from securevfl.lab.store import Store
+    from securevfl.lab.sweep import load_sweep
+
+    cells = load_sweep(path).cells
+    counts = run_sweep(str(path), store, workers, progress=False)
+    st = Store.open_existing(counts["store"])
+    rows = {r["run_id"]: r for r in st.rows()}
+    st.close()
+    out = []
+    for cell in cells:
+        r = rows.get(cell.run_id) or {"status": "missing", "error": "not in the store", "result_json": None}
+        result = json.loads(r["result_json"]) if r["status"] == "ok" else None
+        out.append((cell, {"status": r["status"], "error": r["error"], "result": result}))
+    return out

@@ -1,8 +1,9 @@
-"""Test utility (and ε where defined) per method × defense over seeds, as a markdown table.
+"""Test utility (and ε where defined) per method × defense over seeds, as a markdown table. The grid
+is a sweep file, run as ``securevfl sweep`` runs it (into its store, so a rerun resumes); this script
+only formats the rows.
 
-    python benchmarks/utility.py --dataset fashion-mnist --methods splitnn local --seeds 0 1 2 --epochs 5
-    python benchmarks/utility.py --dataset fashion-mnist --methods splitnn --seeds 0 1 --epochs 5 --max-rows 10000 \
-        --defenses none iso:5 dp:noise=0.5 dp:noise=1 dp:noise=2 rr:1 rr:2 rr:4
+    python benchmarks/utility.py sweeps/utility-fmnist.yaml
+    python benchmarks/utility.py sweeps/defenses-fmnist.yaml
 """
 
 from __future__ import annotations
@@ -10,53 +11,34 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from securevfl.config import RunConfig
-from securevfl.lab.compose import execute
-
-
-def fmt(vals: list[float], digits: int = 4) -> str:
-    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-    return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}"
+from runlog import mean_std, run_sweep_file
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dataset", default="fashion-mnist")
-    ap.add_argument("--methods", nargs="+", default=["splitnn", "local"])
-    ap.add_argument("--defenses", nargs="+", default=["none"])
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--parties", type=int, default=2)
-    ap.add_argument("--data-path")
-    ap.add_argument("--fields", help="field-to-party preset")
-    ap.add_argument("--max-rows", type=int, help="a seeded subset of the dataset")
-    ap.add_argument("--optimizer", default="adam")
-    ap.add_argument("--lr", type=float)
+    ap.add_argument("sweep", help="sweep file (methods × defenses × seeds)")
+    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
-    print(f"| method | defense | test metric (mean ± std, seeds {args.seeds}) | ε (δ) | s/run | MB sent |")
+    cells = run_sweep_file(args.sweep, args.store, args.workers)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for cell, row in cells:
+        groups.setdefault((cell.method, cell.defense), []).append(row)
+    seeds = sorted({cell.seed for cell, _ in cells})
+    print(f"| method | defense | test metric (mean ± std, seeds {seeds}) | ε (δ) | s/run | MB sent |")
     print("|---|---|---|---|---|---|")
-    for m in args.methods:
-        for d in args.defenses:
-            vals, secs, mb, eps = [], [], [], []
-            for s in args.seeds:
-                cfg = RunConfig(dataset=args.dataset, method=m, seed=s, defense=d)
-                cfg.train.epochs = args.epochs
-                cfg.partition.n_parties = args.parties
-                cfg.partition.columns = args.fields
-                cfg.data.path = args.data_path
-                cfg.data.max_rows = args.max_rows
-                cfg.optim.optimizer = args.optimizer
-                if args.lr is not None:
-                    cfg.optim.lr = args.lr
-                r = execute(cfg, progress=False).to_json()
-                vals.append(r["utility"]["test"])
-                secs.append(r["cost"]["seconds"])
-                mb.append(r["cost"]["bytes_sent"] / 1e6)
-                eps.append(r["privacy"]["epsilon"])
-                metric, delta = r["utility"]["metric"], r["privacy"]["delta"]
-            e = "n/a" if eps[0] is None else f"{statistics.mean(eps):.3g} ({delta:g})"
-            print(f"| {m} | {d} | {metric} {fmt(vals)} | {e} | {statistics.mean(secs):.1f} | "
-                  f"{statistics.mean(mb):.1f} |", flush=True)
+    for (m, d), rows in groups.items():
+        failed = [r["error"] for r in rows if r["status"] != "ok"]
+        if failed:
+            print(f"| {m} | {d} | failed: {failed[0]} | | | |", flush=True)
+            continue
+        res = [r["result"] for r in rows]
+        eps = [r["privacy"]["epsilon"] for r in res]
+        metric, delta = res[-1]["utility"]["metric"], res[-1]["privacy"]["delta"]
+        e = "n/a" if eps[0] is None else f"{statistics.mean(eps):.3g} ({delta:g})"
+        print(f"| {m} | {d} | {metric} {mean_std([r['utility']['test'] for r in res])} | {e} | "
+              f"{statistics.mean(r['cost']['seconds'] for r in res):.1f} | "
+              f"{statistics.mean(r['cost']['bytes_sent'] / 1e6 for r in res):.1f} |", flush=True)
 
 
 if __name__ == "__main__":

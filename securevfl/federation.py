@@ -148,13 +148,14 @@ def _intersect(fed: Federation, mode: str, which: str, given: np.ndarray | None)
         aligned = psi.plain_intersection([own, *per_party])
     elif mode == "plain":
         for p in fed.passives:
-            p.endpoint.send_ids(a.name, MessageKind.PSI, getattr(p.data, which))
-        aligned = psi.plain_intersection([own, *[a.endpoint.recv_ids(p.name, MessageKind.PSI) for p in fed.passives]])
+            p.endpoint.send_ids(a.name, MessageKind.ALIGNMENT, getattr(p.data, which))
+        aligned = psi.plain_intersection([own, *[a.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT)
+                                                 for p in fed.passives]])
     else:
         raise ValueError(mode)
     for p in fed.passives:
-        a.endpoint.send_ids(p.name, MessageKind.PSI, aligned)
-        received = p.endpoint.recv_ids(a.name, MessageKind.PSI)
+        a.endpoint.send_ids(p.name, MessageKind.ALIGNMENT, aligned)
+        received = p.endpoint.recv_ids(a.name, MessageKind.ALIGNMENT)
         if which == "train_ids":
             p.aligned_ids = received
     return aligned

@@ -134,6 +134,7 @@ def tanh_backward(t: np.ndarray | torch.Tensor, grad_t: torch.Tensor) -> torch.T
 
 # ------------------------------------------------------------------------------------- the head
 def first_linear(head: nn.Module) -> nn.Linear:
+    """The head's input layer, which the interactive layer splits by party; it must be linear."""
     first = head[0] if isinstance(head, nn.Sequential) else head
     if not isinstance(first, nn.Linear):
         raise UserError("--he needs a head whose first layer is a linear layer (RISA's evidential heads are not: "

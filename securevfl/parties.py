@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
+from securevfl.channel.codec import decode_batch_request, encode_batch_request
 from securevfl.cutlayer import ActiveEnd, EndWiring, PassiveEnd
 from securevfl.data.partition import PartyData
 from securevfl.hooks import HookContext, LabelRandomizer, PassivePrivatizer, StepPrivatizer, TensorHook, find_hook
@@ -24,8 +25,6 @@ from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
 from securevfl.per_example import PerExampleTracer
 from securevfl.roles import ACTIVE
-
-SPLITS = ("train", "test")
 
 
 class LocalStep(Protocol):
@@ -124,8 +123,7 @@ class PassiveParty(Party):
 
     def forward(self) -> None:
         """Receive the batch request from the active party, compute r = h(x), send it."""
-        code = int(self.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
-        split, training = SPLITS[code // 2], bool(code % 2)
+        split, training = decode_batch_request(self.endpoint.recv(ACTIVE, MessageKind.CONTROL))
         self.send_output(self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split, training)
 
     def send_output(self, ids: np.ndarray, split: str, training: bool) -> None:
@@ -223,7 +221,7 @@ class ActiveParty(Party):
     def request(self, ids: np.ndarray, split: str, training: bool) -> None:
         """Ask every passive party for its bottom output on ``ids`` (one control byte: split, mode)."""
         for p in self.passive_names:
-            self.endpoint.send_json(p, MessageKind.CONTROL, SPLITS.index(split) * 2 + int(training))
+            self.endpoint.send(p, MessageKind.CONTROL, encode_batch_request(split, training))
             self.endpoint.send_ids(p, MessageKind.BATCH_IDS, ids)
 
     def receive(self, reps: list[torch.Tensor], training: bool) -> None:
@@ -243,8 +241,8 @@ class ActiveParty(Party):
             self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
             return self.combine(self.head, own, self.received)
 
-    def logits_alone(self, ids: np.ndarray, split: str, training: bool, fill=None) -> torch.Tensor:
-        """Logits for rows only this party holds: each passive party's input is ``fill(r^1)`` (a
+    def logits_alone(self, ids: np.ndarray, split: str, training: bool, passive_stand_in=None) -> torch.Tensor:
+        """Logits for rows only this party holds: each passive party's input is ``passive_stand_in(r^1)`` (a
         list, one tensor per passive party; FedUD's Rep) or zeros — the absent party contributes
         nothing, which is how a plain VFL model must predict such rows."""
         self._arm(training)
@@ -252,8 +250,8 @@ class ActiveParty(Party):
         set_mode(self.head, training)
         with torch.set_grad_enabled(training):
             own = self.bottom(self.features(ids, split))
-            if fill is not None:
-                reps = fill(own)
+            if passive_stand_in is not None:
+                reps = passive_stand_in(own)
             else:
                 reps = [own.new_zeros(len(ids), w) for w in self.passive_widths]
             # the plain head on a zero passive input equals the HE layer's split first layer with no

@@ -70,10 +70,10 @@ class SplitTrainer:
 
     def __init__(self, fed: Federation, cfg: TrainConfig, seed: int,
                  loss_terms: list[LossTerm] | None = None, progress: bool | None = None,
-                 fill: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
+                 passive_stand_in: Callable[[torch.Tensor], list[torch.Tensor]] | None = None,
                  label_terms: list[LabelTerm] | None = None) -> None:
         self.fed = fed
-        self.fill = fill  # the passive inputs for rows only the active party holds (None = zeros)
+        self.passive_stand_in = passive_stand_in  # passive inputs for rows only the active party holds (None: zeros)
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)  # the active party's batch order
         self.loss_terms = loss_terms or []
@@ -174,9 +174,9 @@ class SplitTrainer:
 
     @torch.no_grad()
     def predict_proba_alone(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
-        """Rows only the active party holds: no exchange, passive inputs from ``self.fill``."""
+        """Rows only the active party holds: no exchange, passive inputs from ``self.passive_stand_in``."""
         out = [torch.softmax(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
-                                                          self.fill), dim=1)
+                                                          self.passive_stand_in), dim=1)
                for s in range(0, len(ids), self.cfg.eval_batch_size)]
         return torch.cat(out).numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
 

@@ -96,12 +96,12 @@ def test_transcript_invariants(he):
     to_a = ch.received_by(a.name)
     kinds = {m.kind for m in to_a}
     assert MessageKind.ACTIVATION not in kinds and MessageKind.HE_CIPHERTEXT in kinds
-    assert kinds <= {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED, MessageKind.PSI}
+    assert kinds <= {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED, MessageKind.ALIGNMENT}
     t = np.tanh(p.bottom(p.features(p.aligned_ids[:64], "train")).detach().numpy())
     for m in to_a:  # no plaintext activation bytes inside any message
         assert t.astype("<f4").tobytes()[:32] not in m.payload and t.astype("<f8").tobytes()[:64] not in m.payload
     to_p = ch.received_by(p.name)
-    assert {m.kind for m in to_p} <= {MessageKind.CONTROL, MessageKind.BATCH_IDS, MessageKind.PSI,
+    assert {m.kind for m in to_p} <= {MessageKind.CONTROL, MessageKind.BATCH_IDS, MessageKind.ALIGNMENT,
                                       MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED}
     labels = a.data.labels(a.data.label_ids)
     for m in to_p:  # labels never travel

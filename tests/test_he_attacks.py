@@ -499,7 +499,8 @@ HE_METHODS = {
     "entity-aug": {},
 }
 NEEDS_LABELS = {"vflhlp", "risa", "local-vfl", "random-match"}  # labels on the active party's unaligned rows
-PASSIVE_SENDS_UNDER_HE = {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED, MessageKind.PSI,
+PASSIVE_SENDS_UNDER_HE = {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED,
+                          MessageKind.ALIGNMENT,
                           MessageKind.CONTROL, MessageKind.BATCH_IDS}  # metadata: entity-aug guests pick rows
 
 

@@ -130,11 +130,11 @@ def test_risa_end_to_end_and_what_each_party_saw(risa_cfg):
     ch = fed.channel
     assert ch.pending() == 0
     assert {m.kind for m in ch.received_by("passive1")} == {MessageKind.CONTROL, MessageKind.BATCH_IDS,
-                                                             MessageKind.GRADIENT, MessageKind.PSI}
+                                                             MessageKind.GRADIENT, MessageKind.ALIGNMENT}
     # the active party gets activations and the passive party's non-overlapping IDs, nothing else
     active_view = ch.received_by("active")
-    assert {m.kind for m in active_view} == {MessageKind.ACTIVATION, MessageKind.PSI}
-    assert sum(m.kind == MessageKind.PSI for m in active_view) == 1
+    assert {m.kind for m in active_view} == {MessageKind.ACTIVATION, MessageKind.ALIGNMENT}
+    assert sum(m.kind == MessageKind.ALIGNMENT for m in active_view) == 1
     # the parties are back on their plain rows after training (attacks see the real PartyData)
     assert all(not isinstance(p.data, ImputingView) for p in fed.parties)
 

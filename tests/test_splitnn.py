@@ -39,7 +39,7 @@ def test_what_each_party_saw(digits_cfg):
     assert ch.pending() == 0
     passive_kinds = {m.kind for m in ch.received_by("passive1")}
     active_kinds = {m.kind for m in ch.received_by("active")}
-    assert passive_kinds == {MessageKind.CONTROL, MessageKind.BATCH_IDS, MessageKind.GRADIENT, MessageKind.PSI}
+    assert passive_kinds == {MessageKind.CONTROL, MessageKind.BATCH_IDS, MessageKind.GRADIENT, MessageKind.ALIGNMENT}
     assert active_kinds == {MessageKind.ACTIVATION}
     # the passive party never receives a label-shaped message: gradients are (b, cut_dim) floats
     from securevfl.channel.codec import decode_array

@@ -4,7 +4,7 @@ import torch
 from securevfl.config import RunConfig
 from securevfl.lab.compose import build_partition, execute
 from securevfl.methods import MethodContext, get_method
-from securevfl.methods.vflhlp import active_pretrain, consistency_loss, first_linear
+from securevfl.methods.vflhlp import active_pretrain, consistency_loss, first_linear_in
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def test_lcons_zero_at_pretrained_point_and_touches_only_active_parts(setup):
     fed, theta1, theta0, encoder = setup
     a = fed.active
     a.bottom.load_state_dict(encoder.state_dict())
-    layer = first_linear(a.head)
+    layer = first_linear_in(a.head)
     d = a.bottom.out_dim
     with torch.no_grad():
         layer.weight[:, :d] = theta0.weight

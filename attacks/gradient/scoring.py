@@ -23,7 +23,7 @@ from sklearn.metrics import roc_auc_score
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.model_completion.mc import balanced_draw
 from securevfl.channel import MessageKind
-from securevfl.channel.codec import decode_ids, decode_json
+from securevfl.channel.codec import decode_batch_request, decode_ids
 
 
 def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -34,7 +34,7 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
     adv = target.adversary
     end = target.party.cut_end  # reads gradients as the adversary can: under HE, decrypting with its own key
     view = [m for m in target.federation.channel.transcript if m.dst == adv or m.src == adv]
-    pairs, pending_control, batch, previous = [], None, None, {}
+    pairs, pending_request, batch, previous = [], None, None, {}
     for m in view:
         if m.src == adv:
             if m.kind == MessageKind.BATCH_IDS:
@@ -42,14 +42,22 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
             continue
         prev, previous[m.src] = previous.get(m.src), m
         if m.kind == MessageKind.CONTROL:
-            pending_control = int(decode_json(m.payload))
-        elif m.kind == MessageKind.BATCH_IDS and pending_control is not None:
-            batch = decode_ids(m.payload) if pending_control % 2 == 1 else None
-            pending_control = None
+            pending_request = _batch_request(m.payload)
+        elif m.kind == MessageKind.BATCH_IDS and pending_request is not None:
+            batch = decode_ids(m.payload) if pending_request[1] else None  # [1]: a training step
+            pending_request = None
         elif batch is not None and (g := end.received_gradient(m, prev)) is not None:
             pairs.append((batch, np.asarray(g, dtype=np.float64).reshape(len(batch), -1)))
             batch = None
     return pairs
+
+
+def _batch_request(payload: bytes) -> tuple[str, bool] | None:
+    """``(split, training)`` of a batch request; ``None`` for any other control message."""
+    try:
+        return decode_batch_request(payload)
+    except ValueError:
+        return None
 
 
 class GradientScoring(Attack):

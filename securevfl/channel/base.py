@@ -21,7 +21,7 @@ class MessageKind:
     GRADIENT = "gradient"  # ∂L/∂activation, active → passive (the cut layer, backward)
     SSL_REPRESENTATION = "ssl_representation"  # representations exchanged in cross-party SSL
     MODEL_PARAMS = "model_params"  # FedAvg of shared sub-models through a server role (FedHSSL's PMA)
-    PSI = "alignment"  # PSI protocol messages and the announced aligned set
+    ALIGNMENT = "alignment"  # PSI protocol messages and the announced aligned set
     CONTROL = "control"
     HE_CONTEXT = "he_context"  # a key owner's public HE context / public key (never the secret key)
     HE_CIPHERTEXT = "he_ciphertext"  # encrypted activations, weight shares and masked products

@@ -3,7 +3,8 @@
 Tensors: ``<B dtype code><B ndim><ndim × uint32 shape>`` then the raw little-endian buffer, so a
 float32 tensor of shape (B, d) costs exactly ``2 + 4·2 + 4·B·d`` bytes (see :func:`tensor_nbytes`).
 Entity IDs travel as an int64 tensor when they are integers, otherwise as a JSON list of strings
-behind a one-byte tag.
+behind a one-byte tag. A batch request (the control message before a batch's IDs) is one JSON
+integer, ``2 · split index + training flag``.
 """
 
 from __future__ import annotations
@@ -78,3 +79,28 @@ def encode_json(obj: object) -> bytes:
 
 def decode_json(buf: bytes) -> object:
     return json.loads(buf.decode())
+
+
+_SPLITS = ("train", "test")  # a batch request's split, by its index in the control code
+
+
+def encode_batch_request(split: str, training: bool) -> bytes:
+    """The control message asking a passive party for its bottom output on the next batch of IDs.
+
+    Args:
+        split: ``"train"`` or ``"test"``: which of its rows the IDs name.
+        training: whether the step trains (the passive party keeps its output for the gradient).
+
+    Returns:
+        the JSON integer ``2 · split index + training``.
+    """
+    return encode_json(_SPLITS.index(split) * 2 + int(training))
+
+
+def decode_batch_request(buf: bytes) -> tuple[str, bool]:
+    """Inverse of :func:`encode_batch_request`: ``(split, training)``; ``ValueError`` when ``buf`` is
+    not a batch request (another control message, such as entity-aug's batch size)."""
+    code = decode_json(buf)
+    if type(code) is not int or not 0 <= code < 2 * len(_SPLITS):
+        raise ValueError(f"not a batch request: {code!r}")
+    return _SPLITS[code // 2], bool(code % 2)

@@ -164,8 +164,8 @@ def _align(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
     active = ch.endpoint(names[0])
     if mode == "plain":  # ID lists in the clear, through the same counted setup channel
         for name, ids in zip(names[1:], id_sets[1:], strict=True):
-            ch.endpoint(name).send_ids(names[0], MessageKind.PSI, ids)
-        received = [active.recv_ids(name, MessageKind.PSI) for name in names[1:]]
+            ch.endpoint(name).send_ids(names[0], MessageKind.ALIGNMENT, ids)
+        received = [active.recv_ids(name, MessageKind.ALIGNMENT) for name in names[1:]]
         return psi.plain_intersection([id_sets[0], *received]), ch.stats.total_bytes
     per_party = []
     for name, ids in zip(names[1:], id_sets[1:], strict=True):
@@ -175,94 +175,137 @@ def _align(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
     return psi.plain_intersection([id_sets[0], *per_party]), ch.stats.total_bytes
 
 
+@dataclasses.dataclass(frozen=True)
+class _Split:
+    """Which aligned entities are for testing, training, and training with a label."""
+
+    test_ids: np.ndarray
+    train_aligned: np.ndarray
+    labeled_ids: np.ndarray  # the aligned labeled training rows used with their label
+
+
 def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
-    _locate(cfg)
-    if len(cfg.party_files) < 2:
-        raise UserError("the csv source needs at least two --party-file files (active party first)")
-    if spec.columns is not None:
-        raise UserError("the csv source takes each party's columns from its file; drop --fields/columns")
+    """Read one file per party, align their IDs (PSI unless ``alignment: plain``), split the aligned
+    labeled rows into train/test and encode every party's features on its own training rows."""
+    _check_request(cfg, spec)
     paths = [Path(p) for p in cfg.party_files]
     frames = [_read_table(p) for p in paths]
-    if cfg.id_columns and len(cfg.id_columns) != len(paths):
-        raise UserError(f"--id-column given {len(cfg.id_columns)} times for {len(paths)} party files: give it once "
-                        "(the same name in every file) or once per file, in file order")
-    id_cols = list(cfg.id_columns) or [cfg.id_column] * len(paths)
-    if cfg.label_column not in frames[0].columns:
-        raise UserError(f"party file {paths[0]} (active party): no label column {cfg.label_column!r} (columns: "
-                        f"{', '.join(map(str, frames[0].columns))}; use --label-column)")
-    for p, df in zip(paths[1:], frames[1:], strict=True):
-        if cfg.label_column in df.columns:
-            raise UserError(f"party file {p} (passive party) has the label column {cfg.label_column!r}; "
-                            "labels belong to the active party only")
-    named = set(cfg.drop_columns) | set(cfg.categorical) | set(cfg.numeric)
-    unknown = named - {str(c) for df in frames for c in df.columns}
-    if unknown:
-        raise UserError(f"column {sorted(unknown)[0]!r} (--drop-columns/--categorical/--numeric) is in no party file")
+    id_cols = _id_columns(cfg, len(paths))
+    _check_columns(cfg, paths, frames)
     ids = [_ids(df, p, col, cfg.numeric_ids) for df, p, col in zip(frames, paths, id_cols, strict=True)]
     aligned, psi_bytes = _align(ids, "plain" if spec.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError(f"the party files share no IDs (columns {', '.join(dict.fromkeys(id_cols))}); IDs are "
                         "compared as exact strings unless numeric_ids is set")
-
     y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column)
-    active_pos = pd.Index(ids[0])
-    aligned_labeled = aligned[has_label[active_pos.get_indexer(aligned)]]
+    split = _split(aligned, ids[0], has_label, spec, seed)
+    names = party_names(len(paths))
+    parties, ingest = [], []
+    for k, (df, own) in enumerate(zip(frames, ids, strict=True)):
+        party, info = _party_data(k, names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, spec,
+                                  (y_all, has_label))
+        parties.append(party)
+        ingest.append(info)
+    # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
+    spec = dataclasses.replace(spec, alignment="plain" if spec.alignment == "plain" else "psi")
+    part = Partition("csv", spec, seed, len(classes), "tabular", parties, split.train_aligned, split.labeled_ids,
+                     truth_ids=ids[0][has_label], truth_y=y_all[has_label])
+    _print_ingest(names, ingest)  # tell the user what was read, before training starts
+    part.meta = {"aligned_by": spec.alignment, "psi_bytes": psi_bytes,
+                 "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}
+    return part
+
+
+def _check_request(cfg: DataConfig, spec: PartitionSpec) -> None:
+    _locate(cfg)
+    if len(cfg.party_files) < 2:
+        raise UserError("the csv source needs at least two --party-file files (active party first)")
+    if spec.columns is not None:
+        raise UserError("the csv source takes each party's columns from its file; drop --fields/columns")
+
+
+def _id_columns(cfg: DataConfig, n_files: int) -> list[str]:
+    """The ID column of each file: ``--id-column`` once for all files or once per file."""
+    if cfg.id_columns and len(cfg.id_columns) != n_files:
+        raise UserError(f"--id-column given {len(cfg.id_columns)} times for {n_files} party files: give it once "
+                        "(the same name in every file) or once per file, in file order")
+    return list(cfg.id_columns) or [cfg.id_column] * n_files
+
+
+def _check_columns(cfg: DataConfig, paths: list[Path], frames: list[pd.DataFrame]) -> None:
+    """The label column is in the active party's file only; every column named on the command line exists."""
+    if cfg.label_column not in frames[0].columns:
+        raise UserError(f"party file {paths[0]} (active party): no label column {cfg.label_column!r} (columns: "
+                        f"{', '.join(map(str, frames[0].columns))}; use --label-column)")
+    for path, df in zip(paths[1:], frames[1:], strict=True):
+        if cfg.label_column in df.columns:
+            raise UserError(f"party file {path} (passive party) has the label column {cfg.label_column!r}; "
+                            "labels belong to the active party only")
+    named = set(cfg.drop_columns) | set(cfg.categorical) | set(cfg.numeric)
+    unknown = named - {str(c) for df in frames for c in df.columns}
+    if unknown:
+        raise UserError(f"column {sorted(unknown)[0]!r} (--drop-columns/--categorical/--numeric) is in no party file")
+
+
+def _split(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarray, spec: PartitionSpec,
+           seed: int) -> _Split:
+    """A seeded ``test_fraction`` of the aligned labeled entities is the test set; the first
+    ``n_labeled`` of the rest (all by default) are the labeled training rows."""
+    aligned_labeled = aligned[has_label[pd.Index(active_ids).get_indexer(aligned)]]
     rng = np.random.default_rng(seed)
     perm = rng.permutation(aligned_labeled)
     n_test = int(round(spec.test_fraction * len(perm)))
     if n_test < 1 or n_test >= len(perm):
         raise UserError(f"only {len(perm)} aligned labeled rows: too few for a test split")
     test_ids = np.sort(perm[:n_test])
-    train_aligned = aligned[~np.isin(aligned, test_ids)]
     candidates = perm[n_test:]
     n_labeled = len(candidates) if spec.n_labeled is None else spec.n_labeled
     if n_labeled > len(candidates):
         raise UserError(f"--labeled {n_labeled} exceeds the {len(candidates)} aligned labeled training rows")
-    labeled_ids = candidates[:n_labeled]
+    return _Split(test_ids, aligned[~np.isin(aligned, test_ids)], candidates[:n_labeled])
 
-    parties, ingest = [], []
-    names = party_names(len(paths))
-    for k, (df, own) in enumerate(zip(frames, ids, strict=True)):
-        index = pd.Index(own)
-        train_ids = own[~np.isin(own, test_ids)]
-        tr, te = index.get_indexer(train_ids), index.get_indexer(test_ids)
-        drop = [id_cols[k], cfg.label_column, *cfg.drop_columns]
-        num, cat, num_cols, cat_cols, missing = _features(df, paths[k], drop, cfg)
-        if num.shape[1] + cat.shape[1] == 0:
-            raise UserError(f"party file {paths[k]}: no feature columns besides the ID")
-        matched = int(np.isin(own, aligned).sum())
-        ingest.append({"file": str(paths[k]), "id_column": id_cols[k], "rows_read": int(len(df)),
-                       "rows_matched": matched, "rows_unmatched": int(len(df)) - matched,
-                       "numeric_columns": [str(c) for c in num_cols], "categorical_columns": [str(c) for c in cat_cols],
-                       "dropped_columns": [c for c in cfg.drop_columns if c in df.columns],
-                       "missing_cells": missing})
-        if k == 0:
-            ingest[0]["unlabeled_rows"] = int((~has_label).sum())
-        X_tr, X_te, card = encode_party(num[tr], num[te], cat[tr], cat[te], log=False, min_freq=cfg.min_freq,
-                                        hash_buckets=cfg.hash_buckets)
-        labels = {}
-        if k == 0:
-            if spec.active_labels_unaligned:
-                lab = np.concatenate([labeled_ids, np.setdiff1d(train_ids[has_label[tr]], train_aligned)])
-            else:
-                lab = labeled_ids
-            labels = {"label_ids": lab, "y_labels": y_all[index.get_indexer(lab)], "y_test": y_all[te]}
-        parties.append(PartyData(names[k], np.arange(X_tr.shape[1]), train_ids, X_tr, test_ids, X_te, **labels,
-                                 n_numeric=len(num_cols), cardinalities=card,
-                                 column_names=tuple(num_cols + cat_cols)))
-    # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
-    spec = dataclasses.replace(spec, alignment="plain" if spec.alignment == "plain" else "psi")
-    part = Partition("csv", spec, seed, len(classes), "tabular", parties, train_aligned, labeled_ids,
-                     truth_ids=ids[0][has_label], truth_y=y_all[has_label])
-    for k, info in enumerate(ingest):  # tell the user what was read, before training starts
+
+def _party_data(k: int, name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray,
+                aligned: np.ndarray, split: _Split, cfg: DataConfig, spec: PartitionSpec,
+                label_info: tuple[np.ndarray, np.ndarray]) -> tuple[PartyData, dict]:
+    """Party ``k``'s encoded rows (the active party's, ``k == 0``, with its labels) and what was read."""
+    y_all, has_label = label_info
+    index = pd.Index(own)
+    train_ids = own[~np.isin(own, split.test_ids)]
+    tr, te = index.get_indexer(train_ids), index.get_indexer(split.test_ids)
+    drop = [id_col, cfg.label_column, *cfg.drop_columns]
+    num, cat, num_cols, cat_cols, missing = _features(df, path, drop, cfg)
+    if num.shape[1] + cat.shape[1] == 0:
+        raise UserError(f"party file {path}: no feature columns besides the ID")
+    matched = int(np.isin(own, aligned).sum())
+    info = {"file": str(path), "id_column": id_col, "rows_read": int(len(df)),
+            "rows_matched": matched, "rows_unmatched": int(len(df)) - matched,
+            "numeric_columns": [str(c) for c in num_cols], "categorical_columns": [str(c) for c in cat_cols],
+            "dropped_columns": [c for c in cfg.drop_columns if c in df.columns],
+            "missing_cells": missing}
+    if k == 0:
+        info["unlabeled_rows"] = int((~has_label).sum())
+    X_tr, X_te, card = encode_party(num[tr], num[te], cat[tr], cat[te], log=False, min_freq=cfg.min_freq,
+                                    hash_buckets=cfg.hash_buckets)
+    labels = {}
+    if k == 0:
+        if spec.active_labels_unaligned:
+            lab = np.concatenate([split.labeled_ids, np.setdiff1d(train_ids[has_label[tr]], split.train_aligned)])
+        else:
+            lab = split.labeled_ids
+        labels = {"label_ids": lab, "y_labels": y_all[index.get_indexer(lab)], "y_test": y_all[te]}
+    party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **labels,
+                      n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols))
+    return party, info
+
+
+def _print_ingest(names: list[str], ingest: list[dict]) -> None:
+    for k, info in enumerate(ingest):
         miss = sum(info["missing_cells"].values())
         extra = f", {info['unlabeled_rows']} unlabeled" if k == 0 else ""
         print(f"{names[k]}: {info['file']}: {info['rows_read']} rows read, {info['rows_matched']} matched, "
               f"{info['rows_unmatched']} unmatched{extra}; {len(info['numeric_columns'])} numeric + "
               f"{len(info['categorical_columns'])} categorical columns; {miss} missing cells", file=sys.stderr)
-    part.meta = {"aligned_by": spec.alignment, "psi_bytes": psi_bytes,
-                 "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}
-    return part
 
 
 DATASETS.register(DatasetEntry("csv", "your own data: one CSV/Parquet file per party (--party-file), PSI-aligned",

@@ -23,25 +23,25 @@ def _items(ids: np.ndarray) -> list[str]:
 def psi_server_round(endpoint: Endpoint, client: str, own_ids: np.ndarray) -> None:
     """Passive side: answer one PSI request from ``client`` with its own IDs."""
     server = psi.server.CreateWithNewKey(True)
-    n_client = int(endpoint.recv_json(client, MessageKind.PSI))
+    n_client = int(endpoint.recv_json(client, MessageKind.ALIGNMENT))
     setup = server.CreateSetupMessage(FPR, n_client, _items(own_ids), psi.DataStructure.RAW)
     request = psi.Request()
-    request.ParseFromString(endpoint.recv(client, MessageKind.PSI))
-    endpoint.send(client, MessageKind.PSI, setup.SerializeToString())
-    endpoint.send(client, MessageKind.PSI, server.ProcessRequest(request).SerializeToString())
+    request.ParseFromString(endpoint.recv(client, MessageKind.ALIGNMENT))
+    endpoint.send(client, MessageKind.ALIGNMENT, setup.SerializeToString())
+    endpoint.send(client, MessageKind.ALIGNMENT, server.ProcessRequest(request).SerializeToString())
 
 
 def psi_client_start(endpoint: Endpoint, server: str, own_ids: np.ndarray) -> object:
     client = psi.client.CreateWithNewKey(True)
-    endpoint.send_json(server, MessageKind.PSI, len(own_ids))
-    endpoint.send(server, MessageKind.PSI, client.CreateRequest(_items(own_ids)).SerializeToString())
+    endpoint.send_json(server, MessageKind.ALIGNMENT, len(own_ids))
+    endpoint.send(server, MessageKind.ALIGNMENT, client.CreateRequest(_items(own_ids)).SerializeToString())
     return client
 
 
 def psi_client_finish(endpoint: Endpoint, server: str, client: object, own_ids: np.ndarray) -> np.ndarray:
     setup, response = psi.ServerSetup(), psi.Response()
-    setup.ParseFromString(endpoint.recv(server, MessageKind.PSI))
-    response.ParseFromString(endpoint.recv(server, MessageKind.PSI))
+    setup.ParseFromString(endpoint.recv(server, MessageKind.ALIGNMENT))
+    response.ParseFromString(endpoint.recv(server, MessageKind.ALIGNMENT))
     idx = np.asarray(sorted(client.GetIntersection(setup, response)), dtype=np.int64)
     return np.asarray(own_ids)[idx]
 

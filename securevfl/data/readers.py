@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,63 +54,84 @@ def read_chunks(path: Path, sep: str, names: list[str], *, header: bool, chunk_r
     ``allow_truncated_last``: a last line with too few fields and no newline (an interrupted copy)
     is dropped with a warning instead of being an error.
     """
-    n_fields = len(names)
-    rng = np.random.default_rng(sample_seed)
-    size = path.stat().st_size
-    show = sys.stderr.isatty() if progress is None else progress
+    check = _line_check(path, sep, len(names), sample, np.random.default_rng(sample_seed), allow_truncated_last)
+    pending = _PendingChunk(sep, names)
     kept = 0
+    show = sys.stderr.isatty() if progress is None else progress
     with open(path, encoding="utf-8", errors="replace", newline="") as f, \
-            tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {path.name}", disable=not show,
-                 leave=False, file=sys.stderr) as bar:
-        lineno = 0
+            tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"reading {path.name}",
+                 disable=not show, leave=False, file=sys.stderr) as bar:
         if header:
             bar.update(len(f.readline()))
-            lineno = 1
-        pending: list[str] = []
-        numbers: list[int] = []
-        prev: tuple[int, str] | None = None  # hold one line back to know which line is last
-
-        def flush() -> Chunk:
-            frame = pd.read_csv(io.StringIO("\n".join(pending)), sep=sep, header=None, names=names, dtype=str,
-                                keep_default_na=False, na_filter=False, quoting=3, engine="c")
-            chunk = Chunk(frame, np.asarray(numbers, dtype=np.int64))
-            pending.clear()
-            numbers.clear()
-            return chunk
-
-        def accept(no: int, raw: str, is_last: bool) -> bool:
-            line = raw.rstrip("\r\n")
-            if line == "" and is_last:
-                return False
-            count = line.count(sep) + 1
-            if count != n_fields:
-                truncated = is_last and not raw.endswith("\n") and count < n_fields
-                if truncated and allow_truncated_last:
-                    print(f"warning: {path}: line {no}: truncated last line skipped", file=sys.stderr)
-                    return False
-                raise bad_line(path, no, f"expected {n_fields} fields, found {count}")
-            if sample < 1.0 and rng.random() >= sample:
-                return False
-            pending.append(line)
-            numbers.append(no)
-            return True
-
-        for raw in f:
-            lineno += 1
-            bar.update(len(raw))
-            if prev is not None:
-                if accept(prev[0], prev[1], False):
-                    kept += 1
-                    if max_rows is not None and kept >= max_rows:
-                        yield flush()
-                        return
-                if len(pending) >= chunk_rows:
-                    yield flush()
-            prev = (lineno, raw)
-        if prev is not None and accept(prev[0], prev[1], True):
+        for no, raw, is_last in _numbered_lines(f, bar, first=2 if header else 1):
+            line = check(no, raw, is_last)
+            if line is None:
+                continue
+            pending.add(no, line)
             kept += 1
-        if pending:
-            yield flush()
+            if max_rows is not None and kept >= max_rows:
+                yield pending.flush()
+                return
+            if len(pending.lines) >= chunk_rows:
+                yield pending.flush()
+        if pending.lines:
+            yield pending.flush()
+
+
+def _numbered_lines(f: io.TextIOBase, bar: tqdm, first: int) -> Iterator[tuple[int, str, bool]]:
+    """``(physical line number, raw line, is it the last)``: one line is held back to know which is last."""
+    prev: tuple[int, str] | None = None
+    for no, raw in enumerate(f, start=first):
+        bar.update(len(raw))
+        if prev is not None:
+            yield prev[0], prev[1], False
+        prev = (no, raw)
+    if prev is not None:
+        yield prev[0], prev[1], True
+
+
+def _line_check(path: Path, sep: str, n_fields: int, sample: float, rng: np.random.Generator,
+                allow_truncated_last: bool) -> Callable[[int, str, bool], str | None]:
+    """One line's validation and sampling: the check returns the line without its newline, or ``None``
+    to skip it (an empty last line, a truncated last line when allowed, a row left out by sampling); a
+    wrong field count is an error naming the line. It draws one uniform per valid line, in file order."""
+
+    def check(no: int, raw: str, is_last: bool) -> str | None:
+        line = raw.rstrip("\r\n")
+        if line == "" and is_last:
+            return None
+        count = line.count(sep) + 1
+        if count != n_fields:
+            truncated = is_last and not raw.endswith("\n") and count < n_fields
+            if truncated and allow_truncated_last:
+                print(f"warning: {path}: line {no}: truncated last line skipped", file=sys.stderr)
+                return None
+            raise bad_line(path, no, f"expected {n_fields} fields, found {count}")
+        if sample < 1.0 and rng.random() >= sample:
+            return None
+        return line
+
+    return check
+
+
+class _PendingChunk:
+    """Accepted lines not yet parsed; :meth:`flush` parses them into a :class:`Chunk` and empties."""
+
+    def __init__(self, sep: str, names: list[str]) -> None:
+        self.sep, self.names = sep, names
+        self.lines: list[str] = []
+        self.numbers: list[int] = []
+
+    def add(self, no: int, line: str) -> None:
+        self.lines.append(line)
+        self.numbers.append(no)
+
+    def flush(self) -> Chunk:
+        frame = pd.read_csv(io.StringIO("\n".join(self.lines)), sep=self.sep, header=None, names=self.names,
+                            dtype=str, keep_default_na=False, na_filter=False, quoting=3, engine="c")
+        chunk = Chunk(frame, np.asarray(self.numbers, dtype=np.int64))
+        self.lines, self.numbers = [], []
+        return chunk
 
 
 def parse_numeric(chunk: Chunk, column: str, path: Path, *, integer: bool) -> np.ndarray:

@@ -643,11 +643,12 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
     rows = data.get("max_rows")
     size = f"the first {rows:,} rows" if rows else "all rows"
     per_setting = {}
-    for sw, p in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
-                     strict=True):
+    for sw, cell_part in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
+                             strict=True):
         label = ", ".join(f"{k} {v}" for k, v in json.loads(sw).items() if ":" not in k)
-        p = json.loads(p)
-        per_setting[label] = f"{p.get('aligned', '?')} aligned training rows, {p.get('labeled', '?')} of them labeled"
+        counts = json.loads(cell_part)
+        per_setting[label] = (f"{counts.get('aligned', '?')} aligned training rows, {counts.get('labeled', '?')} of "
+                              "them labeled")
     aligned = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(per_setting.items()))
     lines = [f"Data: **{dataset}**, {size}; {part.get('parties', spec.get('n_parties'))} parties "
              f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",
@@ -713,69 +714,108 @@ def _md_table(df: pd.DataFrame) -> str:
 
 
 def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
+    """Render a sweep store as ``report.md`` + a self-contained ``report.html`` and their figures.
+
+    Args:
+        store_path: the sweep's SQLite store.
+        out_dir: where the report and its PNG figures go (created if missing).
+
+    Returns:
+        the paths of ``report.md``, ``report.html`` and every figure, in document order.
+    """
     runs, attacks = load_frames(store_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(runs, attacks)
-    n_ok, n_failed = int((runs.status == "ok").sum()), int((runs.status == "failed").sum())
-    sweeps = ", ".join(sorted(runs.sweep.dropna().unique()))
-    sections: list[tuple[str, list]] = []  # (title, blocks) ; block = ("p", text) | ("img", path) | ("table", df)
-    figures: list[Path] = []
-    datasets = sorted(runs.dataset.unique())
-    atk = attack_names(summary) if not summary.empty else []
+    sections: list[tuple[str, list]] = [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out))
+                                        for ds in sorted(runs.dataset.unique())]
+    sections += _run_wide_sections(runs)
+    intro = _intro(runs, attacks, store_path)
+    (out / "report.md").write_text(_render_md(intro, sections, out))
+    (out / "report.html").write_text(_render_html(intro, sections))
+    figures = [content for _, blocks in sections for kind, content in blocks if kind == "img"]
+    return [out / "report.md", out / "report.html", *figures]
+
+
+# A section is (title, blocks); a block is ("p", text) | ("ul", lines) | ("h3", title) | ("img", path) | ("table", df).
+def _dataset_blocks(runs: pd.DataFrame, attacks: pd.DataFrame, summary: pd.DataFrame, ds: str, out: Path) -> list:
+    """One dataset's section: its setup, what encryption buys, the attack trade-offs, utility against
+    each swept data key, and the per-cell table."""
+    blocks: list = [("ul", setup_lines(runs, attacks, ds))]
+    if summary.empty:
+        return blocks + _size_blocks(summary, runs, ds, out)
     kinds = control_kinds(attacks)
-    for ds in datasets:
-        blocks: list = []
-        # one trade-off per attack and per swept setting (e.g. each aligned fraction): comparing
-        # cells across different data sizes would mix two effects in one line
-        settings = sorted(summary[summary.dataset == ds].swept.unique()) if not summary.empty else []
-        blocks.append(("ul", setup_lines(runs, attacks, ds)))
-        if not summary.empty and shows_encryption(summary, attacks, ds):
-            labels_ = label_attacks(attacks)
-            for f in feature_attacks(attacks):
-                if not summary[summary.dataset == ds][f"{f}_value"].notna().any():
-                    continue
-                blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
-                                     f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
-                fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
-                                        out / f"encryption_{ds}_{f}.png", kinds)
-                figures.append(fig)
-                blocks.append(("img", fig))  # the plot first: it is what the first screen must show
-                blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
-                grid = image_grid(attacks, ds, f, out / f"reconstructions_{ds}_{f}.png")
-                if grid is not None:
-                    figures.append(grid)
-                    blocks.append(("img", grid))
-        for a in atk:
-            for i, sw in enumerate(settings):
-                # the local reference runs once per data setting, whatever the attack parameters
-                data_axes = json.dumps({k: v for k, v in json.loads(sw).items() if ":" not in k}, sort_keys=True)
-                sub = summary[(summary.swept == sw) | ((summary.method == "local") & (summary.swept == data_axes))]
-                if not sub[(sub.dataset == ds)][f"{a}_value"].notna().any():
-                    continue
-                label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
-                if label:
-                    blocks.append(("h3", f"{a} attack, {label}"))
-                blocks += [("ul", headline(sub, ds, a, kinds.get(a, "")))]
-                suffix = f"_{i}" if len(settings) > 1 else ""
-                fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
-                figures.append(fig)
-                blocks.append(("img", fig))
-        if not atk and not summary.empty:
-            d = summary[summary.dataset == ds]
-            best = d.loc[d.utility.idxmax()]
-            blocks.append(("ul", [f"No attacks in this sweep. Best utility: **{best.method}** with "
-                                  f"**{setting_label(best.defense)}** ({best.utility:.4f})."]))
-        for key in sorted({c[len("swept_"):] for c in runs.columns if c.startswith("swept_") and ":" not in c}):
-            fig = size_figure(summary, runs, ds, key, out / f"utility_vs_{key}_{ds}.png")
-            if fig is not None:
-                figures.append(fig)
-                blocks.append(("img", fig))
-        if not summary.empty:
-            blocks.append(("h3", "Mean ± std over seeds, per cell"))
-            blocks.append(("table", cell_table(summary, ds)))
-            blocks.append(("ul", column_notes(summary, ds)))
-        sections.append((f"{ds}", blocks))
+    if shows_encryption(summary, attacks, ds):
+        blocks += _encryption_blocks(summary, attacks, ds, out, kinds)
+    atk = attack_names(summary)
+    for a in atk:
+        blocks += _tradeoff_blocks(summary, ds, a, out, kinds)
+    if not atk:
+        d = summary[summary.dataset == ds]
+        best = d.loc[d.utility.idxmax()]
+        blocks.append(("ul", [f"No attacks in this sweep. Best utility: **{best.method}** with "
+                              f"**{setting_label(best.defense)}** ({best.utility:.4f})."]))
+    blocks += _size_blocks(summary, runs, ds, out)
+    blocks.append(("h3", "Mean ± std over seeds, per cell"))
+    blocks.append(("table", cell_table(summary, ds)))
+    blocks.append(("ul", column_notes(summary, ds)))
+    return blocks
+
+
+def _encryption_blocks(summary: pd.DataFrame, attacks: pd.DataFrame, ds: str, out: Path,
+                       kinds: dict[str, str]) -> list:
+    """Per feature attack: what encryption buys, beside the first label attack."""
+    blocks: list = []
+    labels_ = label_attacks(attacks)
+    for f in feature_attacks(attacks):
+        if not summary[summary.dataset == ds][f"{f}_value"].notna().any():
+            continue
+        blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
+                             f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
+        fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
+                                out / f"encryption_{ds}_{f}.png", kinds)
+        blocks.append(("img", fig))  # the plot first: it is what the first screen must show
+        blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
+        grid = image_grid(attacks, ds, f, out / f"reconstructions_{ds}_{f}.png")
+        if grid is not None:
+            blocks.append(("img", grid))
+    return blocks
+
+
+def _tradeoff_blocks(summary: pd.DataFrame, ds: str, a: str, out: Path, kinds: dict[str, str]) -> list:
+    """One trade-off per swept setting (e.g. each aligned fraction) for attack ``a``: comparing
+    cells across different data sizes would mix two effects in one line."""
+    blocks: list = []
+    settings = sorted(summary[summary.dataset == ds].swept.unique())
+    for i, sw in enumerate(settings):
+        # the local reference runs once per data setting, whatever the attack parameters
+        data_axes = json.dumps({k: v for k, v in json.loads(sw).items() if ":" not in k}, sort_keys=True)
+        sub = summary[(summary.swept == sw) | ((summary.method == "local") & (summary.swept == data_axes))]
+        if not sub[(sub.dataset == ds)][f"{a}_value"].notna().any():
+            continue
+        label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
+        if label:
+            blocks.append(("h3", f"{a} attack, {label}"))
+        blocks += [("ul", headline(sub, ds, a, kinds.get(a, "")))]
+        suffix = f"_{i}" if len(settings) > 1 else ""
+        fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
+        blocks.append(("img", fig))
+    return blocks
+
+
+def _size_blocks(summary: pd.DataFrame, runs: pd.DataFrame, ds: str, out: Path) -> list:
+    """Utility against each swept data key (e.g. the aligned fraction)."""
+    blocks: list = []
+    for key in sorted({c[len("swept_"):] for c in runs.columns if c.startswith("swept_") and ":" not in c}):
+        fig = size_figure(summary, runs, ds, key, out / f"utility_vs_{key}_{ds}.png")
+        if fig is not None:
+            blocks.append(("img", fig))
+    return blocks
+
+
+def _run_wide_sections(runs: pd.DataFrame) -> list[tuple[str, list]]:
+    """The sections over all datasets: ε, HE cost, failed runs."""
+    sections: list[tuple[str, list]] = []
     eps = epsilon_table(runs)
     if not eps.empty:
         sections.append(("Differential privacy (ε at the reported δ; label-DP of the active party's training labels: "
@@ -791,6 +831,12 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     if not failed.empty:
         ft = failed[["method", "defense", "seed", "error"]].assign(defense=lambda x: x.defense.map(setting_label))
         sections.append((f"Failed runs ({len(failed)})", [("table", ft)]))
+    return sections
+
+
+def _intro(runs: pd.DataFrame, attacks: pd.DataFrame, store_path: str | Path) -> str:
+    n_ok, n_failed = int((runs.status == "ok").sum()), int((runs.status == "failed").sum())
+    sweeps = ", ".join(sorted(runs.sweep.dropna().unique()))
     intro = (f"Sweep {sweeps}: {n_ok} runs ok, {n_failed} failed, store `{Path(store_path).name}`. "
              "Attack performance is measured on the passive adversary's own training rows (top-1 accuracy for "
              "multi-class tasks, AUC for binary); lower is better for privacy. **Leakage** is what the federation "
@@ -801,11 +847,7 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
         intro += (" Feature attacks (" + ", ".join(feature_attacks(attacks)) + ") are the other direction: the "
                   "active party reconstructing a passive party's features, scored by R² (higher leaks more) against "
                   "their control and the mean predictor.")
-    md = _render_md(intro, sections, out)
-    html_text = _render_html(intro, sections)
-    (out / "report.md").write_text(md)
-    (out / "report.html").write_text(html_text)
-    return [out / "report.md", out / "report.html", *figures]
+    return intro
 
 
 def _render_md(intro: str, sections: list, out: Path) -> str:

@@ -114,10 +114,10 @@ def expand_defenses(entries: object) -> list[tuple[str, str, float | None]]:
             fixed = {k: _number(v, f"{key}.{k}") for k, v in params.items() if k not in swept}
             values = _as_list(params[swept[0]], f"{key}.{swept[0]}") if swept else [None]
             for v in values:
-                p = dict(fixed)
+                point = dict(fixed)  # this strength's parameter values
                 if swept:
-                    p[swept[0]] = _number(v, f"{key}.{swept[0]}")
-                spec = f"{family}:" + ",".join(f"{k}={p[k]:g}" for k in p)
+                    point[swept[0]] = _number(v, f"{key}.{swept[0]}")
+                spec = f"{family}:" + ",".join(f"{k}={point[k]:g}" for k in point)
                 out.append((spec, family, None if v is None else float(v)))
         else:
             for v in _as_list(params, key):
@@ -201,11 +201,35 @@ def _methods(entries: object) -> list[tuple[str, dict]]:
     return out
 
 
+@dataclass
+class _Grid:
+    """The sweep's non-dataset axes, each already expanded and validated."""
+
+    methods: list[tuple[str, dict]]
+    defenses: list[tuple[str, str, float | None]]
+    he_modes: list[tuple[str, dict]]
+    attack_variants: list[tuple[list, dict]]
+    seeds: list[int]
+
+
 def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     """Expand a sweep mapping into cells (the grid × seeds), each a resolved ``RunConfig`` dict.
     Single-party baselines (``local``) run once per seed with no defense, HE or attack."""
-    from securevfl.methods import get_method
+    name = _check_top_level(data, source)
+    ds = _dataset_section(data.get("dataset"))
+    methods = _methods(data.get("methods"))
+    defenses = expand_defenses(data.get("defenses"))
+    _validate_defenses(defenses)
+    attack_variants = expand_attacks(data.get("attacks"))
+    he_modes = _he_modes(data.get("he", "off"))
+    seeds = _seeds(data.get("seeds", [0]))
+    base, data_axes = _base_config(ds, data)
+    cells = _expand_cells(base, data_axes, _Grid(methods, defenses, he_modes, attack_variants, seeds))
+    return Sweep(name, cells, list(data_axes) + list(attack_variants[0][1]))
 
+
+def _check_top_level(data: object, source: str) -> str:
+    """The top level is a mapping of known keys with a usable ``name``; returns that name."""
     if not isinstance(data, dict):
         raise UserError(f"{source}: top level must be a mapping")
     unknown = set(data) - _TOP_KEYS
@@ -214,22 +238,29 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     name = data.get("name")
     if not isinstance(name, str) or not name or "/" in name:
         raise _fail("name", "a non-empty name without '/' is required")
-    ds = data.get("dataset")
+    return name
+
+
+def _dataset_section(ds: object) -> dict:
+    """``dataset``: a name, or a mapping with at least ``name``."""
     if isinstance(ds, str):
         ds = {"name": ds}
     if not isinstance(ds, dict) or "name" not in ds:
         raise _fail("dataset", "expected a mapping with at least 'name'")
-    methods = _methods(data.get("methods"))
-    defenses = expand_defenses(data.get("defenses"))
-    _validate_defenses(defenses)
-    attack_variants = expand_attacks(data.get("attacks"))
-    he_modes = _he_modes(data.get("he", "off"))
-    seeds = _as_list(data.get("seeds", [0]), "seeds")
+    return ds
+
+
+def _seeds(value: object) -> list[int]:
+    seeds = _as_list(value, "seeds")
     for i, s in enumerate(seeds):
         if isinstance(s, bool) or not isinstance(s, int):
             raise _fail(f"seeds[{i}]", f"expected an integer, got {s!r}")
+    return seeds
 
-    # the dataset section: list values are swept axes
+
+def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
+    """The configuration every cell starts from (fixed dataset keys, ``train``/``model``/``optim``
+    sections), and the dataset keys given as lists: the swept data axes."""
     base = RunConfig(dataset=str(ds["name"]))
     fixed: dict[str, dict] = {"partition": {}, "data": {}}
     axes: dict[str, list] = {}
@@ -249,18 +280,24 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
             apply_dict(getattr(base, section), values, f"{'dataset' if section in ('partition', 'data') else section}.")
         except UserError as e:
             raise UserError(f"sweep file: {e}") from None
+    return base, axes
+
+
+def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> list[Cell]:
+    """One cell per point of data axes × methods × defenses × HE × attack variants × seeds."""
+    from securevfl.methods import get_method
 
     cells: list[Cell] = []
-    axis_names = list(axes) + [k for k in attack_variants[0][1]]
-    for combo in itertools.product(*axes.values()) if axes else [()]:
-        data_swept = dict(zip(axes, combo, strict=True))
+    for combo in itertools.product(*data_axes.values()) if data_axes else [()]:
+        data_swept = dict(zip(data_axes, combo, strict=True))
         for (method, params), (spec, family, strength), (he, he_params), (attack_list, attack_swept), seed in \
-                itertools.product(methods, defenses, he_modes, attack_variants, seeds):
+                itertools.product(grid.methods, grid.defenses, grid.he_modes, grid.attack_variants, grid.seeds):
             swept = {**data_swept, **attack_swept}
             if not get_method(method).uses_passives:
                 # a single-party baseline (``local``) has no cut layer to defend, encrypt or attack:
                 # one plain run per seed, shown in the report as a reference utility
-                if (spec, (he, he_params), attack_list) != (defenses[0][0], he_modes[0], attack_variants[0][0]):
+                if (spec, (he, he_params), attack_list) != (grid.defenses[0][0], grid.he_modes[0],
+                                                            grid.attack_variants[0][0]):
                     continue
                 spec, family, strength, he, he_params, attack_list, swept = ("none", "none", None, "off", {}, [],
                                                                              data_swept)
@@ -269,14 +306,19 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
             cfg.he_params = dict(he_params)
             cfg.method_params = dict(params)
             cfg.attacks = copy.deepcopy(attack_list)
-            for k, v in data_swept.items():
-                section = cfg.data if k in _DATA_KEYS else cfg.partition
-                try:
-                    apply_dict(section, {_PARTITION_ALIASES.get(k, k): v}, "dataset.")
-                except UserError as e:
-                    raise UserError(f"sweep file: {e}") from None
+            _apply_data_point(cfg, data_swept)
             cells.append(Cell(method, spec, family, strength, int(seed), he, cfg.to_dict(), swept))
-    return Sweep(name, cells, axis_names)
+    return cells
+
+
+def _apply_data_point(cfg: RunConfig, data_swept: dict) -> None:
+    """Set one point of the swept dataset keys on a cell's configuration."""
+    for k, v in data_swept.items():
+        section = cfg.data if k in _DATA_KEYS else cfg.partition
+        try:
+            apply_dict(section, {_PARTITION_ALIASES.get(k, k): v}, "dataset.")
+        except UserError as e:
+            raise UserError(f"sweep file: {e}") from None
 
 
 def _he_modes(value: object) -> list[tuple[str, dict]]:

@@ -8,7 +8,7 @@ unaligned), the guest G a passive party (features on aligned rows only).
    total loss1 + α·loss2. Rep lives at the host and only reads what the host already received.
 2. Rep frozen. loss3 = CE on aligned rows (real h_G) + β·CE on the host's unaligned rows
    (h̃_G = Rep(h_H)), continuing from step 1's weights (``reinit: true`` re-initialises them).
-Inference: aligned test rows use the guest, unaligned test rows use Rep (the trainer's ``fill``).
+Inference: aligned test rows use the guest, unaligned test rows use Rep (the trainer's ``passive_stand_in``).
 
 Readings where the paper is silent (documented choices):
 - α and β are "tunable" with no values given; defaults α = 1, β = 1.
@@ -76,7 +76,7 @@ class UnalignedTerm(LabelTerm):
     def _losses(self) -> tuple[torch.Tensor, np.ndarray]:
         ids = self.chunks[self.k % len(self.chunks)]
         self.k += 1
-        logits = self.host.logits_alone(ids, "train", True, fill=self.rep)
+        logits = self.host.logits_alone(ids, "train", True, passive_stand_in=self.rep)
         return F.cross_entropy(logits, torch.from_numpy(self.host.data.labels(ids)), reduction="none"), ids
 
     def __call__(self) -> torch.Tensor:
@@ -105,8 +105,8 @@ class FedUD(Method):
         return False  # Rep imitates the guest's raw representation, which the head must read whole
 
     def fit(self, fed: Federation) -> None:
-        a, p = fed.active, self.params
-        alpha, beta = float(p["alpha"]), float(p["beta"])
+        a, params = fed.active, self.params
+        alpha, beta = float(params["alpha"]), float(params["beta"])
         if alpha < 0 or beta < 0:
             raise UserError(f"fedud: alpha and beta must be ≥ 0, got {alpha}, {beta}")
         aligned = labeled_aligned_ids(fed)
@@ -120,7 +120,7 @@ class FedUD(Method):
                             "and aligned_fraction < 1)")
         cut = a.bottom.out_dim
         torch.manual_seed(seed_for(self.ctx.seed, 0) + STREAM_FEDUD_REP)
-        rep = RepNet(cut, a.passive_widths, int(p["rep_hidden"] or 2 * cut))
+        rep = RepNet(cut, a.passive_widths, int(params["rep_hidden"] or 2 * cut))
         a.extra_modules["rep"] = rep
         self.reset_optimizers(fed)
 
@@ -130,14 +130,14 @@ class FedUD(Method):
         # step 2: Rep frozen; aligned CE + β·CE on the host's unaligned rows
         rep.requires_grad_(False)
         rep.eval()
-        if p["reinit"]:
+        if params["reinit"]:
             for party in fed.parties:
                 for m in [party.bottom, *([party.head] if party is a else [])]:
                     reset_parameters(m)
         self.reset_optimizers(fed)
         term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size,
                              seed_for(self.ctx.seed, 0) + STREAM_FEDUD_UNALIGNED)
-        self.trainer = self.finetune(fed, aligned, label_terms=[term], fill=rep)
+        self.trainer = self.finetune(fed, aligned, label_terms=[term], passive_stand_in=rep)
         fed.meta["fedud"] = {"aligned_rows": int(len(aligned)), "unaligned_rows": int(len(unaligned)),
                              "unaligned_rows_per_step": round(term.rows_per_step, 2), "alpha": alpha, "beta": beta,
                              "step1_final_loss": step1.losses[-1] if step1.losses else None}

@@ -63,6 +63,7 @@ passive party sees only its own IDs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -91,13 +92,13 @@ from securevfl.training import SplitTrainer
 
 # ----------------------------------------------------------------------------- party-local pieces
 class ImputingView:
-    """A party's own training rows as RISA sees them: the real row for IDs it holds, ``fill`` (its
-    imputation vector) for IDs it does not; ``alias`` maps request keys to its own IDs (the active
+    """A party's own training rows as RISA sees them: the real row for IDs it holds, ``imputed_row``
+    (its imputation vector) for IDs it does not; ``alias`` maps request keys to its own IDs (the active
     party's side of ``random-match``). Everything else is the wrapped :class:`PartyData`."""
 
-    def __init__(self, data: PartyData, fill: np.ndarray | None,
+    def __init__(self, data: PartyData, imputed_row: np.ndarray | None,
                  alias: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-        self._data, self.fill = data, fill
+        self._data, self.imputed_row = data, imputed_row
         self._alias = None if alias is None else (IdIndex(alias[0]), np.asarray(alias[1]))
 
     def __getattr__(self, name: str):
@@ -121,9 +122,9 @@ class ImputingView:
         held = pos >= 0
         out[held] = X[pos[held]]
         if not held.all():
-            if self.fill is None:
+            if self.imputed_row is None:
                 raise KeyError(f"{self._data.name} holds no train rows for ids {list(ids[~held][:3])}")
-            out[~held] = self.fill
+            out[~held] = self.imputed_row
         return out
 
 
@@ -133,12 +134,12 @@ def imputation_vector(data: PartyData, ids: np.ndarray, mode: str) -> np.ndarray
     X = data.rows(ids, "train")
     if mode == "zero":
         return np.zeros(X.shape[1:], dtype=X.dtype)
-    fill = X.mean(axis=0)
+    vector = X.mean(axis=0)
     if data.cardinalities:  # tabular layout: numeric columns first, then one vocabulary id per field
         for j in range(data.n_numeric, X.shape[1]):
             values, counts = np.unique(X[:, j], return_counts=True)
-            fill[j] = values[counts.argmax()]
-    return fill.astype(X.dtype)
+            vector[j] = values[counts.argmax()]
+    return vector.astype(X.dtype)
 
 
 def use_view(party: Party, view: ImputingView | None) -> None:
@@ -235,6 +236,23 @@ class RisaTrainer(SplitTrainer):
         return ids[self._kept]
 
 
+@dataclass(frozen=True)
+class _RowSets:
+    """The active party's view of which training rows exist where."""
+
+    aligned: np.ndarray
+    labeled_aligned: np.ndarray
+    own_unaligned: np.ndarray  # rows only the active party holds
+    own_labeled: np.ndarray  # those of them it has labels for
+
+    @classmethod
+    def of(cls, fed: Federation) -> _RowSets:
+        a = fed.active
+        own_unaligned = np.setdiff1d(a.data.train_ids, a.aligned_ids)
+        return cls(a.aligned_ids, labeled_aligned_ids(fed), own_unaligned,
+                   np.intersect1d(own_unaligned, a.data.label_ids))
+
+
 # ---------------------------------------------------------------------------------------- method
 @METHODS.register
 class RISA(Method):
@@ -252,7 +270,7 @@ class RISA(Method):
         "anneal_epochs": 10,  # T of the KL weight min(1, t/T)
         "self_training_epochs": 0,  # epochs of the self-training model (0 = train.epochs)
     }
-    fill: ClassVar[str] = "mean"
+    imputation_mode: ClassVar[str] = "mean"  # the imputation vector: see imputation_vector
     random_match: ClassVar[bool] = False
 
     @property
@@ -261,24 +279,24 @@ class RISA(Method):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        p = self.params
+        params = self.params
         for flag in ("imputation", "self_training", "evidential"):
-            if not isinstance(p[flag], bool):
-                raise UserError(f"method {self.name}: {flag} must be true or false, got {p[flag]!r}")
-        if not 0.0 <= float(p["confidence"]) <= 1.0:
-            raise UserError(f"method {self.name}: confidence must be in [0, 1], got {p['confidence']}")
-        if not 0.0 < float(p["tau_final"]) <= 1.0:
-            raise UserError(f"method {self.name}: tau_final must be in (0, 1], got {p['tau_final']}")
+            if not isinstance(params[flag], bool):
+                raise UserError(f"method {self.name}: {flag} must be true or false, got {params[flag]!r}")
+        if not 0.0 <= float(params["confidence"]) <= 1.0:
+            raise UserError(f"method {self.name}: confidence must be in [0, 1], got {params['confidence']}")
+        if not 0.0 < float(params["tau_final"]) <= 1.0:
+            raise UserError(f"method {self.name}: tau_final must be in (0, 1], got {params['tau_final']}")
         for key in ("drop_every", "anneal_epochs", "self_training_epochs"):
-            if int(p[key]) < 0:
-                raise UserError(f"method {self.name}: {key} must be ≥ 0, got {p[key]}")
+            if int(params[key]) < 0:
+                raise UserError(f"method {self.name}: {key} must be ≥ 0, got {params[key]}")
 
     # -- protocol steps ------------------------------------------------------------------------
     def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
         for p in fed.passives:
-            p.endpoint.send_ids(ACTIVE, MessageKind.PSI, np.setdiff1d(p.data.train_ids, p.aligned_ids))
-        return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.PSI) for p in fed.passives}
+            p.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, np.setdiff1d(p.data.train_ids, p.aligned_ids))
+        return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT) for p in fed.passives}
 
     def _pair_randomly(self, fed: Federation, own: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Active party: pair its labeled non-overlapping rows with random passive-only IDs."""
@@ -295,75 +313,90 @@ class RISA(Method):
         return k + self.ctx.train.epochs, s
 
     def fit(self, fed: Federation) -> None:
-        a, p = fed.active, self.params
+        self._check_setting(fed)
+        rows = _RowSets.of(fed)
+        info: dict = {"labeled_aligned": int(len(rows.labeled_aligned))}
+        label_ids, label_y = self._impute(fed, rows, info)
+        label_ids, label_y = self._pseudo_label(fed, rows, label_ids, label_y, info)
+        info["training_rows"] = int(len(label_ids))
+        evidential = self._install_heads(fed)
+        self._train_final(fed, rows, label_ids, label_y, evidential, info)
+        fed.meta["risa"] = info
+        for party in fed.parties:  # training is over: every party goes back to its plain rows
+            use_view(party, None)
+
+    def _check_setting(self, fed: Federation) -> None:
         if self.random_match and len(fed.passives) != 1:
             raise UserError(f"method {self.name} pairs rows of two parties; use --parties 2")
-        if self.random_match and p["self_training"]:
+        if self.random_match and self.params["self_training"]:
             raise UserError(f"method {self.name}: self_training does not apply (the passive rows are matched, not "
                             "pseudo-labeled)")
-        aligned, labeled_aligned = a.aligned_ids, labeled_aligned_ids(fed)
-        own_unaligned = np.setdiff1d(a.data.train_ids, aligned)
-        own_labeled = np.intersect1d(own_unaligned, a.data.label_ids)
-        impute = p["imputation"] and not self.random_match
-        self_train = p["self_training"]
-        info: dict = {"labeled_aligned": int(len(labeled_aligned))}
 
-        # 1. imputation: every party imputes its own block from its own aligned rows
-        alias = None
+    def _impute(self, fed: Federation, rows: _RowSets, info: dict) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Step 1, imputation: every party imputes its own block from its own aligned rows (or, for
+        ``random-match``, the active party pairs its labeled rows with passive-only IDs). Returns the
+        labeled training rows so far, as lists of ID and label arrays."""
+        a = fed.active
         if self.random_match:
             others = self._announce_unaligned(fed)[fed.passives[0].name]
-            keys, own_ids = self._pair_randomly(fed, own_labeled, others)
-            alias = (keys, own_ids)
-            use_view(a, ImputingView(a.data, None, alias))
+            keys, own_ids = self._pair_randomly(fed, rows.own_labeled, others)
+            use_view(a, ImputingView(a.data, None, (keys, own_ids)))
             extra_ids, extra_y = keys, a.data.labels(own_ids)
             info["random_pairs"] = int(len(keys))
         else:
-            if impute:
+            if self._imputes:
                 for party in fed.parties:
-                    fill = imputation_vector(party.data, party.aligned_ids, self.fill)
-                    use_view(party, ImputingView(party.data, fill))
-            extra_ids = own_labeled if impute else own_labeled[:0]
+                    imputed_row = imputation_vector(party.data, party.aligned_ids, self.imputation_mode)
+                    use_view(party, ImputingView(party.data, imputed_row))
+            extra_ids = rows.own_labeled if self._imputes else rows.own_labeled[:0]
             extra_y = a.data.labels(extra_ids)
+        return [rows.labeled_aligned, extra_ids], [a.data.labels(rows.labeled_aligned), extra_y]
 
-        # 2. self-training on the labeled aligned rows → pseudo-labels for the unlabeled rows
-        label_ids = [labeled_aligned, extra_ids]
-        label_y = [a.data.labels(labeled_aligned), extra_y]
-        if self_train:
-            candidates = np.setdiff1d(aligned, labeled_aligned)
-            if impute:
+    def _pseudo_label(self, fed: Federation, rows: _RowSets, label_ids: list[np.ndarray],
+                      label_y: list[np.ndarray], info: dict) -> tuple[np.ndarray, np.ndarray]:
+        """Step 2, self-training on the labeled aligned rows → pseudo-labels for the unlabeled rows.
+        Returns every training row's ID and (pseudo-)label."""
+        if self.params["self_training"]:
+            candidates = np.setdiff1d(rows.aligned, rows.labeled_aligned)
+            if self._imputes:
                 passive_only = self._announce_unaligned(fed)
-                candidates = np.concatenate([candidates, np.setdiff1d(own_unaligned, own_labeled),
+                candidates = np.concatenate([candidates, np.setdiff1d(rows.own_unaligned, rows.own_labeled),
                                              *passive_only.values()])
             if len(candidates):
-                ids_pl, y_pl, st = self._self_train(fed, labeled_aligned, candidates)
+                ids_pl, y_pl, st = self._self_train(fed, rows.labeled_aligned, candidates)
                 label_ids.append(ids_pl)
                 label_y.append(y_pl)
                 info["self_training"] = st
-        label_ids, label_y = np.concatenate(label_ids), np.concatenate(label_y).astype(np.int64)
-        info["training_rows"] = int(len(label_ids))
+        return np.concatenate(label_ids), np.concatenate(label_y).astype(np.int64)
 
-        # 3. evidential heads at the active party (or the usual concatenation head)
+    def _install_heads(self, fed: Federation) -> bool:
+        """Step 3, evidential heads at the active party (or the usual concatenation head); returns
+        whether they are evidential."""
+        if not self.params["evidential"]:
+            return False
+        widths = [self.ctx.model.cut_dim] + [fed.cut.out_dim(self.ctx.model.cut_dim)] * len(fed.passives)
+        torch.manual_seed(seed_for(self.ctx.seed, len(fed.parties)) + STREAM_RISA_HEADS)
+        fed.active.head = EvidentialHeads(widths, fed.n_classes, self.ctx.model)
+        return True
+
+    def _train_final(self, fed: Federation, rows: _RowSets, label_ids: np.ndarray, label_y: np.ndarray,
+                     evidential: bool, info: dict) -> None:
+        """Step 4, the final model: RISA's objective with uncertainty-based row dropping."""
         lr = fed.meta.get("lr_search", {}).get("chosen")
-        if p["evidential"]:
-            widths = [self.ctx.model.cut_dim] + [fed.cut.out_dim(self.ctx.model.cut_dim)] * len(fed.passives)
-            torch.manual_seed(seed_for(self.ctx.seed, len(fed.parties)) + STREAM_RISA_HEADS)
-            a.head = EvidentialHeads(widths, fed.n_classes, self.ctx.model)
-            evidential = True
-        else:
-            evidential = False
         self.reset_optimizers(fed)
         if lr is not None:  # the self-training stage's learning-rate search also sets the final stage's
             for party in fed.parties:
                 party.set_lr(lr)
         self.trainer = RisaTrainer(fed, self.ctx.train, self.ctx.seed, (label_ids, label_y),
-                                   droppable=np.setdiff1d(label_ids, labeled_aligned), evidential=evidential,
-                                   params=p, progress=self.ctx.progress)
+                                   droppable=np.setdiff1d(label_ids, rows.labeled_aligned), evidential=evidential,
+                                   params=self.params, progress=self.ctx.progress)
         self.trainer.fit(label_ids)
         info["drops"] = self.trainer.drops
         info["evidential"] = evidential
-        fed.meta["risa"] = info
-        for party in fed.parties:  # training is over: every party goes back to its plain rows
-            use_view(party, None)
+
+    @property
+    def _imputes(self) -> bool:
+        return bool(self.params["imputation"]) and not self.random_match
 
     def _self_train(self, fed: Federation, labeled: np.ndarray, candidates: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -390,7 +423,7 @@ class RISA(Method):
 class LocalVFL(RISA):
     name = "local-vfl"
     summary = "RISA baseline Local+VFL: the active party's non-overlapping rows with zero-imputed passive blocks"
-    fill = "zero"
+    imputation_mode = "zero"
     defaults = {**RISA.defaults, "self_training": False, "evidential": False}
 
 

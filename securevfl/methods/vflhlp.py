@@ -40,15 +40,16 @@ from securevfl.models import build_head, reset_parameters
 from securevfl.parties import ActiveParty
 
 
-def first_linear(module: nn.Module) -> nn.Linear:
+def first_linear_in(module: nn.Module) -> nn.Linear:
+    """The first ``nn.Linear`` among ``module``'s submodules, wherever it sits (the Θ^0 / θ_s^0 layer)."""
     return next(m for m in module.modules() if isinstance(m, nn.Linear))
 
 
 def consistency_loss(encoder: nn.Module, head: nn.Module, theta1: list[torch.Tensor], theta0: nn.Linear,
                      own_dim: int) -> torch.Tensor:
     """L_cons = ½(‖θ^1 − Θ^1‖² + ‖θ_s^0 − Θ^0‖²) with θ_s^0 = (W[:, :own_dim], b) of the head's first layer."""
-    enc = sum(((p - q) ** 2).sum() for p, q in zip(encoder.parameters(), theta1, strict=True))
-    layer = first_linear(head)
+    enc = sum(((w - w0) ** 2).sum() for w, w0 in zip(encoder.parameters(), theta1, strict=True))
+    layer = first_linear_in(head)
     sub = ((layer.weight[:, :own_dim] - theta0.weight) ** 2).sum() + ((layer.bias - theta0.bias) ** 2).sum()
     return 0.5 * (enc + sub)
 
@@ -91,8 +92,8 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
             best, best_state = val_loss, (copy.deepcopy(encoder.state_dict()), copy.deepcopy(local_head.state_dict()))
     encoder.load_state_dict(best_state[0])
     local_head.load_state_dict(best_state[1])
-    theta1 = [p.detach().clone() for p in encoder.parameters()]
-    theta0 = copy.deepcopy(first_linear(local_head)).requires_grad_(False)
+    theta1 = [w.detach().clone() for w in encoder.parameters()]
+    theta0 = copy.deepcopy(first_linear_in(local_head)).requires_grad_(False)
     return theta1, theta0, encoder
 
 
@@ -114,7 +115,7 @@ class VFLHLP(Method):
         return super().privacy_plan(fed)
 
     def fit(self, fed: Federation) -> None:
-        a, p = fed.active, self.params
+        a, params = fed.active, self.params
         terms = []
         if self.use_active and self.ctx.optim.optimizer == "adam":
             fed.meta.setdefault("warnings", []).append(
@@ -124,22 +125,22 @@ class VFLHLP(Method):
             if len(a.data.label_ids) <= len(labeled_aligned_ids(fed)):
                 raise UserError(f"{self.name} needs the active party's labels on its unaligned rows "
                                 "(partition.active_labels_unaligned: true)")
-            theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(p["pretrain_epochs"]),
-                                                      int(p["pretrain_batch_size"]), float(p["pretrain_lr"]),
+            theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(params["pretrain_epochs"]),
+                                                      int(params["pretrain_batch_size"]), float(params["pretrain_lr"]),
                                                       seed_for(self.ctx.seed, 0) + STREAM_VFLHLP_ACTIVE)
-            if p["init_active"]:
+            if params["init_active"]:
                 # start at the pre-trained point: encoder Θ^1, head slice Θ^0, and zero weights on the
                 # passive parties' columns, so federated training starts from the local model's function
                 a.bottom.load_state_dict(encoder.state_dict())
                 with torch.no_grad():
-                    layer = first_linear(a.head)
+                    layer = first_linear_in(a.head)
                     layer.weight[:, : encoder.out_dim] = theta0.weight
                     layer.weight[:, encoder.out_dim:] = 0.0
                     layer.bias.copy_(theta0.bias)
-            beta, own_dim = float(p["beta"]), a.bottom.out_dim
+            beta, own_dim = float(params["beta"]), a.bottom.out_dim
             terms.append(lambda: beta * consistency_loss(a.bottom, a.head, theta1, theta0, own_dim))
         if self.use_passive:
-            cfg = ssl_config(p, "scarf")
+            cfg = ssl_config(params, "scarf")
             for k, party in enumerate(fed.passives, start=1):
                 pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + STREAM_VFLHLP_PASSIVE)
         self.reset_optimizers(fed)
