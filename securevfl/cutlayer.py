@@ -130,7 +130,11 @@ class CutLayer(ABC):
     name: ClassVar[str]
     """The ``--he`` name."""
 
-    def __init__(self, **params: object) -> None:
+    def __init__(self, *, interactive: bool = True, **params: object) -> None:
+        self.interactive = interactive
+        """Whether the head's first linear layer is split into an interactive layer per passive party
+        (:mod:`securevfl.interactive`); methods whose head has no first linear layer, or that read
+        passive representations in plaintext, ask for False (plain concatenation; refused under HE)."""
         self.params = params
 
     @abstractmethod
@@ -147,11 +151,6 @@ class CutLayer(ABC):
     def out_dim(self, cut_dim: int) -> int:
         """Width of what the active party receives per passive party."""
         return cut_dim
-
-    interactive: bool = True
-    """Whether the head's first linear layer is split into an interactive layer per passive party
-    (:mod:`securevfl.interactive`); methods whose head has no first linear layer, or that read passive
-    representations in plaintext, set it False (plain concatenation; refused under HE)."""
 
     def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         """The active party's head on its own output and what each cut-layer end delivered."""
@@ -264,15 +263,17 @@ CUT_LAYERS.register_lazy("paillier", "securevfl.crypto:PaillierCutLayer")
 cut_layer_names = CUT_LAYERS.names  # sweep files check --he names with it
 
 
-def make_cut_layer(name: str, **params: object) -> CutLayer:
+def make_cut_layer(name: str, *, interactive: bool = True, **params: object) -> CutLayer:
     """The cut layer ``--he name --he-param key=value ...`` asks for.
 
     Args:
         name: ``off``, ``ckks`` or ``paillier``.
+        interactive: split the head's first linear layer into the interactive layer (the method's
+            ``interactive_layer``; the HE schemes need it).
         params: the scheme's parameters (validated by the scheme).
     Returns:
         A fresh cut layer (its ends are made per passive party by the federation).
     """
     if name == "off" and params:
         raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
-    return CUT_LAYERS.get(name)(**params)
+    return CUT_LAYERS.get(name)(interactive=interactive, **params)

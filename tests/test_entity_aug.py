@@ -94,11 +94,10 @@ def test_feature_holding_host_with_two_guests(ea_cfg):
 
 def _manual_trainer(cfg, queue: bool):
     cfg.record = True
-    cut = PlainCutLayer()
-    cut.interactive = False  # the head reads the guests' activations as sent, so the transcript shows them
+    cut = PlainCutLayer(interactive=False)  # the head reads the guests' activations as sent: the transcript shows them
     method = EntityAugmentation(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
-                                              record=True, params={"queue": queue}, cut=cut))
-    fed = method.build(build_partition(cfg))
+                                              record=True, params={"queue": queue}))
+    fed = method.build(build_partition(cfg), cut)
     for k, p in enumerate(fed.passives, start=1):
         p.method_state = GuestState(p, 100 + k, 0.0)
         guest_announce(p)

@@ -246,12 +246,13 @@ class HECutLayer(CutLayer):
     backend_cls: type[HEBackend]
     validate: Callable[[dict], dict]
 
-    def __init__(self, **params: object) -> None:
+    def __init__(self, *, interactive: bool = True, **params: object) -> None:
         params = dict(params)
         seeded = params.pop("seeded_shares", False)
         self.seeded_shares = str(seeded).lower() in ("1", "true", "yes", "on")
         self.scheme_params = type(self).validate(params)
-        super().__init__(**self.scheme_params, **({"seeded_shares": True} if self.seeded_shares else {}))
+        super().__init__(interactive=interactive, **self.scheme_params,
+                         **({"seeded_shares": True} if self.seeded_shares else {}))
         self.timer = HETimer()
         self.ends: list[tuple[HEPassiveEnd, HEActiveEnd]] = []
         kappa = self.scheme_params["mask_bits"] if "mask_bits" in self.scheme_params else self._kappa()

@@ -15,7 +15,7 @@ import torch
 import attacks as attack_lib  # noqa: I001  (composition layer: the one place core imports these)
 import defenses as defense_lib
 from securevfl.config import RunConfig
-from securevfl.cutlayer import make_cut_layer
+from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
 from securevfl.data import get_dataset_entry, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
@@ -24,9 +24,10 @@ from securevfl.hooks import TensorHook
 from securevfl.methods import Method, MethodContext, adversary_exposes, get_method
 from securevfl.models import apply_model_preset
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report
+from securevfl.roles import passive_name
 from securevfl.validate import validate_config
 
-ADVERSARY = "passive1"
+ADVERSARY = passive_name(1)
 """The passive party attacks act as (active-party attacks read what the active party receives)."""
 
 MIN_STEPS = 50
@@ -54,18 +55,17 @@ def execute(cfg: RunConfig, *, hooks: Sequence[TensorHook] = (), progress: bool 
     defenses = [*defense_lib.parse_defense(cfg.defense, seed=cfg.seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
-    cut = make_cut_layer(cfg.he, **cfg.he_params)
     method = get_method(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
-        train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, cut=cut, hooks=defenses,
+        train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
         record=cfg.record, progress=progress, params=cfg.method_params))
     check_compatibility(cfg, method, defenses, attack_specs)
-    if not method.interactive_layer:  # no first linear layer to split (e.g. RISA's evidential heads)
-        cut.interactive = False
+    # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
+    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
-    fed = method.build(partition)
+    fed = method.build(partition, cut)
     attacks = prepare_attacks(attack_specs, fed, cfg.seed)
     method.train(fed)
     utility = method.evaluate(fed)
@@ -121,6 +121,7 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Tenso
     Raises:
         UserError: one line naming the combination that cannot run."""
     m = type(method)
+    CUT_LAYERS.get(cfg.he)  # an unknown scheme is named as such, before any rule about it
     if cfg.he != "off":
         if not m.uses_passives:
             raise UserError(f"--he {cfg.he}: method {cfg.method} sends no passive activations, so there is nothing "

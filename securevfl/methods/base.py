@@ -27,7 +27,6 @@ class MethodContext:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     seed: int = 0
-    cut: CutLayer | None = None
     hooks: list[TensorHook] = field(default_factory=list)
     record: bool = False
     progress: bool | None = None
@@ -96,9 +95,16 @@ class Method(ABC):
         self.params = {**self.defaults, **given}
         self.trainer: SplitTrainer | None = None
 
-    def build(self, partition: Partition) -> Federation:
+    def build(self, partition: Partition, cut: CutLayer | None = None) -> Federation:
+        """The federation this method trains: parties with fresh models, the cut layer's ends, aligned.
+
+        Args:
+            partition: who holds which rows and features.
+            cut: the cut-layer protocol (``None``: plaintext, interactive).
+        Returns:
+            The federation, its parties talking only through its channel."""
         c = self.ctx
-        fed = build_federation(partition, c.model, c.optim, c.seed, c.cut, c.hooks,
+        fed = build_federation(partition, c.model, c.optim, c.seed, cut, c.hooks,
                                with_passives=self.uses_passives, record=c.record)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it
         mode = partition.spec.alignment if self.uses_passives and "aligned_by" not in partition.meta else "given"

@@ -51,6 +51,7 @@ import torch
 from torch import nn
 
 from securevfl.channel import MessageKind
+from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.errors import ProtocolError, UserError
 from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
@@ -224,10 +225,10 @@ class EntityAugmentation(Method):
             raise UserError(f"method {self.name} has no labeled validation rows per entity to search a learning "
                             "rate on; set optim.lr instead of train.lr_grid")
 
-    def build(self, partition: Partition) -> Federation:
+    def build(self, partition: Partition, cut: CutLayer | None = None) -> Federation:
         with warnings.catch_warnings():  # the label-only host's zero-width bottom model is replaced below
             warnings.filterwarnings("ignore", "Initializing zero-element tensors")
-            fed = super().build(partition)
+            fed = super().build(partition, cut)
         if not partition.spec.active_features:  # label-only host: no bottom model, head on the guests only
             a, cut_dim = fed.active, self.ctx.model.cut_dim
             a.bottom = NoFeatures()
