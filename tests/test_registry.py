@@ -1,6 +1,7 @@
 """One Registry behind every extension point, and an import graph without cycles."""
 
 import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -180,3 +181,25 @@ def test_readme_extension_sketches_plug_into_a_run():
 
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert 0 <= r["utility"] <= 1 and 0 <= r["attack"] <= 1
+
+
+def test_ray_engine_without_ray_says_what_to_install():
+    """With Ray absent (find_spec says so), ``--engine ray`` is a one-line error naming the extra and
+    ray is not listed; with it present (this environment, when installed) it is listed."""
+    script = ("import importlib.util as u\n"
+              "real = u.find_spec\n"
+              "u.find_spec = lambda name, *a: None if name == 'ray' else real(name, *a)\n"
+              "from securevfl.errors import UserError\n"
+              "from securevfl.lab.engine import ENGINES, make_engine\n"
+              "assert ENGINES.names() == ['local'], ENGINES.names()\n"
+              "try:\n"
+              "    make_engine('ray', 1)\n"
+              "except UserError as e:\n"
+              "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "--engine ray needs the optional extra: pip install 'securevfl[ray]'"
+    from securevfl.lab.engine import ENGINES
+
+    assert ("ray" in ENGINES.names()) == (importlib.util.find_spec("ray") is not None)
