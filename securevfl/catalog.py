@@ -40,9 +40,9 @@ def check_names(dataset: str | None, method: str | None) -> None:
 
 def render() -> str:
     """This module's dict as it should read for the live registry (imports every method)."""
-    from securevfl.methods import get_method, method_names
+    from securevfl.data import DATASETS as dataset_registry
+    from securevfl.methods import METHODS as method_registry
 
-    body = "".join(f"    {n!r}: {get_method(n).summary!r},\n" for n in method_names())
-    from securevfl.data import dataset_names
-
-    return "METHODS: dict[str, str] = {\n" + body + "}\n\nDATASETS: tuple[str, ...] = " + repr(tuple(dataset_names()))
+    body = "".join(f"    {n!r}: {method_registry.get(n).summary!r},\n" for n in method_registry.names())
+    return ("METHODS: dict[str, str] = {\n" + body + "}\n\nDATASETS: tuple[str, ...] = "
+            + repr(tuple(dataset_registry.names())))

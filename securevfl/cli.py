@@ -171,11 +171,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
-    from securevfl.data import dataset_status, get_dataset_entry
+    from securevfl.data import DATASETS, dataset_status
     from securevfl.data.dataset import DataConfig
 
     for name, ok, where in dataset_status(DataConfig(dir=args.data_dir)):
-        desc = get_dataset_entry(name).description
+        desc = DATASETS.get(name).description
         print(f"{name:15s} {'found' if ok else 'missing':8s} {desc}\n{'':24s}{where}")
     return 0
 

@@ -133,11 +133,11 @@ def test_methods_answers_fast_from_a_catalog_that_matches_the_registry():
     import time
 
     from securevfl.catalog import DATASETS, METHODS, render
-    from securevfl.data import dataset_names
-    from securevfl.methods import get_method, method_names
+    from securevfl.data import DATASETS as DATASET_REGISTRY
+    from securevfl.methods import METHODS as METHOD_REGISTRY
 
-    assert METHODS == {n: get_method(n).summary for n in method_names()}, render()
-    assert DATASETS == tuple(dataset_names()), render()
+    assert METHODS == {n: METHOD_REGISTRY.get(n).summary for n in METHOD_REGISTRY.names()}, render()
+    assert DATASETS == tuple(DATASET_REGISTRY.names()), render()
     t0 = time.perf_counter()
     code, out, _ = run_cli("methods")
     elapsed = time.perf_counter() - t0

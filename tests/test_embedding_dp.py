@@ -50,12 +50,12 @@ def test_the_passive_bottom_steps_only_on_the_private_update_and_every_release_i
 
 def test_passive_optimizer_applies_only_the_noised_sum():
     from securevfl.lab.compose import build_partition
-    from securevfl.methods import MethodContext, get_method
+    from securevfl.methods import METHODS, MethodContext
 
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, defense="embedding-dp:noise=1")
     cfg.train.epochs = 1
     hooks = parse_defense(cfg.defense, seed=0)
-    method = get_method("splitnn")(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=0,
+    method = METHODS.get("splitnn")(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=0,
                                                  hooks=hooks))
     fed = method.build(build_partition(cfg))
     p = fed.passives[0]

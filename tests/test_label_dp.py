@@ -23,7 +23,7 @@ from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.config import RunConfig
 from securevfl.lab.compose import build_partition, execute
-from securevfl.methods import MethodContext, get_method
+from securevfl.methods import METHODS, MethodContext
 
 
 def small_cfg(method: str = "splitnn", defense: str = "dp:noise=1", **train) -> RunConfig:
@@ -42,7 +42,7 @@ def run_with_labels(cfg: RunConfig, flip: int | None = None, spy=None):
         pos = int(np.flatnonzero(a.label_ids == flip)[0])
         a.y_labels[pos] = (a.y_labels[pos] + 1) % partition.n_classes
     hooks = parse_defense(cfg.defense, seed=cfg.seed)
-    method = get_method(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
+    method = METHODS.get(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
                                                   hooks=hooks, record=True, params=cfg.method_params))
     torch.manual_seed(cfg.seed)
     fed = method.build(partition)

@@ -9,7 +9,7 @@ import pytest
 
 from securevfl.errors import UserError
 from securevfl.lab.compose import check_compatibility, execute, resolve_config
-from securevfl.methods import MethodContext, get_method
+from securevfl.methods import METHODS, MethodContext
 from securevfl.result import RunResult
 
 
@@ -56,7 +56,7 @@ def test_check_compatibility_refuses_in_one_place(digits_cfg, change, message):
         else:
             setattr(digits_cfg, key, value)
     cfg = resolve_config(digits_cfg)
-    method = get_method(cfg.method)(MethodContext(params=cfg.method_params))
+    method = METHODS.get(cfg.method)(MethodContext(params=cfg.method_params))
     with pytest.raises(UserError, match=message):
         check_compatibility(cfg, method, [], [])
     cfg.he, cfg.partition.active_features = "off", True  # control: the same method and config otherwise pass

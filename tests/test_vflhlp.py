@@ -3,7 +3,7 @@ import torch
 
 from securevfl.config import RunConfig
 from securevfl.lab.compose import build_partition, execute
-from securevfl.methods import MethodContext, get_method
+from securevfl.methods import METHODS, MethodContext
 from securevfl.methods.vflhlp import active_pretrain, consistency_loss, first_linear_in
 
 
@@ -12,7 +12,7 @@ def setup():
     cfg = RunConfig(dataset="breast-cancer", method="vflhlp")
     cfg.partition.aligned_fraction = 0.2
     part = build_partition(cfg)
-    method = get_method("vflhlp")(MethodContext(model=cfg.model, seed=0))
+    method = METHODS.get("vflhlp")(MethodContext(model=cfg.model, seed=0))
     fed = method.build(part)
     theta1, theta0, encoder = active_pretrain(fed.active, cfg.model, 2, 2, 64, 1e-3, 0)
     return fed, theta1, theta0, encoder

@@ -38,8 +38,6 @@ DATASETS: Registry[DatasetEntry] = Registry("dataset")
 """Every dataset by name; a source module registers its entries with ``DATASETS.register(DatasetEntry(...))``."""
 
 # the run path and the CLI look datasets up by these two names
-get_dataset_entry = DATASETS.get
-dataset_names = DATASETS.names
 
 _CACHE: dict[str, Dataset] = {}
 DEBIAN_DATASETS = Path("/usr/share/datasets")
@@ -55,7 +53,7 @@ def as_config(source: DataConfig | str | Path | None) -> DataConfig:
 def load_dataset(name: str, source: DataConfig | str | Path | None = None) -> Dataset:
     """Load (and memoise, two entries) a dataset by name with the given loader options."""
     cfg = as_config(source)
-    entry = get_dataset_entry(name)
+    entry = DATASETS.get(name)
     if entry.load is None:
         raise UserError(f"dataset {name} is built from per-party files, not loaded as one table")
     where = entry.locate(cfg)
@@ -71,7 +69,7 @@ def dataset_status(source: DataConfig | str | Path | None = None) -> list[tuple[
     """(name, available, where-or-why) for every registered dataset."""
     cfg = as_config(source)
     rows = []
-    for name in dataset_names():
+    for name in DATASETS.names():
         try:
             rows.append((name, True, DATASETS.get(name).locate(cfg)))
         except UserError as e:

@@ -16,12 +16,12 @@ import attacks as attack_lib  # noqa: I001  (composition layer: the one place co
 import defenses as defense_lib
 from securevfl.config import RunConfig
 from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
-from securevfl.data import get_dataset_entry, load_dataset, make_partition
+from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import TensorHook
-from securevfl.methods import Method, MethodContext, adversary_exposes, get_method
+from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report
 from securevfl.roles import passive_name
@@ -55,7 +55,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[TensorHook] = (), progress: bool 
     defenses = [*defense_lib.parse_defense(cfg.defense, seed=cfg.seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
-    method = get_method(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
+    method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
         record=cfg.record, progress=progress, params=cfg.method_params))
     check_compatibility(cfg, method, defenses, attack_specs)
@@ -99,7 +99,7 @@ def resolve_config(cfg: RunConfig, transcript: bool = False) -> RunConfig:
 
 def partition_spec(cfg: RunConfig) -> PartitionSpec:
     """``cfg.partition`` with the fields the user left ``None`` set to the method's defaults."""
-    defaults = get_method(cfg.method).default_partition()
+    defaults = METHODS.get(cfg.method).default_partition()
     unset = {k: v for k, v in defaults.items() if getattr(cfg.partition, k) is None}
     return dataclasses.replace(cfg.partition, **unset)
 
@@ -107,7 +107,7 @@ def partition_spec(cfg: RunConfig) -> PartitionSpec:
 def build_partition(cfg: RunConfig) -> Partition:
     """The run's partition: simulated from a dataset, or built from per-party files (``csv``)."""
     spec = partition_spec(cfg)
-    entry = get_dataset_entry(cfg.dataset)
+    entry = DATASETS.get(cfg.dataset)
     if entry.partition is not None:
         return entry.partition(cfg.data, spec, cfg.seed)
     return make_partition(load_dataset(cfg.dataset, cfg.data), spec, cfg.seed, cfg.data)

@@ -181,7 +181,7 @@ def expand_attacks(entries: object) -> list[tuple[list, dict]]:
 
 
 def _methods(entries: object) -> list[tuple[str, dict]]:
-    from securevfl.methods import get_method
+    from securevfl.methods import METHODS
 
     out = []
     for i, entry in enumerate(_as_list(entries, "methods")):
@@ -194,7 +194,7 @@ def _methods(entries: object) -> list[tuple[str, dict]]:
         else:
             raise _fail(f"methods[{i}]", "expected a method name or {name: {param: value}}")
         try:
-            get_method(name)
+            METHODS.get(name)
         except UserError as e:
             raise _fail(f"methods[{i}]", str(e)) from None
         out.append((name, params))
@@ -285,7 +285,7 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
 
 def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> list[Cell]:
     """One cell per point of data axes × methods × defenses × HE × attack variants × seeds."""
-    from securevfl.methods import get_method
+    from securevfl.methods import METHODS
 
     cells: list[Cell] = []
     for combo in itertools.product(*data_axes.values()) if data_axes else [()]:
@@ -293,7 +293,7 @@ def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> l
         for (method, params), (spec, family, strength), (he, he_params), (attack_list, attack_swept), seed in \
                 itertools.product(grid.methods, grid.defenses, grid.he_modes, grid.attack_variants, grid.seeds):
             swept = {**data_swept, **attack_swept}
-            if not get_method(method).uses_passives:
+            if not METHODS.get(method).uses_passives:
                 # a single-party baseline (``local``) has no cut layer to defend, encrypt or attack:
                 # one plain run per seed, shown in the report as a reference utility
                 if (spec, (he, he_params), attack_list) != (grid.defenses[0][0], grid.he_modes[0],
@@ -323,7 +323,7 @@ def _apply_data_point(cfg: RunConfig, data_swept: dict) -> None:
 
 def _he_modes(value: object) -> list[tuple[str, dict]]:
     """``he``: a scheme, or a list of schemes each a name or ``{paillier: {key_bits: 2048}}``."""
-    from securevfl.cutlayer import cut_layer_names
+    from securevfl.cutlayer import CUT_LAYERS
 
     out = []
     for i, h in enumerate(_as_list(value, "he")):
@@ -335,8 +335,8 @@ def _he_modes(value: object) -> list[tuple[str, dict]]:
             (h, params), = h.items()
             params = dict(params or {})
         name = str(h).lower() if h is not False else "off"
-        if name not in cut_layer_names():
-            raise _fail(key, f"{name!r} is not available; available: {', '.join(cut_layer_names())}")
+        if name not in CUT_LAYERS.names():
+            raise _fail(key, f"{name!r} is not available; available: {', '.join(CUT_LAYERS.names())}")
         if params and name == "off":
             raise _fail(key, "off takes no parameters")
         out.append((name, params))

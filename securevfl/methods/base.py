@@ -204,5 +204,3 @@ METHODS: Registry[type[Method]] = Registry("method")
 """Every method by name; a method file registers its class with ``@METHODS.register``."""
 
 # the run path (run.py, lab/sweep.py, catalog) looks methods up by these two names
-get_method = METHODS.get
-method_names = METHODS.names
