@@ -63,11 +63,18 @@ class PassiveEnd(ABC):
 
     @abstractmethod
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
-        """First forward message: the passive party's bottom output (possibly protected)."""
+        """First forward message: the passive party's bottom output (possibly protected).
+
+        Args:
+            z: the bottom model's output on this step's rows (batch, cut_dim).
+            ctx: the step's hook context; the end applies its hooks to what it sends."""
 
     @abstractmethod
     def finish_backward(self) -> torch.Tensor:
-        """Last backward step: ∂L/∂z as the passive party receives it."""
+        """Last backward step: ∂L/∂z as the passive party receives it.
+
+        Returns:
+            The gradient with respect to ``z`` of :meth:`send_forward` (batch, cut_dim)."""
 
     def received_gradient(self, msg: Message, previous: Message | None) -> np.ndarray | None:
         """The gradient rows (per example) a message this party *received* carries, as the party
@@ -104,12 +111,19 @@ class ActiveEnd(ABC):
 
     @abstractmethod
     def finish_forward(self) -> torch.Tensor:
-        """The tensor the active party feeds to its head for this passive party (a leaf that
-        requires grad during training)."""
+        """Last forward step, at the active party.
+
+        Returns:
+            The tensor the active party feeds to its head for this passive party (a leaf that
+            requires grad during training)."""
 
     @abstractmethod
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
-        """First backward message, given ∂L/∂(finish_forward output)."""
+        """First backward message.
+
+        Args:
+            grad: ∂L/∂(the tensor :meth:`finish_forward` returned).
+            ctx: the step's hook context; the end applies its hooks to what it sends."""
 
     def state_dict(self) -> dict:
         return {}
