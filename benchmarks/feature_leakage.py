@@ -1,68 +1,46 @@
 """Feature leakage per method, with and without HE: the active party's ``fr`` (and ``fr-grn``)
-reconstruction of passive1's features, beside its control and the mean predictor, as a markdown table.
+reconstruction of passive1's features, beside its control and the mean predictor, as a markdown
+table. The grid is a sweep file, run as ``securevfl sweep`` runs it (into its store, so a rerun
+resumes); this script only formats the rows.
 
-    python benchmarks/feature_leakage.py --dataset digits --he off ckks paillier --seeds 0 1
+    OMP_NUM_THREADS=1 python benchmarks/feature_leakage.py sweeps/feature-leakage-digits.yaml
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
+from functools import partial
 
-from securevfl.config import RunConfig
-from securevfl.errors import UserError
-from securevfl.lab.compose import execute
-from securevfl.methods import get_method, method_names
+from runlog import mean_std, run_sweep_file
 
-sys.path.insert(0, str(Path(__file__).parent))
-from utility import fmt as fmt_digits  # noqa: E402  (benchmarks/utility.py: the shared mean ± std format)
-
-
-def fmt(vals: list[float]) -> str:
-    return fmt_digits(vals, 3)
+fmt = partial(mean_std, digits=3)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dataset", default="digits")
-    ap.add_argument("--methods", nargs="+", help="default: every method that runs under HE")
-    ap.add_argument("--he", nargs="+", default=["off", "ckks"])
-    ap.add_argument("--attacks", nargs="+", default=["fr", "fr-grn"])
-    ap.add_argument("--defense", default="none")
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0])
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--max-rows", type=int)
-    ap.add_argument("--aligned-fraction", type=float)
+    ap.add_argument("sweep", help="sweep file (methods × HE × seeds, with feature attacks)")
+    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
+    ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args()
-    methods = args.methods or [m for m in method_names() if get_method(m).supports_he and m != "local"]
-    heads = " | ".join(f"{a} R² (control, mean pred.)" for a in args.attacks)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for cell, row in run_sweep_file(args.sweep, args.store, args.workers):
+        groups.setdefault((cell.method, cell.he), []).append(row)
+    attacks = next(list(r["result"]["attacks"]) for rows in groups.values() for r in rows if r["result"])
+    heads = " | ".join(f"{a} R² (control, mean pred.)" for a in attacks)
     print(f"| method | HE | utility | {heads} | s/step |")
-    print("|---|---|---|" + "---|" * len(args.attacks) + "---|")
-    for m in methods:
-        for he in args.he:
-            util, vals, secs = [], {a: ([], [], []) for a in args.attacks}, []
-            try:
-                for s in args.seeds:
-                    cfg = RunConfig(dataset=args.dataset, method=m, seed=s, he=he, defense=args.defense,
-                                    attacks=list(args.attacks))
-                    cfg.train.epochs = args.epochs
-                    cfg.data.max_rows = args.max_rows
-                    if args.aligned_fraction is not None:
-                        cfg.partition.aligned_fraction = args.aligned_fraction
-                    r = execute(cfg, progress=False).to_json()
-                    util.append(r["utility"]["test"])
-                    secs.append(r["cost"]["seconds"] / max(r["cost"]["train_steps"], 1))
-                    for a in args.attacks:
-                        for store, key in zip(vals[a], ("value", "control", "prior"), strict=True):
-                            store.append(r["attacks"][a][key])
-            except UserError as e:
-                print(f"| {m} | {he} | refused: {e} |" + " |" * len(args.attacks), flush=True)
-                continue
-            cells = " | ".join(f"{fmt(v)} ({statistics.mean(c):.3f}, {statistics.mean(p):.3f})"
-                               for v, c, p in vals.values())
-            print(f"| {m} | {he} | {fmt(util)} | {cells} | {statistics.mean(secs):.3f} |", flush=True)
+    print("|---|---|---|" + "---|" * len(attacks) + "---|")
+    for (m, he), rows in groups.items():
+        failed = [r["error"] for r in rows if r["status"] != "ok"]
+        if failed:
+            print(f"| {m} | {he} | refused: {failed[0]} |" + " |" * len(attacks), flush=True)
+            continue
+        res = [r["result"] for r in rows]
+        cells = " | ".join(f"{fmt([r['attacks'][a]['value'] for r in res])} "
+                           f"({statistics.mean(r['attacks'][a]['control'] for r in res):.3f}, "
+                           f"{statistics.mean(r['attacks'][a]['prior'] for r in res):.3f})" for a in attacks)
+        secs = statistics.mean(r["cost"]["seconds"] / max(r["cost"]["train_steps"], 1) for r in res)
+        print(f"| {m} | {he} | {fmt([r['utility']['test'] for r in res])} | {cells} | {secs:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

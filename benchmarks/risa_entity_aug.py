@@ -29,7 +29,7 @@ from runlog import append, load, mean_std
 from securevfl.config import RunConfig
 from securevfl.data import load_dataset
 from securevfl.data.dataset import DataConfig, Dataset
-from securevfl.data.registry import DATASETS, DatasetEntry, get_dataset_entry
+from securevfl.data.registry import DATASETS, DatasetEntry
 from securevfl.lab.compose import execute
 
 KEY = ("table", "variant", "aligned", "seed")
@@ -45,7 +45,7 @@ ABLATION = {  # name: (imputation, self_training, evidential)
 def capped(name: str, rows: int, test_rows: int) -> str:
     """Register ``NAME@rows`` = the dataset with a fixed draw of ``rows`` training rows (and at most
     ``test_rows`` test rows of a predefined test split)."""
-    base = get_dataset_entry(name)
+    base = DATASETS.get(name)
 
     def _load(cfg: DataConfig) -> Dataset:
         ds = load_dataset(name, cfg)

@@ -1,6 +1,8 @@
-"""Shared pieces of the resumable benchmark scripts: a JSON-lines run log keyed by the grid
-coordinates, the paper-style fine-tuning settings, mean ± std formatting, and running a sweep file
-for the scripts whose grid is one (they only format its rows)."""
+"""Shared pieces of the benchmark scripts: running a sweep file for the scripts whose grid is one
+(they only format its rows; the paper-style fine-tuning, SGD with the learning rate chosen from
+{0.005, 0.01, 0.03}, is ``train: {lr_grid: [...]}`` + ``optim: {optimizer: sgd}`` there), a JSON-lines
+run log keyed by the grid coordinates for the one that is not (risa_entity_aug.py), and mean ± std
+formatting."""
 
 from __future__ import annotations
 
@@ -8,10 +10,7 @@ import json
 import statistics
 from pathlib import Path
 
-from securevfl.config import RunConfig
 from securevfl.lab.sweep import Cell
-
-PAPER_LR_GRID = [0.005, 0.01, 0.03]  # FedHSSL appendix: fine-tuning learning rates
 
 
 def load(paths: list[str | Path], key: tuple[str, ...]) -> dict:
@@ -31,16 +30,6 @@ def append(path: str | Path, row: dict) -> None:
     with Path(path).open("a") as f:
         f.write(json.dumps(row) + "\n")
     print(json.dumps(row), flush=True)
-
-
-def paper_finetuning(cfg: RunConfig, epochs: int, batch_size: int | None = None) -> RunConfig:
-    """SGD with the learning rate chosen from the paper's grid on a validation split."""
-    cfg.train.epochs = epochs
-    if batch_size is not None:
-        cfg.train.batch_size = batch_size
-    cfg.train.lr_grid = list(PAPER_LR_GRID)
-    cfg.optim.optimizer = "sgd"
-    return cfg
 
 
 def mean_std(vals: list[float], digits: int = 4) -> str:

@@ -49,3 +49,17 @@ def test_transcript_needs_record():
     assert ch.transcript == []
     with pytest.raises(RuntimeError):
         ch.received_by("b")
+
+
+def test_batch_request_codec_roundtrip_bytes_and_other_control_messages():
+    """One encoding of the per-step batch request: the one-byte JSON integer 2·split + training the
+    byte counts were recorded with; any other control message (entity-aug's batch size, a seed) is
+    not read as a request."""
+    for split in ("train", "test"):
+        for training in (False, True):
+            buf = codec.encode_batch_request(split, training)
+            assert buf == str(("train", "test").index(split) * 2 + int(training)).encode() and len(buf) == 1
+            assert codec.decode_batch_request(buf) == (split, training)
+    for other in (64, 4, -1, None, "train"):
+        with pytest.raises(ValueError, match="not a batch request"):
+            codec.decode_batch_request(codec.encode_json(other))

@@ -236,3 +236,17 @@ def test_he_modes_in_sweep_files_take_parameters():
         ("splitnn", "off", {}), ("splitnn", "paillier", {"key_bits": 2048}), ("local", "off", {})]
     with pytest.raises(UserError, match=r"he\[0\]"):
         parse_sweep({**BASE, "he": [{"paillier": 3}]}, "f")
+
+
+def test_every_shipped_sweep_file_expands():
+    """The repository's sweep files (README, benchmarks/RESULTS.md) parse into cells, names unique
+    (each has its own default store); a file with a typo does not (the control)."""
+    from securevfl.lab.sweep import load_sweep
+
+    files = sorted((Path(__file__).parents[1] / "sweeps").glob("*.yaml"))
+    sweeps = [load_sweep(f) for f in files]
+    assert len(files) >= 10 and all(s.cells for s in sweeps)
+    assert len({s.name for s in sweeps}) == len(sweeps)
+    bad = files[0].read_text().replace("methods:", "method:", 1)
+    with pytest.raises(UserError, match="unknown key"):
+        parse_sweep(yaml.safe_load(bad), "bad")

@@ -184,6 +184,16 @@ class _Split:
     labeled_ids: np.ndarray  # the aligned labeled training rows used with their label
 
 
+@dataclasses.dataclass(frozen=True)
+class _ActiveLabels:
+    """The active party's label column: class index per row (−1 unlabeled), which rows have one, and
+    whether its labels on rows outside the aligned set are used (``active_labels_unaligned``)."""
+
+    y: np.ndarray
+    has_label: np.ndarray
+    on_unaligned: bool
+
+
 def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     """Read one file per party, align their IDs (PSI unless ``alignment: plain``), split the aligned
     labeled rows into train/test and encode every party's features on its own training rows."""
@@ -202,8 +212,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     names = party_names(len(paths))
     parties, ingest = [], []
     for k, (df, own) in enumerate(zip(frames, ids, strict=True)):
-        party, info = _party_data(k, names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, spec,
-                                  (y_all, has_label))
+        labels = _ActiveLabels(y_all, has_label, spec.active_labels_unaligned) if k == 0 else None
+        party, info = _party_data(names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, labels)
         parties.append(party)
         ingest.append(info)
     # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
@@ -265,11 +275,9 @@ def _split(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarray, s
     return _Split(test_ids, aligned[~np.isin(aligned, test_ids)], candidates[:n_labeled])
 
 
-def _party_data(k: int, name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray,
-                aligned: np.ndarray, split: _Split, cfg: DataConfig, spec: PartitionSpec,
-                label_info: tuple[np.ndarray, np.ndarray]) -> tuple[PartyData, dict]:
-    """Party ``k``'s encoded rows (the active party's, ``k == 0``, with its labels) and what was read."""
-    y_all, has_label = label_info
+def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray, aligned: np.ndarray,
+                split: _Split, cfg: DataConfig, labels: _ActiveLabels | None) -> tuple[PartyData, dict]:
+    """One party's encoded rows (with ``labels``: the active party's, labeled) and what was read."""
     index = pd.Index(own)
     train_ids = own[~np.isin(own, split.test_ids)]
     tr, te = index.get_indexer(train_ids), index.get_indexer(split.test_ids)
@@ -283,18 +291,17 @@ def _party_data(k: int, name: str, df: pd.DataFrame, path: Path, id_col: str, ow
             "numeric_columns": [str(c) for c in num_cols], "categorical_columns": [str(c) for c in cat_cols],
             "dropped_columns": [c for c in cfg.drop_columns if c in df.columns],
             "missing_cells": missing}
-    if k == 0:
-        info["unlabeled_rows"] = int((~has_label).sum())
+    if labels is not None:
+        info["unlabeled_rows"] = int((~labels.has_label).sum())
     X_tr, X_te, card = encode_party(num[tr], num[te], cat[tr], cat[te], log=False, min_freq=cfg.min_freq,
                                     hash_buckets=cfg.hash_buckets)
-    labels = {}
-    if k == 0:
-        if spec.active_labels_unaligned:
-            lab = np.concatenate([split.labeled_ids, np.setdiff1d(train_ids[has_label[tr]], split.train_aligned)])
-        else:
-            lab = split.labeled_ids
-        labels = {"label_ids": lab, "y_labels": y_all[index.get_indexer(lab)], "y_test": y_all[te]}
-    party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **labels,
+    label_fields = {}
+    if labels is not None:
+        lab = split.labeled_ids
+        if labels.on_unaligned:
+            lab = np.concatenate([lab, np.setdiff1d(train_ids[labels.has_label[tr]], split.train_aligned)])
+        label_fields = {"label_ids": lab, "y_labels": labels.y[index.get_indexer(lab)], "y_test": labels.y[te]}
+    party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **label_fields,
                       n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols))
     return party, info
 

@@ -270,7 +270,7 @@ class RISA(Method):
         "anneal_epochs": 10,  # T of the KL weight min(1, t/T)
         "self_training_epochs": 0,  # epochs of the self-training model (0 = train.epochs)
     }
-    imputation_mode: ClassVar[str] = "mean"  # the imputation vector: see imputation_vector
+    imputation_mode: ClassVar[str] = "mean"  # imputation_vector's mode: "mean" (per field), or "zero" (Local+VFL)
     random_match: ClassVar[bool] = False
 
     @property
@@ -316,8 +316,8 @@ class RISA(Method):
         self._check_setting(fed)
         rows = _RowSets.of(fed)
         info: dict = {"labeled_aligned": int(len(rows.labeled_aligned))}
-        label_ids, label_y = self._impute(fed, rows, info)
-        label_ids, label_y = self._pseudo_label(fed, rows, label_ids, label_y, info)
+        id_parts, y_parts = self._impute(fed, rows, info)
+        label_ids, label_y = self._pseudo_label(fed, rows, id_parts, y_parts, info)
         info["training_rows"] = int(len(label_ids))
         evidential = self._install_heads(fed)
         self._train_final(fed, rows, label_ids, label_y, evidential, info)
@@ -352,10 +352,10 @@ class RISA(Method):
             extra_y = a.data.labels(extra_ids)
         return [rows.labeled_aligned, extra_ids], [a.data.labels(rows.labeled_aligned), extra_y]
 
-    def _pseudo_label(self, fed: Federation, rows: _RowSets, label_ids: list[np.ndarray],
-                      label_y: list[np.ndarray], info: dict) -> tuple[np.ndarray, np.ndarray]:
+    def _pseudo_label(self, fed: Federation, rows: _RowSets, id_parts: list[np.ndarray],
+                      y_parts: list[np.ndarray], info: dict) -> tuple[np.ndarray, np.ndarray]:
         """Step 2, self-training on the labeled aligned rows → pseudo-labels for the unlabeled rows.
-        Returns every training row's ID and (pseudo-)label."""
+        Returns every training row's ID and (pseudo-)label: ``id_parts`` / ``y_parts`` and the new ones."""
         if self.params["self_training"]:
             candidates = np.setdiff1d(rows.aligned, rows.labeled_aligned)
             if self._imputes:
@@ -364,10 +364,10 @@ class RISA(Method):
                                              *passive_only.values()])
             if len(candidates):
                 ids_pl, y_pl, st = self._self_train(fed, rows.labeled_aligned, candidates)
-                label_ids.append(ids_pl)
-                label_y.append(y_pl)
+                id_parts.append(ids_pl)
+                y_parts.append(y_pl)
                 info["self_training"] = st
-        return np.concatenate(label_ids), np.concatenate(label_y).astype(np.int64)
+        return np.concatenate(id_parts), np.concatenate(y_parts).astype(np.int64)
 
     def _install_heads(self, fed: Federation) -> bool:
         """Step 3, evidential heads at the active party (or the usual concatenation head); returns
