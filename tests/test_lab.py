@@ -238,6 +238,18 @@ def test_he_modes_in_sweep_files_take_parameters():
         parse_sweep({**BASE, "he": [{"paillier": 3}]}, "f")
 
 
+def test_large_defense_strengths_expand_to_specs_the_defense_parser_reads():
+    import defenses
+
+    grid = [{"iso": [1000000, 1e-05, 2.5]}, {"dp": {"noise": [1e7], "clip": 1}}]
+    specs = [spec for spec, _, _ in expand_defenses(grid)]
+    assert specs == ["iso:1000000", "iso:1e-05", "iso:2.5", "dp:clip=1,noise=10000000"]
+    for spec in specs:
+        defenses.parse_defense(spec)
+    with pytest.raises(UserError):  # control: the exponent form splits at its '+' (composition)
+        defenses.parse_defense(f"iso:{1e6:g}")
+
+
 def test_every_shipped_sweep_file_expands():
     """The repository's sweep files (README, benchmarks/RESULTS.md) parse into cells, names unique
     (each has its own default store); a file with a typo does not (the control)."""

@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from securevfl.config import RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
 
@@ -82,6 +84,14 @@ def _as_list(value: object, key: str) -> list:
     return [value]
 
 
+def spec_number(x: float) -> str:
+    """A strength as written into a defense spec: ``:g`` (so existing stores keep their run IDs),
+    but never with an exponent's ``+`` — the defense parser reads ``+`` as composition, so
+    ``1e+06`` would split into ``1e`` and ``06``."""
+    text = f"{x:g}"
+    return np.format_float_positional(x, trim="-") if "e+" in text else text
+
+
 def _number(v: object, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _fail(key, f"expected a number, got {v!r}")
@@ -117,12 +127,12 @@ def expand_defenses(entries: object) -> list[tuple[str, str, float | None]]:
                 point = dict(fixed)  # this strength's parameter values
                 if swept:
                     point[swept[0]] = _number(v, f"{key}.{swept[0]}")
-                spec = f"{family}:" + ",".join(f"{k}={point[k]:g}" for k in point)
+                spec = f"{family}:" + ",".join(f"{k}={spec_number(point[k])}" for k in point)
                 out.append((spec, family, None if v is None else float(v)))
         else:
             for v in _as_list(params, key):
                 s = _number(v, key)
-                out.append((f"{family}:{s:g}", family, s))
+                out.append((f"{family}:{spec_number(s)}", family, s))
     return out
 
 
