@@ -8,23 +8,18 @@ resumes); this script only formats the rows.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from functools import partial
 
-from runlog import mean_std, run_sweep_file
+from runlog import mean_std, sweep_from_command_line
 
 fmt = partial(mean_std, digits=3)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("sweep", help="sweep file (methods × HE × seeds, with feature attacks)")
-    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
+    cells = sweep_from_command_line("methods × HE × seeds, with feature attacks")
     groups: dict[tuple[str, str], list[dict]] = {}
-    for cell, row in run_sweep_file(args.sweep, args.store, args.workers):
+    for cell, row in cells:
         groups.setdefault((cell.method, cell.he), []).append(row)
     attacks = next(list(r["result"]["attacks"]) for rows in groups.values() for r in rows if r["result"])
     heads = " | ".join(f"{a} R² (control, mean pred.)" for a in attacks)

@@ -14,21 +14,14 @@ this script only formats the rows.
 
 from __future__ import annotations
 
-import argparse
-
-from runlog import mean_std, run_sweep_file
+from runlog import mean_std, sweep_from_command_line
 
 COLS = [("test", "auc"), ("test", "logloss"), ("aligned", "auc"), ("aligned", "logloss"),
         ("unaligned", "auc"), ("unaligned", "logloss")]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("sweep", help="sweep file: methods × seeds on one partition")
-    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
-    cells = run_sweep_file(args.sweep, args.store, args.workers)
+    cells = sweep_from_command_line("methods × seeds on one partition")
     by_method: dict[str, list[dict]] = {}
     for cell, row in cells:
         by_method.setdefault(cell.method, [])

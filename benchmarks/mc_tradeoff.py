@@ -14,24 +14,19 @@ variants in ``attacks`` run on the same trained federation (they share one local
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from functools import partial
 
-from runlog import mean_std, run_sweep_file
+from runlog import mean_std, sweep_from_command_line
 
 fmt = partial(mean_std, digits=3)
 FIELDS = ("value", "control", "baseline", "leakage", "test")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("sweep", help="sweep file: methods × ISO strengths × seeds with MC attacks")
-    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
+    cells = sweep_from_command_line("methods × ISO strengths × seeds with MC attacks")
     groups: dict[tuple[str, float], list[dict]] = {}
-    for cell, row in run_sweep_file(args.sweep, args.store, args.workers):
+    for cell, row in cells:
         groups.setdefault((cell.method, cell.strength or 0.0), []).append(row)
     names = sorted({n for rows in groups.values() for r in rows if r["result"] for n in r["result"]["attacks"]})
     print("\n| method | ISO λ | utility (test acc) | attack | value (adversary's train rows) | control (random init) | "

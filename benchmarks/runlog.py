@@ -58,3 +58,16 @@ def run_sweep_file(path: str | Path, store: str | None = None, workers: int = 1)
         result = json.loads(r["result_json"]) if r["status"] == "ok" else None
         out.append((cell, {"status": r["status"], "error": r["error"], "result": result}))
     return out
+
+
+def sweep_from_command_line(what: str) -> list[tuple[Cell, dict]]:
+    """The RESULTS scripts' command line, ``SCRIPT SWEEP_FILE [--store S] [--workers N]``: run the file
+    (:func:`run_sweep_file`) and return its cells with their rows. ``what`` describes the file's grid."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sweep", help=f"sweep file: {what}")
+    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
+    ap.add_argument("--workers", type=int, default=1)
+    args = ap.parse_args()
+    return run_sweep_file(args.sweep, args.store, args.workers)

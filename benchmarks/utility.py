@@ -8,19 +8,13 @@ only formats the rows.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
-from runlog import mean_std, run_sweep_file
+from runlog import mean_std, sweep_from_command_line
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("sweep", help="sweep file (methods × defenses × seeds)")
-    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
-    cells = run_sweep_file(args.sweep, args.store, args.workers)
+    cells = sweep_from_command_line("methods × defenses × seeds")
     groups: dict[tuple[str, str], list[dict]] = {}
     for cell, row in cells:
         groups.setdefault((cell.method, cell.defense), []).append(row)

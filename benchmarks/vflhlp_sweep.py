@@ -10,18 +10,11 @@ on one store, e.g. in parallel, share the work); this script only formats the ro
 
 from __future__ import annotations
 
-import argparse
-
-from runlog import mean_std, run_sweep_file
+from runlog import mean_std, sweep_from_command_line
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("sweep", help="sweep file: methods × seeds with dataset.aligned_fraction a list")
-    ap.add_argument("--store", help="default: runs/<sweep name>.sqlite")
-    ap.add_argument("--workers", type=int, default=1)
-    args = ap.parse_args()
-    cells = run_sweep_file(args.sweep, args.store, args.workers)
+    cells = sweep_from_command_line("methods × seeds with dataset.aligned_fraction a list")
     done = {(c.method, c.swept["aligned_fraction"], c.seed): r["result"] for c, r in cells if r["result"]}
     aligned = list(dict.fromkeys(c.swept["aligned_fraction"] for c, _ in cells))
     methods = list(dict.fromkeys(c.method for c, _ in cells))
