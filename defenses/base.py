@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from typing import ClassVar
 
 import torch
@@ -99,4 +100,7 @@ def parse_defense(text: str | None, seed: int = 0) -> list[Defense]:
     """``none`` / ``iso:5`` / ``dp:clip=1,noise=1.1`` / ``a+b`` → defenses in application order."""
     if text is None or text.strip() in ("", "none"):
         return []
+    if re.search(r"\de\+\d", text):  # '+' composes defenses, so 1e+06 would split into 1e and 06
+        raise UserError(f"defense {text!r}: write large numbers without an exponent '+' (e.g. 1000000 for 1e+06); "
+                        "'+' composes defenses")
     return [_parse_one(part, seed * 7919 + i) for i, part in enumerate(text.split("+"))]

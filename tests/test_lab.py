@@ -246,7 +246,7 @@ def test_large_defense_strengths_expand_to_specs_the_defense_parser_reads():
     assert specs == ["iso:1000000", "iso:1e-05", "iso:2.5", "dp:clip=1,noise=10000000"]
     for spec in specs:
         defenses.parse_defense(spec)
-    with pytest.raises(UserError):  # control: the exponent form splits at its '+' (composition)
+    with pytest.raises(UserError, match="without an exponent"):  # control: the exponent form is refused, named
         defenses.parse_defense(f"iso:{1e6:g}")
 
 
