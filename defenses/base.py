@@ -2,9 +2,17 @@
 
 A defense is a :class:`securevfl.hooks.TensorHook`: it declares the message kinds it acts on,
 validates its parameters at construction, keeps shapes and dtypes, draws noise from its own
-seeded generator (reseeded per party), is a bit-for-bit no-op at zero strength, and may account
-for privacy. On the command line a defense is ``NAME``, ``NAME:VALUE`` (its primary parameter)
-or ``NAME:key=value,key=value``; ``a+b`` composes them, applied in the order written.
+private generator (one per party), is a bit-for-bit no-op at zero strength, and may account
+for privacy.
+
+Mechanism randomness is private (issue 25): the DP adversary knows the code, the configuration and
+the public ``--seed``, so noise, flips and private choices never derive from that seed. By default
+every generator is seeded from the OS CSPRNG (:func:`private_seed`) and the seed is never written
+anywhere. ``mechanism_seed`` (``--mechanism-seed``) is the explicit debugging opt-in that makes the
+noise reproducible; such a run is marked "not private (mechanism seed fixed)".
+
+On the command line a defense is ``NAME``, ``NAME:VALUE`` (its primary parameter) or
+``NAME:key=value,key=value``; ``a+b`` composes them, applied in the order written.
 """
 
 from __future__ import annotations
@@ -12,8 +20,10 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import secrets
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from securevfl.errors import UserError
@@ -44,17 +54,29 @@ class Defense(TensorHook):
     optional: ClassVar[dict[str, type]] = {}
     """Parameters without a default (absent from :attr:`config` unless given) and their types."""
 
-    def __init__(self, seed: int = 0, **kwargs: object) -> None:
+    def __init__(self, seed: int | None = None, **kwargs: object) -> None:
         """Args:
-            seed: seeds the defense's noise generator (reseeded per party by :meth:`for_party`).
+            seed: ``None`` (the default): the noise comes from the OS CSPRNG, unpredictable to every
+                party. An int fixes it (the ``mechanism_seed`` opt-in: reproducible, not private).
+                Reseeded per party by :meth:`for_party`.
             kwargs: parameters as the user wrote them (spec strings or typed values).
         Raises:
             UserError: one line naming an unknown or bad parameter (:meth:`validate`).
         """
         self.config = {**self.defaults, **check_params(f"defense {self.name}", self.defaults, kwargs, self.optional)}
         self.seed = seed
-        self.generator = torch.Generator().manual_seed(seed)
+        self.generator = torch.Generator().manual_seed(private_seed() if seed is None else seed)
         self.validate()
+
+    @property
+    def private(self) -> bool:
+        """Whether the noise is unpredictable (no mechanism seed was fixed)."""
+        return self.seed is None
+
+    def mechanism_rng(self, stream: int) -> np.random.Generator:
+        """A numpy generator for one of this defense's own draws (e.g. a private selection): from the
+        OS CSPRNG, or derived from the fixed mechanism seed."""
+        return np.random.default_rng(private_seed() if self.seed is None else self.seed + stream)
 
     def validate(self) -> None:
         """Range checks on ``self.config`` (called at construction); raise a one-line UserError
@@ -62,9 +84,16 @@ class Defense(TensorHook):
 
     def for_party(self, party: str) -> Defense:
         twin = super().for_party(party)
-        digest = int.from_bytes(hashlib.sha256(f"{self.seed}/{party}".encode()).digest()[:8], "little")
-        twin.generator = torch.Generator().manual_seed(digest)
+        if self.seed is None:  # each party's copy draws its own fresh, unpredictable stream
+            twin.generator = torch.Generator().manual_seed(private_seed())
+        else:
+            digest = int.from_bytes(hashlib.sha256(f"{self.seed}/{party}".encode()).digest()[:8], "little")
+            twin.generator = torch.Generator().manual_seed(digest)
+        twin.reseed_streams()
         return twin
+
+    def reseed_streams(self) -> None:  # noqa: B027 - optional: defenses with numpy streams redraw them
+        """Redraw any stream besides :attr:`generator` (called on each party's copy)."""
 
     def describe(self) -> dict:
         return {"name": self.name, **self.config}
@@ -90,17 +119,28 @@ def defense_names() -> list[str]:
     return ["none", *DEFENSES.names()]
 
 
-def _parse_one(text: str, seed: int) -> Defense:
+def private_seed() -> int:
+    """64 bits from the OS CSPRNG: seeds a mechanism's generator; never recorded."""
+    return secrets.randbits(64)
+
+
+def _parse_one(text: str, seed: int | None) -> Defense:
     name, arg = split_name(text)
     cls = DEFENSES.get(name)
     return cls(seed=seed, **parse_args("defense", text, arg, cls.primary))
 
 
-def parse_defense(text: str | None, seed: int = 0) -> list[Defense]:
-    """``none`` / ``iso:5`` / ``dp:clip=1,noise=1.1`` / ``a+b`` → defenses in application order."""
+def parse_defense(text: str | None, mechanism_seed: int | None = None) -> list[Defense]:
+    """``none`` / ``iso:5`` / ``dp:clip=1,noise=1.1`` / ``a+b`` → defenses in application order.
+
+    Args:
+        text: the defense spec.
+        mechanism_seed: ``None``: private noise (OS CSPRNG). An int: reproducible noise (debugging and
+            exact tests only; the run is marked not private). Never the public run seed."""
     if text is None or text.strip() in ("", "none"):
         return []
     if re.search(r"\de\+\d", text):  # '+' composes defenses, so 1e+06 would split into 1e and 06
         raise UserError(f"defense {text!r}: write large numbers without an exponent '+' (e.g. 1000000 for 1e+06); "
                         "'+' composes defenses")
-    return [_parse_one(part, seed * 7919 + i) for i, part in enumerate(text.split("+"))]
+    return [_parse_one(part, None if mechanism_seed is None else mechanism_seed * 7919 + i)
+            for i, part in enumerate(text.split("+"))]

@@ -56,7 +56,10 @@ def _add_train(sub) -> None:
     p.add_argument("--bottom", choices=["auto", "mlp", "cnn"],
                    help="bottom model family (default auto: cnn for images ≥ 16 px tall, else mlp)")
     p.add_argument("--model-preset", help="a paper's architecture: vflhlp-avazu, vflhlp-criteo, fedud")
-    p.add_argument("--seed", type=int, help="seed of data split, models and noise (default 0)")
+    p.add_argument("--seed", type=int, help="seed of data split, models and batching (default 0); not of "
+                                           "the privacy mechanisms' noise")
+    p.add_argument("--mechanism-seed", type=int,
+                   help="fix the privacy mechanisms' noise (debugging only: the run is marked not private)")
     p.add_argument("--method-param", action="append", metavar="KEY=VALUE",
                    help="a method parameter, e.g. evidential=false (risa), alpha=0.5 (fedud) (repeatable)")
     p.add_argument("--defense", help="none | iso:LAMBDA | dp:clip=C,noise=Z | ... ('+' composes)")
@@ -95,6 +98,7 @@ def _build_config(args: argparse.Namespace):
         apply_dict(cfg, load_config_file(args.config))
     flat = {
         "dataset": args.dataset, "method": args.method, "seed": args.seed, "defense": args.defense, "he": args.he,
+        "mechanism_seed": args.mechanism_seed,
     }
     for k, v in flat.items():
         if v is not None:

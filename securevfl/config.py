@@ -30,7 +30,12 @@ class RunConfig:
     method: str = "splitnn"
     """Registered method name (``securevfl methods``)."""
     seed: int = 0
-    """Fixes partition, initialisation and batching."""
+    """Fixes the partition, initialisation and batching (not the privacy mechanisms' noise; see
+    ``mechanism_seed``)."""
+    mechanism_seed: int | None = None
+    """Fixes the privacy mechanisms' noise (RR flips, DP-SGD and embedding-DP noise, the private
+    learning-rate choice) for debugging and exact tests. Unset (default): the noise comes from the OS
+    CSPRNG and is never recorded. A run with it set is marked "not private (mechanism seed fixed)"."""
     he: str = "off"
     """Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier``."""
     he_params: dict = field(default_factory=dict)

@@ -98,6 +98,27 @@ def privacy_report(fed: Federation) -> dict:
             "components": reports}
 
 
+NOT_PRIVATE = "not private (mechanism seed fixed)"
+"""The mark of a run whose privacy mechanisms' noise was fixed (``mechanism_seed`` or HE ``seeded_shares``):
+anyone who knows that seed regenerates the noise, so its ε holds against no one."""
+
+
+def randomness_report(cfg: RunConfig) -> dict:
+    """Where the privacy mechanisms' randomness came from (part of the ``privacy`` object).
+
+    Returns:
+        ``{"randomness": "private (OS CSPRNG)"}``, or, with a fixed mechanism seed or seeded HE shares,
+        ``{"randomness": "fixed ...", "status": NOT_PRIVATE}``."""
+    fixed = []
+    if cfg.mechanism_seed is not None:
+        fixed.append("mechanism_seed")
+    if cfg.he != "off" and str(cfg.he_params.get("seeded_shares", False)).lower() in ("1", "true", "yes", "on"):
+        fixed.append("he seeded_shares")
+    if not fixed:
+        return {"randomness": "private (OS CSPRNG)"}
+    return {"randomness": f"fixed by {' and '.join(fixed)}", "status": NOT_PRIVATE}
+
+
 def feature_privacy(fed: Federation) -> dict:
     """Per passive party, the report of its feature-side (activation) defenses, if any."""
     out = {}

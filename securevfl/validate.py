@@ -19,6 +19,7 @@ import typing
 from securevfl.errors import UserError
 
 FLAGS = {"train.epochs": "--epochs", "train.batch_size": "--batch-size", "optim.lr": "--lr", "seed": "--seed",
+         "mechanism_seed": "--mechanism-seed",
          "model.cut_dim": "--cut-dim", "data.max_rows": "--max-rows", "data.sample": "--sample",
          "partition.n_parties": "--parties", "partition.aligned_fraction": "--aligned-fraction",
          "partition.aligned_count": "--aligned-count", "partition.n_labeled": "--labeled",
@@ -29,6 +30,7 @@ FLAGS = {"train.epochs": "--epochs", "train.batch_size": "--batch-size", "optim.
 # key: (low, high, low inclusive, high inclusive) for numbers, or a tuple of allowed strings
 RULES: dict[str, tuple] = {
     "seed": (0, 2**31 - 1, True, True),
+    "mechanism_seed": (0, 2**31 - 1, True, True),
     "train.epochs": (1, math.inf, True, True),
     "train.batch_size": (1, math.inf, True, True),
     "train.eval_batch_size": (1, math.inf, True, True),

@@ -37,14 +37,17 @@ RUNS: dict[str, dict] = {
 }
 VOLATILE = {"seconds", "seconds_per_step", "seconds_by_op", "versions", "examples"}
 SWEEP = {"name": "golden", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["local", "splitnn"],
-         "defenses": ["none", {"iso": [5]}], "attacks": ["mc:steps=30"], "seeds": [0, 1], "train": {"epochs": 1}}
+         "defenses": ["none", {"iso": [5]}], "attacks": ["mc:steps=30"], "seeds": [0, 1], "train": {"epochs": 1},
+         "mechanism_seed": 0}
 """A small sweep store: its rows (by cell) are golden too."""
 
 
 def config(spec: dict):
     from securevfl.config import RunConfig
 
-    cfg = RunConfig(dataset=spec["dataset"], method=spec["method"], seed=0, defense=spec.get("defense", "none"),
+    # mechanism_seed: goldens must reproduce the defenses' noise (the opt-in; such runs are marked not private)
+    cfg = RunConfig(dataset=spec["dataset"], method=spec["method"], seed=0, mechanism_seed=0,
+                    defense=spec.get("defense", "none"),
                     attacks=list(spec.get("attacks", [])), he=spec.get("he", "off"),
                     he_params=dict(spec.get("he_params", {})))
     cfg.train.epochs = spec["epochs"]

@@ -54,7 +54,7 @@ def test_passive_optimizer_applies_only_the_noised_sum():
 
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, defense="embedding-dp:noise=1")
     cfg.train.epochs = 1
-    hooks = parse_defense(cfg.defense, seed=0)
+    hooks = parse_defense(cfg.defense, mechanism_seed=0)
     method = METHODS.get("splitnn")(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=0,
                                                  hooks=hooks))
     fed = method.build(build_partition(cfg))

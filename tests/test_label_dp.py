@@ -41,7 +41,7 @@ def run_with_labels(cfg: RunConfig, flip: int | None = None, spy=None):
         a.y_labels = a.y_labels.copy()
         pos = int(np.flatnonzero(a.label_ids == flip)[0])
         a.y_labels[pos] = (a.y_labels[pos] + 1) % partition.n_classes
-    hooks = parse_defense(cfg.defense, seed=cfg.seed)
+    hooks = parse_defense(cfg.defense, mechanism_seed=cfg.seed)
     method = METHODS.get(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
                                                   hooks=hooks, record=True, params=cfg.method_params))
     torch.manual_seed(cfg.seed)

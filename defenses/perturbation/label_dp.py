@@ -68,7 +68,10 @@ class LabelDP(Defense, StepPrivatizer):
         self.noise_multiplier: float | None = c.get("noise")
         self.ledger: list[dict] = []
         self._counts: Counter = Counter()
-        self.select_rng = np.random.default_rng(self.seed + 17)
+        self.select_rng = self.mechanism_rng(17)
+
+    def reseed_streams(self) -> None:
+        self.select_rng = self.mechanism_rng(17)
 
     # ---- the plan and the ledger
     def plan(self, participations: int, selections: int = 0) -> None:

@@ -3,7 +3,9 @@
 :func:`make_partition` is a pure function of (dataset, spec, seed). Steps, all driven by one
 ``numpy.random.default_rng(seed)``:
 
-1. test split: the dataset's predefined one, else a stratified ``test_fraction`` draw;
+1. test split: the dataset's predefined one, else a seeded ``test_fraction`` draw of rows that never
+   reads the labels (a passive party sees which IDs are train and test, so a label-stratified
+   split would be a channel from the labels to it that no ε accounts for);
 2. aligned set: ``aligned_fraction`` (or ``aligned_count``) of the shuffled training entities;
 3. the unaligned remainder: ``disjoint`` splits it evenly, each entity to exactly one party;
    ``all`` gives every party all of it;
@@ -304,14 +306,11 @@ def default_columns(n_columns: int, n_parties: int) -> list[list[int]]:
     return [list(map(int, block)) for block in np.array_split(np.arange(n_columns), n_parties)]
 
 
-def _stratified_test_split(y: np.ndarray, frac: float, rng: np.random.Generator) -> np.ndarray:
-    test = []
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        rng.shuffle(idx)
-        test.append(idx[: int(round(frac * len(idx)))])
-    mask = np.zeros(len(y), dtype=bool)
-    mask[np.concatenate(test)] = True
+def label_free_test_split(n_rows: int, frac: float, rng: np.random.Generator) -> np.ndarray:
+    """Test mask: ``round(frac · n)`` rows drawn uniformly, whatever their labels (not stratified: the
+    split is part of every passive party's view, so it must not depend on the labels)."""
+    mask = np.zeros(n_rows, dtype=bool)
+    mask[rng.permutation(n_rows)[: int(round(frac * n_rows))]] = True
     return mask
 
 
@@ -343,8 +342,8 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
 
 # Stages of make_partition. Positions are row indices into the dataset; ``rng`` is the one stream.
 def _split_test(ds: Dataset, spec: PartitionSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Step 1: (shuffled training rows, test rows) — the dataset's own test split, else a stratified draw."""
-    test_mask = ds.test_mask if ds.test_mask is not None else _stratified_test_split(ds.y, spec.test_fraction, rng)
+    """Step 1: (shuffled training rows, test rows) — the dataset's own test split, else a label-free draw."""
+    test_mask = ds.test_mask if ds.test_mask is not None else label_free_test_split(len(ds.y), spec.test_fraction, rng)
     return rng.permutation(np.flatnonzero(~test_mask)), np.flatnonzero(test_mask)
 
 

@@ -23,7 +23,7 @@ from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import TensorHook
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset
-from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report
+from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
 from securevfl.roles import passive_name
 from securevfl.validate import validate_config
 
@@ -52,7 +52,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[TensorHook] = (), progress: bool 
 
     Raises:
         UserError: a bad value or an incompatible combination, before any data is read."""
-    defenses = [*defense_lib.parse_defense(cfg.defense, seed=cfg.seed), *hooks]
+    defenses = [*defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
@@ -72,7 +72,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[TensorHook] = (), progress: bool 
     seconds = time.perf_counter() - t0
 
     warnings = run_warnings(fed, progress)
-    result = RunResult(config=cfg, utility=utility, privacy={**privacy_report(fed), "features": feature_privacy(fed)},
+    result = RunResult(config=cfg, utility=utility, privacy={**privacy_report(fed), "features": feature_privacy(fed),
+                                                                 **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
     result.attacks = run_attacks(attacks, result)

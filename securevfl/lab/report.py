@@ -63,6 +63,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "he_bytes": he.get("bytes"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
+                     "privacy_status": (res.get("privacy") or {}).get("status"),
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
@@ -686,9 +687,13 @@ def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
     ok = runs[(runs.status == "ok") & runs.epsilon.notna()]
     if ok.empty:
         return pd.DataFrame()
-    g = ok.groupby(["dataset", "method", "defense"]).agg(epsilon=("epsilon", "mean"), delta=("delta", "first"),
-                                                         noise_multiplier=("noise_multiplier", "first"))
-    return g.reset_index().assign(defense=lambda x: x.defense.map(setting_label))
+    keys = ["dataset", "method", "defense"]
+    g = ok.groupby(keys).agg(epsilon=("epsilon", "mean"), delta=("delta", "first"),
+                             noise_multiplier=("noise_multiplier", "first"))
+    if "privacy_status" in ok and ok.privacy_status.notna().any():  # a fixed mechanism seed voids ε: say so
+        g["status"] = ok.groupby(keys).privacy_status.first().fillna("private")
+    g = g.reset_index().assign(defense=lambda x: x.defense.map(setting_label))
+    return g
 
 
 def he_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -837,12 +842,16 @@ def _run_wide_sections(runs: pd.DataFrame) -> list[tuple[str, list]]:
 def _intro(runs: pd.DataFrame, attacks: pd.DataFrame, store_path: str | Path) -> str:
     n_ok, n_failed = int((runs.status == "ok").sum()), int((runs.status == "failed").sum())
     sweeps = ", ".join(sorted(runs.sweep.dropna().unique()))
+    n_fixed = int(runs.privacy_status.notna().sum()) if "privacy_status" in runs else 0
     intro = (f"Sweep {sweeps}: {n_ok} runs ok, {n_failed} failed, store `{Path(store_path).name}`. "
              "Attack performance is measured on the passive adversary's own training rows (top-1 accuracy for "
              "multi-class tasks, AUC for binary); lower is better for privacy. **Leakage** is what the federation "
              "adds: the attack's value minus the larger of its control (what the same attack gets when the "
              "federation leaks nothing: model completion on an untrained encoder of the same architecture, "
              "gradient scoring against labels shuffled within each batch) and its local-SSL baseline.")
+    if n_fixed:
+        intro += (f" **{n_fixed} runs are not private (mechanism seed fixed)**: their noise is reproducible by anyone "
+                  "who knows that seed, so their ε holds against no one (debugging runs only).")
     if feature_attacks(attacks):
         intro += (" Feature attacks (" + ", ".join(feature_attacks(attacks)) + ") are the other direction: the "
                   "active party reconstructing a passive party's features, scored by R² (higher leaks more) against "

@@ -40,6 +40,7 @@ COLUMNS = {
     "utility": "REAL",
     "utility_metric": "TEXT",
     "epsilon": "REAL",
+    "privacy_status": "TEXT",  # "not private (mechanism seed fixed)", or NULL
     "seconds": "REAL",
     "bytes_sent": "INTEGER",
     "versions_json": "TEXT",
@@ -73,6 +74,10 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             cols = ", ".join(f"{k} {t}" for k, t in COLUMNS.items())
             self.db.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+            have = {r[1] for r in self.db.execute("PRAGMA table_info(runs)")}
+            for k, t in COLUMNS.items():  # a store from an older version gains the newer columns
+                if k not in have:
+                    self.db.execute(f"ALTER TABLE runs ADD COLUMN {k} {t}")
             self.db.execute("CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, pid INTEGER, host TEXT, "
                             "claimed_at REAL)")
             self.db.commit()

@@ -18,6 +18,10 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them, each optionally
   with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
   ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config.
+- ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
+  mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
+  seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
+  Without it (the default) every cell draws its noise from the OS CSPRNG.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from securevfl.errors import UserError
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
               "label_column"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
-_TOP_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim"}
+_TOP_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim",
+             "mechanism_seed"}
 
 
 @dataclass
@@ -235,7 +240,23 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     seeds = _seeds(data.get("seeds", [0]))
     base, data_axes = _base_config(ds, data)
     cells = _expand_cells(base, data_axes, _Grid(methods, defenses, he_modes, attack_variants, seeds))
+    if data.get("mechanism_seed") is not None:
+        cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
     return Sweep(name, cells, list(data_axes) + list(attack_variants[0][1]))
+
+
+def _mechanism_seed(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**31:
+        raise _fail("mechanism_seed", f"expected an integer in [0, 2147483647], got {value!r}")
+    return value
+
+
+def _with_mechanism_seed(cell: Cell, sweep_seed: int) -> Cell:
+    """The cell with its own fixed mechanism seed: a hash of the sweep's one and of the cell's whole
+    configuration (seed included), so cells never share noise."""
+    digest = hashlib.sha256(f"{sweep_seed}/{run_id(cell.config)}".encode()).digest()
+    config = {**cell.config, "mechanism_seed": int.from_bytes(digest[:4], "little") % 2**31}
+    return Cell(cell.method, cell.defense, cell.family, cell.strength, cell.seed, cell.he, config, cell.swept)
 
 
 def _check_top_level(data: object, source: str) -> str:
