@@ -19,7 +19,8 @@ def test_train_json_is_one_object():
     for key in ("dataset", "method", "seed", "utility", "attacks", "privacy", "cost"):
         assert key in obj
     assert obj["utility"]["metric"] == "accuracy" and 0 <= obj["utility"]["test"] <= 1
-    assert obj["privacy"] == {"epsilon": None, "delta": None, "mechanism": "none", "features": {}}
+    assert obj["privacy"] == {"epsilon": None, "delta": None, "mechanism": "none", "features": {},
+                              "randomness": "private (OS CSPRNG)"}
     assert obj["cost"]["bytes_sent"] > 0 and obj["cost"]["he"]["scheme"] == "off"
 
 
