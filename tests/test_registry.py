@@ -157,12 +157,11 @@ def test_formerly_cyclic_modules_import_first_in_a_fresh_interpreter():
     assert r.returncode == 0, r.stderr[-2000:]
 
 
-def test_readme_extension_sketches_plug_into_a_run():
-    """The four README sketches, run as written, give a method, attack, defense and dataset that one
-    training run uses end to end (a sketch that rots fails here)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Extending securevfl")[1].split("\n## ")[0]
-    blocks = [b.split("```")[0] for b in section.split("```python")[1:]]
+def test_extension_sketches_plug_into_a_run():
+    """The four sketches of docs/extending.md, run as written, give a method, attack, defense and dataset
+    that one training run uses end to end (a sketch that rots fails here)."""
+    page = (REPO / "docs" / "extending.md").read_text()
+    blocks = [b.split("```")[0] for b in page.split("```python")[1:]]
     assert len(blocks) == 4
     script = "\n".join(blocks) + (
         "\nimport json, attacks, defenses\n"

@@ -1,5 +1,6 @@
 """Reduced FedHSSL Table-2 reproduction (the full one is benchmarks/ssl_table2.py): at 200 labeled
-aligned rows and 20 % aligned rows, FedHSSL must beat FedVanilla (splitnn) on Fashion-MNIST."""
+aligned rows and 20 % aligned rows, FedHSSL should beat FedVanilla (splitnn) on Fashion-MNIST, as the
+paper reports (FedHSSL > FedSimSiam > FedVanilla at 200 labels)."""
 
 import statistics
 
@@ -11,14 +12,15 @@ from securevfl.lab.compose import execute
 
 HAVE_FMNIST = dict((n, ok) for n, ok, _ in dataset_status())["fashion-mnist"]
 
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not HAVE_FMNIST,
+                                 reason="fashion-mnist not installed (apt-get install dataset-fashion-mnist)")]
 
-@pytest.mark.slow
-@pytest.mark.skipif(not HAVE_FMNIST, reason="fashion-mnist not installed (apt-get install dataset-fashion-mnist)")
-@pytest.mark.xfail(strict=False, reason="since the interactive layer (issue 15: tanh-bounded cut, W_P by momentum SGD) "
-                   "this reduced reproduction measured splitnn 0.699 vs fedhssl 0.696 (seeds 0, 1); open finding, "
-                   "see benchmarks/RESULTS.md")
-def test_fedhssl_beats_splitnn_at_200_labels_on_fashion_mnist():
-    acc = {}
+
+@pytest.fixture(scope="module")
+def accuracy() -> dict[str, list[float]]:
+    """Test accuracy per method over seeds 0 and 1 (≈ 2 minutes on one core; shared by both tests)."""
+    acc: dict[str, list[float]] = {}
     for method in ("splitnn", "fedhssl"):
         acc[method] = []
         for seed in (0, 1):
@@ -30,4 +32,21 @@ def test_fedhssl_beats_splitnn_at_200_labels_on_fashion_mnist():
             if method == "fedhssl":
                 cfg.method_params = {"ssl_epochs": 3}
             acc[method].append(execute(cfg).to_json()["utility"]["test"])
-    assert statistics.mean(acc["fedhssl"]) > statistics.mean(acc["splitnn"]) + 0.01, acc
+    return acc
+
+
+def test_both_methods_learn_at_200_labels_on_fashion_mnist(accuracy):
+    """What holds today: both train far above the 0.1 prior (measured 0.65–0.73)."""
+    for method, values in accuracy.items():
+        assert min(values) > 0.6, (method, accuracy)
+
+
+# Strict: the runs are deterministic (the same numbers on every run here), so this fails every time
+# today, and an XPASS (FedHSSL ahead again) fails the suite until the marker is removed.
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="open finding since the interactive layer (issue 15: tanh-bounded cut, W_P by momentum "
+                          "SGD): measured splitnn 0.6724 / 0.7257 (mean 0.699) vs fedhssl 0.6459 / 0.7204 (mean "
+                          "0.683), seeds 0 and 1; before issue 15 FedHSSL led (benchmarks/RESULTS.md, 'FedHSSL "
+                          "Table 2 shape')")
+def test_fedhssl_beats_splitnn_at_200_labels_on_fashion_mnist(accuracy):
+    assert statistics.mean(accuracy["fedhssl"]) > statistics.mean(accuracy["splitnn"]) + 0.01, accuracy

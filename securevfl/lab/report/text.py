@@ -1,0 +1,284 @@
+"""Frames → the report's words and tables: computed sentences (headline, what encryption buys,
+setup), the per-cell table with its column notes, the ε and HE-cost tables."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from securevfl.federation import DEFAULT_LR
+from securevfl.lab.report.frame import (
+    FEATURE_DEFENSES,
+    _num,
+    attack_names,
+    defense_effects,
+    setting_label,
+)
+
+UTILITY_BUDGET = 0.02
+"""Utility loss a user would trade for privacy in the headline ("least leakage within 0.02")."""
+
+
+def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str = "") -> list[str]:
+    """Sentences for the first screen, computed from the cell means. When no setting moves the attack
+    beyond seed noise the caution comes first and no "least leakage" pick is made."""
+    d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()]
+    if d.empty:
+        return [f"No finished runs with attack {attack} on {dataset}."]
+    metric = d.metric.iloc[0]
+
+    def name(r, bold: bool = True) -> str:
+        he = "" if r.he == "off" else f", HE {r.he}"
+        b = "**" if bold else ""
+        return f"{b}{r.method}{b} with defense {b}{setting_label(r.defense)}{b}{he}"
+
+    seeds = int(d[f"{attack}_attack_seeds"].min()) if f"{attack}_attack_seeds" in d else int(d.seeds.min())
+    effects = defense_effects(d, attack)
+    clear = effects[effects.clear.astype(bool)].sort_values("delta")
+    value, leak = f"{attack}_value", f"{attack}_leakage"
+    has_leak = leak in d and d[leak].notna().any()
+    score = leak if has_leak else value
+    spread = d[score].max() - d[score].min()
+    noise = d[f"{score}_std"].mean()
+    best = d.loc[d.utility.idxmax()]
+    out = []
+    if clear.empty:
+        why = (f"the {'leakage' if has_leak else 'attack'} values of all cells lie within {spread:.3f} of each "
+               f"other (typical std over {seeds} seeds: {noise:.3f})")
+        out.append(f"**Caution: no defense setting moves the {attack} attack by more than twice its seed std**; "
+                   f"{why}. No setting here leaks clearly less than another, so no least-leakage pick is made.")
+        out.append(f"Best utility: {name(best, bold=False)} — {metric} {best.utility:.4f}, {attack} attack "
+                   f"{best[value]:.4f}.")
+    else:
+        for _, e in clear.head(4).iterrows():
+            verb = "lowers" if e.delta < 0 else "raises"
+            cost = (f"a utility cost of {e.utility_cost:.4f}" if e.utility_cost >= 0
+                    else f"a utility gain of {-e.utility_cost:.4f}")
+            out.append(f"Trade-off: defense **{setting_label(e.defense)}** {verb} the {attack} attack on "
+                       f"**{e.method}** by {abs(e.delta):.3f} (more than twice the seed std, {e.noise:.3f}, over "
+                       f"{seeds} seeds) at {cost}.")
+        if len(clear) > 4:
+            out.append(f"({len(clear) - 4} more defended cells move the attack beyond noise; see the table.)")
+        out.append(f"Best utility: {name(best)} — {metric} {best.utility:.4f}, {attack} attack {best[value]:.4f}.")
+        least = d.loc[d[score].idxmin()]
+        out.append(f"Least leakage: {name(least)} — {'leakage' if has_leak else 'attack'} {least[score]:+.4f} "
+                   f"(attack {least[value]:.4f}) at utility {least.utility:.4f}, a cost of "
+                   f"{best.utility - least.utility:.4f} vs the best.")
+        cheap = d[d.utility >= best.utility - UTILITY_BUDGET]
+        pick = cheap.loc[cheap[score].idxmin()]
+        out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — "
+                   f"{'leakage' if has_leak else 'attack'} {pick[score]:+.4f}, utility {pick.utility:.4f}.")
+    if has_leak:
+        undefended = d[d.family == "none"]
+        parts = ", ".join(f"{r.method} {r[leak]:+.3f} ± {_num(r[f'{leak}_std']):.3f}" for _, r in undefended.iterrows())
+        ctl = d[f"{attack}_control"].mean()
+        base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
+        base_name = "mean predictor" if attack.startswith("fr") else "local-SSL baseline"
+        refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
+                                                                        f", {base_name} {base:.3f}")
+        out.append(f"Leakage without a defense (attack − max(control, baseline), mean ± std over {seeds} seeds): "
+                   f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3f}.")
+    ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
+    if len(ref):
+        out.append(f"The active party alone (**local**, nothing shared, nothing to attack) reaches "
+                   f"{ref.utility.mean():.4f}.")
+    return out
+
+
+def he_cost_label(r, d: pd.DataFrame) -> str:
+    """`ckks 9.8× s/step, 3.1 MB/step`: a cell's HE cost beside the same cell without HE."""
+    if r.he == "off":
+        return ""
+    ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
+    ratio = (f"{r.step_s / ref.step_s.iloc[0]:.1f}× s/step" if len(ref) and _num(ref.step_s.iloc[0]) > 0
+             and not math.isnan(_num(r.step_s)) else f"{_num(r.step_s):.3f} s/step")
+    return f"{r.he} {ratio}, {_num(r.mb_step):.2g} MB/step"
+
+
+def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label: str | None) -> list[str]:
+    """What encryption buys and costs, per method, computed from the cell means."""
+    d = summary[(summary.dataset == dataset) & summary[f"{feature}_value"].notna()]
+    out = []
+    order = d.assign(_defended=d.family != "none").sort_values(["method", "_defended", "strength", "he"])
+    for _, r in order[order.he != "off"].iterrows():
+        ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
+        if ref.empty:
+            continue
+        ref = ref.iloc[0]
+        move = r[f"{feature}_value"] - ref[f"{feature}_value"]
+        noise = max(_num(r[f"{feature}_value_std"]), _num(ref[f"{feature}_value_std"]))
+        beyond = "" if math.isnan(noise) or noise == 0 else (" (beyond 2× seed std)" if abs(move) > 2 * noise
+                                                             else " (within 2× seed std)")
+        lab = ""
+        if label and f"{label}_value" in d and not pd.isna(r.get(f"{label}_value")):
+            lab = (f"; {label} label attack {ref[f'{label}_value']:.3f} → {r[f'{label}_value']:.3f} "
+                   "(HE does not protect labels)")
+        out.append(f"**{r.method}**, defense {setting_label(r.defense)}: HE **{r.he}** moves {feature} R² "
+                   f"{ref[f'{feature}_value']:.3f} → {r[f'{feature}_value']:.3f} ({move:+.3f}{beyond}; control "
+                   f"{r[f'{feature}_control']:.3f}, mean predictor {r[f'{feature}_prior']:.3f}) at "
+                   f"{he_cost_label(r, d)}, utility {ref.utility:.4f} → {r.utility:.4f}{lab}.")
+    feat = d[d.family.isin(FEATURE_DEFENSES)]
+    for (method, he), g in feat.groupby(["method", "he"]):
+        strongest = g.loc[g[f"{feature}_value"].idxmin()]
+        ref = d[(d.method == method) & (d.he == he) & (d.defense == "none") & (d.swept == strongest.swept)]
+        if ref.empty:
+            continue
+        ref = ref.iloc[0]
+        eps = ("" if pd.isna(strongest.feature_epsilon) else
+               f" (feature-level ε {strongest.feature_epsilon:.3g} at δ 1e-5 per passive row)")
+        out.append(f"**{method}**, HE {he}: **{setting_label(strongest.defense)}**{eps} brings {feature} R² "
+                   f"{ref[f'{feature}_value']:.3f} → {strongest[f'{feature}_value']:.3f} (control "
+                   f"{strongest[f'{feature}_control']:.3f}) at utility {ref.utility:.4f} → {strongest.utility:.4f}.")
+    return out or [f"No cell pairs an HE mode or a feature-side defense with its undefended, unencrypted twin "
+                   f"for {feature}."]
+
+
+def _pm(mean: float, std: float) -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "–"
+    return f"{mean:.4f} ± {0.0 if std is None or math.isnan(std) else std:.4f}"
+
+
+def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    d = summary[summary.dataset == dataset]
+    rows = []
+    d = d.assign(_defended=d.family != "none").sort_values(["method", "he", "swept", "_defended", "family", "strength"])
+    for _, r in d.iterrows():
+        row = {"method": r.method, "defense": setting_label(r.defense)}
+        if r.he != "off" or (summary.he != "off").any():
+            row["HE"] = r.he
+        swept = json.loads(r.swept)
+        for k, v in swept.items():
+            row[k] = v
+        row["seeds"] = int(r.seeds)
+        row[f"utility ({r.metric})"] = _pm(r.utility, r.utility_std)
+        for a in attack_names(summary):
+            if not pd.isna(r.get(f"{a}_value", np.nan)):
+                row[a] = _pm(r[f"{a}_value"], r[f"{a}_value_std"])
+                row[f"{a} control"] = _pm(r.get(f"{a}_control"), r.get(f"{a}_control_std"))
+                row[f"{a} baseline"] = "–" if pd.isna(r.get(f"{a}_baseline", np.nan)) else f"{r[f'{a}_baseline']:.4f}"
+                leak, sd = _num(r.get(f"{a}_leakage")), _num(r.get(f"{a}_leakage_std"))
+                row[f"{a} leakage"] = "–" if math.isnan(leak) else f"{leak:+.4f} ± {0.0 if math.isnan(sd) else sd:.4f}"
+        row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
+        if summary.feature_epsilon.notna().any():
+            row["feature ε"] = "–" if pd.isna(r.feature_epsilon) else f"{r.feature_epsilon:.3g}"
+        row["train s"] = f"{r.seconds:.1f}"
+        rows.append(row)
+    return pd.DataFrame(rows).astype(object).fillna("–")
+
+
+def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
+    """What every column of the cell table means."""
+    d = summary[summary.dataset == dataset]
+    metric = d.metric.iloc[0] if len(d) else "utility"
+    notes = ["`seeds`: runs the cell's mean ± std rests on (each error bar in the plots, too).",
+             f"`utility ({metric})`: the federation's test {metric}, mean ± std over seeds."]
+    for a in attack_names(summary):
+        if a.startswith("fr"):
+            notes += [f"`{a}`: the active party's reconstruction of `passive1`'s features, mean per-feature R² "
+                      "(accuracy where all fields are categorical); lower is better for privacy.",
+                      f"`{a} control`: the same reconstruction trained on noise observations of the same shape.",
+                      f"`{a} baseline`: the mean predictor (mean of the rows the attacker knows).",
+                      f"`{a} leakage`: value − max(control, baseline)."]
+            continue
+        notes += [f"`{a}`: the attack's value — label inference on the passive adversary's own training rows "
+                  "(top-1 accuracy for multi-class tasks, AUC for binary ones); lower is better for privacy.",
+                  f"`{a} control`: the same attack with the same budget when the federation leaks nothing: "
+                  "model completion on the same architecture at random initialisation; gradient scoring "
+                  "against labels shuffled within each batch.",
+                  f"`{a} baseline`: the same attack on an encoder the adversary pre-trains alone (local SSL) "
+                  "on its own rows; – where the attack has none.",
+                  f"`{a} leakage`: what the federation itself leaks, value − max(control, baseline), computed "
+                  "per seed, mean ± std; ≤ 0 means nothing beyond what the adversary gets without it."]
+    notes += ["`ε`: the label-DP bound of the defense at the reported δ; – where the defense has "
+              "no DP accounting (no defense, ISO, sparsification), so no ε exists.",
+              "`train s`: training wall time per run on this machine (attacks excluded)."]
+    if "feature_epsilon" in d and d.feature_epsilon.notna().any():
+        notes.append("`feature ε`: the largest feature-level ε (δ 1e-5) of any passive party under embedding-dp "
+                     "(replace one entity's feature row, against the active party's whole view).")
+    return notes
+
+
+def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list[str]:
+    """The setup a reader needs to interpret the numbers, read from the stored configs and results."""
+    ok = runs[(runs.status == "ok") & (runs.dataset == dataset)]
+    if ok.empty:
+        return []
+    cfg = json.loads(ok.config.iloc[0])
+    part = json.loads(ok.partition.iloc[0])
+    fed = ok[ok.method != "local"]
+    if len(fed):
+        part = json.loads(fed.partition.iloc[0])
+    data, spec, train, model, optim = cfg["data"], cfg["partition"], cfg["train"], cfg["model"], cfg["optim"]
+    rows = data.get("max_rows")
+    size = f"the first {rows:,} rows" if rows else "all rows"
+    per_setting = {}
+    for sw, cell_part in zip(fed.swept if len(fed) else ok.swept, fed.partition if len(fed) else ok.partition,
+                             strict=True):
+        label = ", ".join(f"{k} {v}" for k, v in json.loads(sw).items() if ":" not in k)
+        counts = json.loads(cell_part)
+        per_setting[label] = (f"{counts.get('aligned', '?')} aligned training rows, {counts.get('labeled', '?')} of "
+                              "them labeled")
+    aligned = "; ".join(f"{k}: {v}" if k else v for k, v in sorted(per_setting.items()))
+    lines = [f"Data: **{dataset}**, {size}; {part.get('parties', spec.get('n_parties'))} parties "
+             f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",
+             f"Training: {train['epochs']} epochs, batch {train['batch_size']}, {optim['optimizer']} lr "
+             f"{optim['lr'] if optim['lr'] is not None else DEFAULT_LR.get(optim['optimizer'], 'default')}; "
+             f"bottom models {model['bottom']} (cut width {model['cut_dim']}); methods "
+             f"{', '.join(sorted(ok.method.unique()))}; seeds {', '.join(str(s) for s in sorted(ok.seed.unique()))}."]
+    at = attacks[(attacks.dataset == dataset) & attacks.run_id.isin(ok.run_id)] if len(attacks) else attacks
+    for name, g in at.groupby("attack") if len(at) else []:
+        params = json.loads(g.params.iloc[0])
+        if name.startswith("mc"):
+            ssl = {m: json.loads(x).get("epochs") for m, x in zip(g.method, g.baseline_ssl, strict=True)
+                   if json.loads(x)}
+            ssl_text = ", ".join(f"{m} {e}" for m, e in sorted(ssl.items())) or "–"
+            lines.append(f"Attack **{name}**: the passive party `passive1` completes its bottom model with a head "
+                         f"and trains the {g.finetunes.iloc[0]}: {params.get('steps')} steps of "
+                         f"{'MixMatch' if name != 'mc-plain' else 'supervised training'} on "
+                         f"{int(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
+                         f"local-SSL baseline: SimSiam on all the adversary's rows, as many epochs as the method's "
+                         f"own SSL stage, 10 without one ({ssl_text}).")
+        elif name.startswith("fr"):
+            aux = (f"knows the passive features of {int(g.n_aux.iloc[0])} aligned rows and trains a decoder from"
+                   if name == "fr" else "knows no passive row; fits a generator from its own features and a "
+                   "surrogate of the passive bottom model to")
+            lines.append(f"Attack **{name}**: the active party attacks `passive1`'s features: it {aux} what it "
+                         "observes per row (the released rows with HE off, a_P = t·W_P with HE on); scored by "
+                         "R² on the other aligned training rows.")
+        else:
+            lines.append(f"Attack **{name}**: scores the gradients the passive party `passive1` received "
+                         "(under HE: the rows it decrypts with its own key).")
+    return lines
+
+
+def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
+    ok = runs[(runs.status == "ok") & runs.epsilon.notna()]
+    if ok.empty:
+        return pd.DataFrame()
+    keys = ["dataset", "method", "defense"]
+    g = ok.groupby(keys).agg(epsilon=("epsilon", "mean"), delta=("delta", "first"),
+                             noise_multiplier=("noise_multiplier", "first"))
+    if "privacy_status" in ok and ok.privacy_status.notna().any():  # a fixed mechanism seed voids ε: say so
+        g["status"] = ok.groupby(keys).privacy_status.first().fillna("private")
+    return g.reset_index().assign(defense=lambda x: x.defense.map(setting_label))
+
+
+def he_table(runs: pd.DataFrame) -> pd.DataFrame:
+    ok = runs[runs.status == "ok"]
+    if ok.empty or (ok.he == "off").all():
+        return pd.DataFrame()
+    steps = pd.to_numeric(ok.train_steps, errors="coerce").where(lambda x: x > 0)
+    ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
+    g = ok.groupby(["dataset", "method", "defense", "he"]).agg(
+        seconds=("seconds", "mean"), bytes_sent=("bytes_sent", "mean"), he_seconds=("he_seconds", "mean"),
+        s_per_step=("step_s", "mean"), mb_per_step=("mb_step", "mean"),
+        parameters=("he_params", "first")).reset_index()
+    off = g[g.he == "off"].set_index(["dataset", "method", "defense"])
+    g["× off (seconds)"] = [f"{r.seconds / off.loc[(r.dataset, r.method, r.defense), 'seconds']:.1f}"
+                           if (r.dataset, r.method, r.defense) in off.index else "–" for r in g.itertuples()]
+    g["MB sent"] = (g.bytes_sent / 1e6).round(2)
+    return g.drop(columns=["bytes_sent"])
