@@ -175,8 +175,9 @@ class SplitTrainer:
     @torch.no_grad()
     def predict_proba_alone(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
         """Rows only the active party holds: no exchange, passive inputs from ``self.passive_stand_in``."""
-        out = [torch.softmax(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
-                                                          self.passive_stand_in), dim=1)
+        # the same output → probability map as aligned rows (RISA's evidential heads use their own)
+        out = [self.proba(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
+                                                       self.passive_stand_in))
                for s in range(0, len(ids), self.cfg.eval_batch_size)]
         return torch.cat(out).numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
 
