@@ -74,9 +74,9 @@ class LabelDP(Defense, PerExampleActiveStep):
 
     # ---- the plan and the ledger
     def plan(self, budget) -> None:
+        participations, selections = budget()  # always asked: a method whose bound is no bound refuses here
         if "epsilon" not in self.config:
             return
-        participations, selections = budget()
         extra = [{"kind": "pure", "epsilon": self.config["select_epsilon"]}] * selections
         try:
             self.noise_multiplier = noise_for_target(self.config["epsilon"], self.config["delta"], participations,
