@@ -55,9 +55,12 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     defenses = [*defense_lib.parse_defense(cfg.defense, seed=cfg.seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
+    # an active adversary reads the passive messages it received from its channel view: the federation
+    # is built recording then (recording is chosen here, never switched on a live federation)
+    record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
-        record=cfg.record, progress=progress, params=cfg.method_params))
+        record=record, progress=progress, params=cfg.method_params))
     check_compatibility(cfg, method, defenses, attack_specs)
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
