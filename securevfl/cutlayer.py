@@ -28,6 +28,7 @@ from securevfl.interactive import (
     HParams,
     bound_activation,
     clip_grad,
+    first_linear,
     init_factors,
     split_combine,
     tanh_backward,
@@ -168,6 +169,11 @@ class CutLayer(ABC):
     def out_dim(self, cut_dim: int) -> int:
         """Width of what the active party receives per passive party."""
         return cut_dim
+
+    def delivery_width(self, out_dim: int, head: torch.nn.Module) -> int:
+        """Width of what the active party's end delivers per passive party: the head's first-layer
+        width with the interactive layer (a_P = t·W_P), else ``out_dim`` (the sent rows)."""
+        return first_linear(head).out_features if self.interactive else out_dim
 
     def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         """The active party's head on its own output and what each cut-layer end delivered."""

@@ -27,8 +27,9 @@ Hook points, and where the party calls them:
     per-example plumbing, leaving a mechanism only its ``release`` / ``update``.
 (c) :class:`LabelTransform` — transform the active party's training labels once, at the source, when
     the party is constructed (RR; CAE): nothing downstream ever sees the originals.
-(d) :class:`ModelWrap` — wrap the party's bottom model or head when it is constructed (MID's
-    bottleneck at the active party); its parameters join the party's optimizer.
+(d) :class:`ModelWrap` — wrap the party's bottom model or head, or put a trainable layer on what
+    each passive party delivers before the active party's head reads it (MID's bottleneck), when
+    the party is constructed; the new parameters are the party's own and join its optimizer.
     :class:`ExtraLoss` — add a term to the party's objective each training step from what the
     step exposes (:class:`StepView`; dCor / NoPeek at a passive party). At the active party a term
     is label-free (it sees no labels) and stays outside a DP-SGD clipped sum.
@@ -345,6 +346,13 @@ class ModelWrap(PartyHook):
     def wrap_head(self, head: nn.Module) -> nn.Module:
         """Active party: the head it trains (default: unchanged)."""
         return head
+
+    def wrap_received(self, passive: str, width: int) -> nn.Module | None:
+        """Active party: a trainable layer on what passive party ``passive`` delivers (``width``
+        columns in and out: the sent rows, or a_P = t·W_P with the interactive layer) before the
+        head reads it, e.g. MID's bottleneck; None: no layer. The cut layer still returns
+        ∂L/∂(the delivery), now through this layer."""
+        return None
 
 
 class ExtraLoss(PartyHook):

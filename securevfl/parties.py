@@ -286,6 +286,13 @@ class ActiveParty(Party):
         for w in self._wraps:
             head = w.wrap_head(head)
         self.head: nn.Module = head
+        # model wraps' layers on each passive party's delivery (MID's), owned and trained like Rep
+        self._on_received: dict[str, list[nn.Module]] = {}
+        for w in self._wraps:
+            for p, width in zip(passive_names, passive_widths, strict=True):
+                if (layer := w.wrap_received(p, cut.delivery_width(width, head))) is not None:
+                    self._on_received.setdefault(p, []).append(layer)
+                    self._modules[f"{w.name}/{p}"] = layer
         # how the head consumes its own output and the cut-layer deliveries (the cut layer's: the
         # interactive layer splits the head's first linear layer; plain concatenation otherwise)
         self.combine: Combine = cut.combine
@@ -363,7 +370,7 @@ class ActiveParty(Party):
             self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
             if training and self._losses:
                 self._view = StepView(np.asarray(ids), x, own, self.received)
-            return self.combine(self.head, own, self.received)
+            return self.combine(self.head, own, self._delivered(self.received))
 
     def logits_alone(self, ids: np.ndarray, split: str, training: bool, passive_stand_in=None) -> torch.Tensor:
         """Logits for rows only this party holds: each passive party's input is ``passive_stand_in(r^1)`` (a
@@ -380,7 +387,18 @@ class ActiveParty(Party):
                 reps = [own.new_zeros(len(ids), w) for w in self.passive_widths]
             # the plain head on a zero passive input equals the HE layer's split first layer with no
             # passive term (the passive columns multiply zeros), so this holds under --he too
-            return self.head(torch.cat([own, *reps], dim=1))
+            return self.head(torch.cat([own, *self._delivered(reps)], dim=1))
+
+    def _delivered(self, reps: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each passive party's input to the head, through the model wraps' layers on it (if any)."""
+        if not self._on_received:
+            return reps
+        out = []
+        for name, r in zip(self.passive_names, reps, strict=True):
+            for layer in self._on_received.get(name, []):
+                r = layer(r)
+            out.append(r)
+        return out
 
     def backward(self, objective: Objective, ids: np.ndarray | Mapping[str, np.ndarray]) -> torch.Tensor:
         """Turn this step's objective into an update through the party's step rule (plain backprop, or

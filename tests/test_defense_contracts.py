@@ -54,8 +54,19 @@ class WrapBottom(Defense, ModelWrap):
         return Bottleneck(bottom)
 
 
+class Bottleneck1(Defense, ModelWrap):
+    """Test-only: a trainable layer on each passive party's delivery at the active party (MID's place)."""
+
+    name = "test-mid"
+    runs_at = frozenset({ACTIVE})
+    acts_on = frozenset({MessageKind.GRADIENT})
+
+    def wrap_received(self, passive: str, width: int) -> nn.Module:
+        return nn.Sequential(nn.Linear(width, 2), nn.Linear(2, width))  # a 2-wide bottleneck
+
+
 def _run(monkeypatch, defense: str):
-    for cls in (ShrinkRepresentation, WrapBottom):  # registered for this test only
+    for cls in (ShrinkRepresentation, WrapBottom, Bottleneck1):  # registered for this test only
         monkeypatch.setitem(DEFENSES._items, cls.name, cls)
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, defense=defense)
     cfg.train.epochs = 1
@@ -89,3 +100,19 @@ def test_an_active_model_wrap_defense_plugs_in_and_its_layer_is_trained(monkeypa
     assert any(proj is q for g in a.optimizer.param_groups for q in g["params"])
     # control: the same run without it has the plain bottom
     assert not isinstance(_run(monkeypatch, "none").federation.active.bottom, Bottleneck)
+
+
+def test_a_layer_on_each_delivery_plugs_in_where_mid_goes(monkeypatch):
+    """MID's shape: a layer at the active party on what each passive party delivers; the passive
+    party's gradient flows back through it, and the layer is the party's own (trained, snapshotted)."""
+    run = _run(monkeypatch, "test-mid")
+    a, p = run.federation.active, run.federation.passives[0]
+    layer = a.extra_modules[f"test-mid/{p.name}"]
+    assert all(any(q is r for r in a.parameters()) for q in layer.parameters())
+    assert "test-mid/passive1" in a.snapshot()
+    # the head reads the bottleneck's output: the delivery passes a rank-2 map before the head
+    r = torch.randn(5, layer[0].in_features)
+    assert torch.linalg.matrix_rank(layer(r) - layer(torch.zeros_like(r))) <= 2
+    assert p.step > 0 and run.to_json()["utility"]["test"] > 0.1  # it trains end to end
+    # control: without the defense the party owns no such module
+    assert not _run(monkeypatch, "none").federation.active.extra_modules
