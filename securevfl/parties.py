@@ -176,9 +176,10 @@ class Party:
         the interactive layer's settings read from its optimizer at each step."""
         return EndWiring(self.endpoint, self.hooks, self._seed, interactive_hparams(self, self._interactive_lr))
 
-    def privacy_reports(self) -> list[dict]:
-        """The privacy report of every hook this party installed that accounts for one."""
-        return [r for h in self.hooks if (r := h.privacy()) is not None]
+    def privacy_reports(self, accounted_only: bool = False) -> list[dict]:
+        """The privacy report of every hook this party installed that gives one (``accounted_only``:
+        of those that declare they carry an ε, ``PartyHook.carries_epsilon``)."""
+        return [r for h in self.hooks if (h.carries_epsilon or not accounted_only) and (r := h.privacy()) is not None]
 
     def snapshot(self) -> dict:
         """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""

@@ -84,7 +84,7 @@ def privacy_report(fed: Federation) -> dict:
     reports = fed.active.privacy_reports()  # the hooks that run at the active party
     if not reports:
         return {"epsilon": None, "delta": None, "mechanism": "none"}
-    accounted = [r for r in reports if "ledger" in r]
+    accounted = fed.active.privacy_reports(accounted_only=True)
     if len(reports) == 1:
         return reports[0]
     finite = bool(accounted) and all(r.get("epsilon") is not None for r in accounted)
