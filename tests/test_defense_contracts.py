@@ -116,3 +116,22 @@ def test_a_layer_on_each_delivery_plugs_in_where_mid_goes(monkeypatch):
     assert p.step > 0 and run.to_json()["utility"]["test"] > 0.1  # it trains end to end
     # control: without the defense the party owns no such module
     assert not _run(monkeypatch, "none").federation.active.extra_modules
+
+
+def test_every_defense_declares_where_it_runs_what_it_observes_and_whether_it_carries_epsilon():
+    """The declarations the core reads instead of names: each registered defense implements at least
+    one hook point, runs at a known role and observes only known things; a typo is refused."""
+    import pytest
+
+    from defenses import DEFENSES
+    from securevfl.hooks import OBSERVABLES, ActiveStep, LabelTransform, MessageTransform, PartyHook, PassiveStep
+
+    points = (MessageTransform, ActiveStep, PassiveStep, LabelTransform, ModelWrap, ExtraLoss)
+    for name in DEFENSES.names():
+        cls = DEFENSES.get(name)
+        assert any(issubclass(cls, p) for p in points), name
+        assert cls.runs_at and cls.runs_at <= {ACTIVE, PASSIVE} and cls.observes <= OBSERVABLES, name
+        assert isinstance(cls.carries_epsilon, bool)
+    assert {n for n in DEFENSES.names() if DEFENSES.get(n).carries_epsilon} == {"dp", "rr", "embedding-dp"}
+    with pytest.raises(TypeError, match="unknown observables"):  # control: a claim the contract does not know
+        type("Typo", (PartyHook,), {"observes": frozenset({"lables"})})
