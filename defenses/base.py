@@ -1,8 +1,10 @@
 """Defense contract and registry.
 
-A defense is a :class:`securevfl.hooks.TensorHook`: it declares the message kinds it acts on,
-validates its parameters at construction, keeps shapes and dtypes, draws noise from its own
-private generator (one per party), is a bit-for-bit no-op at zero strength, and may account
+A defense is one file: a :class:`Defense` that also implements one or more hook points of
+:mod:`securevfl.hooks` (the contract's reference: a message transform, a party's step rule, a label
+transform, a model wrap or an extra loss term) and declares which party runs it, what it observes
+and whether it carries an ε. It validates its parameters at construction, draws noise only from its
+own private generator (one per party), is a bit-for-bit no-op at zero strength, and may account
 for privacy.
 
 Mechanism randomness is private (issue 25): the DP adversary knows the code, the configuration and
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 
 from securevfl.errors import UserError
-from securevfl.hooks import TensorHook
+from securevfl.hooks import PartyHook
 from securevfl.registry import Registry
 from securevfl.spec import check_params, parse_args, split_name
 
@@ -39,12 +41,13 @@ def _finite(name: str, value: float, lo: float = 0.0, lo_inclusive: bool = True)
     return value
 
 
-class Defense(TensorHook):
-    """A protection applied by the sending party to its outgoing cut-layer messages. To add one:
-    subclass, set :attr:`name`, :attr:`acts_on`, :attr:`defaults` (and :attr:`primary`), implement
-    ``__call__`` (:meth:`securevfl.hooks.TensorHook.__call__`) and :meth:`validate`, draw noise only from
-    ``self.generator``, decorate the class with ``@DEFENSES.register`` and import its module in
-    ``defenses/__init__.py``. ``self.config`` holds the checked parameters."""
+class Defense(PartyHook):
+    """A protection a party applies at one or more of its hook points. To add one: subclass this and
+    the hook points it implements (e.g. ``class MyDefense(Defense, MessageTransform)``), set
+    :attr:`name`, :attr:`runs_at`, :attr:`acts_on`, :attr:`observes`, :attr:`carries_epsilon`,
+    :attr:`defaults` (and :attr:`primary`), implement the hook points' methods and :meth:`validate`,
+    draw noise only from ``self.generator``, decorate the class with ``@DEFENSES.register`` and import
+    its module in ``defenses/__init__.py``. ``self.config`` holds the checked parameters."""
 
     primary: ClassVar[str | None] = None
     """Parameter that ``NAME:VALUE`` sets; it is the strength shown in sweeps and reports."""

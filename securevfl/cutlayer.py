@@ -22,12 +22,13 @@ import torch
 from securevfl.channel import Endpoint, Message, MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.errors import UserError
-from securevfl.hooks import HookContext, TensorHook, apply_hooks
+from securevfl.hooks import HookContext, PartyHook, apply_hooks
 from securevfl.interactive import (
     Drbg,
     HParams,
     bound_activation,
     clip_grad,
+    first_linear,
     init_factors,
     split_combine,
     tanh_backward,
@@ -44,8 +45,8 @@ class EndWiring:
 
     endpoint: Endpoint
     """The owner's channel endpoint."""
-    hooks: list[TensorHook]
-    """The owner's hooks (defenses), applied to what this end sends."""
+    hooks: list[PartyHook]
+    """The owner's hooks (defenses); its message transforms apply to what this end sends."""
     seed: int = 0
     """The run seed: the interactive layer's W_P(0) factors come from its named streams."""
     hparams: HParams | None = None
@@ -55,7 +56,7 @@ class EndWiring:
 
 
 class PassiveEnd(ABC):
-    """The passive party's end of one cut layer (built by :meth:`CutLayer.make_ends` with the passive
+    """The passive party's end of one cut layer (built by :meth:`CutLayer.passive_end` with the passive
     party's :class:`EndWiring` and the active party's name)."""
 
     def __init__(self, own: EndWiring, active: str) -> None:
@@ -104,7 +105,7 @@ class PassiveEnd(ABC):
 
 class ActiveEnd(ABC):
     """The active party's end of one cut layer towards passive party ``passive`` (built by
-    :meth:`CutLayer.make_ends` with the active party's :class:`EndWiring`)."""
+    :meth:`CutLayer.active_end` with the active party's :class:`EndWiring`)."""
 
     def __init__(self, own: EndWiring, passive: str) -> None:
         self.endpoint, self.passive, self.hooks = own.endpoint, passive, own.hooks
@@ -137,9 +138,10 @@ class ActiveEnd(ABC):
 
 class CutLayer(ABC):
     """A cut-layer protocol (``--he`` scheme). To add one: subclass, set :attr:`name`, implement
-    :meth:`make_ends` (a :class:`PassiveEnd` and an :class:`ActiveEnd` that talk only through their
-    endpoints and run the hooks before they send), override :meth:`complete_forward` /
-    :meth:`complete_backward` for a multi-round exchange, and add the class to :data:`CUT_LAYERS`."""
+    :meth:`passive_end` and :meth:`active_end` (a :class:`PassiveEnd` and an :class:`ActiveEnd` that
+    talk only through their endpoints and run the hooks before they send; each party builds its
+    own), override :meth:`complete_forward` / :meth:`complete_backward` for a multi-round exchange,
+    and add the class to :data:`CUT_LAYERS`."""
 
     name: ClassVar[str]
     """The ``--he`` name."""
@@ -152,19 +154,26 @@ class CutLayer(ABC):
         self.params = params
 
     @abstractmethod
-    def make_ends(self, passive: EndWiring, active: EndWiring) -> tuple[PassiveEnd, ActiveEnd]:
-        """The two ends of this layer between one passive party and the active party.
+    def passive_end(self, own: EndWiring, active: str) -> PassiveEnd:
+        """A passive party's end of this layer towards the active party (built by that party).
 
         Args:
-            passive: what the passive party's end is built with (its endpoint, hooks, settings).
-            active: the same for the active party's end.
-        Returns:
-            (the passive party's end, the active party's end).
+            own: what the passive party's end is built with (its endpoint, hooks, settings).
+            active: the active party's name.
         """
+
+    @abstractmethod
+    def active_end(self, own: EndWiring, passive: str) -> ActiveEnd:
+        """The active party's end of this layer towards passive party ``passive`` (built by the active party)."""
 
     def out_dim(self, cut_dim: int) -> int:
         """Width of what the active party receives per passive party."""
         return cut_dim
+
+    def delivery_width(self, out_dim: int, head: torch.nn.Module) -> int:
+        """Width of what the active party's end delivers per passive party: the head's first-layer
+        width with the interactive layer (a_P = t·W_P), else ``out_dim`` (the sent rows)."""
+        return first_linear(head).out_features if self.interactive else out_dim
 
     def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         """The active party's head on its own output and what each cut-layer end delivered."""
@@ -262,10 +271,11 @@ class PlainCutLayer(CutLayer):
 
     name = "off"
 
-    def make_ends(self, passive: EndWiring, active: EndWiring) -> tuple[PassiveEnd, ActiveEnd]:
-        interactive = (InteractivePassiveEnd, InteractiveActiveEnd)
-        p_cls, a_cls = interactive if self.interactive else (PlainPassiveEnd, PlainActiveEnd)
-        return p_cls(passive, active.endpoint.party), a_cls(active, passive.endpoint.party)
+    def passive_end(self, own: EndWiring, active: str) -> PassiveEnd:
+        return (InteractivePassiveEnd if self.interactive else PlainPassiveEnd)(own, active)
+
+    def active_end(self, own: EndWiring, passive: str) -> ActiveEnd:
+        return (InteractiveActiveEnd if self.interactive else PlainActiveEnd)(own, passive)
 
 
 CUT_LAYERS: Registry[type[CutLayer]] = Registry("cut layer", unknown="--he {name} is not available; available: {names}")

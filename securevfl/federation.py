@@ -4,16 +4,19 @@ partition's global view: each party has only its own :class:`PartyData`."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch import nn
 
 from securevfl.channel import Channel, InMemoryChannel, MessageKind
 from securevfl.cutlayer import CutLayer, PlainCutLayer
 from securevfl.data import psi
-from securevfl.data.partition import Partition
-from securevfl.hooks import TensorHook
+from securevfl.data.partition import Partition, PartyData
+from securevfl.hooks import PartyHook
 from securevfl.models import ModelConfig, build_bottom, build_head
 from securevfl.parties import ActiveParty, PassiveParty
 
@@ -88,31 +91,62 @@ STREAM_ENTITY_ORDER = 808  # entity-aug: a party's own batch order (guests; the 
 STREAM_ENTITY_SHARED = 909  # entity-aug: the common order the host hands every guest
 
 
+@dataclass(frozen=True)
+class PartyModels:
+    """The models a federation's parties are built with."""
+
+    bottoms: dict[str, nn.Module]
+    """Each party's bottom model, by name."""
+    head: nn.Module
+    """The active party's head."""
+    passive_widths: list[int]
+    """Width of each passive party's input to the head."""
+
+
+ModelsFactory = Callable[[Partition, ModelConfig, CutLayer, int, list[PartyData]], PartyModels]
+"""Builds a federation's models (a method's own layout: e.g. entity-aug's label-only host)."""
+
+
+def fresh_bottom(data: PartyData, model: ModelConfig, seed: int, k: int) -> nn.Module:
+    """Party ``k``'s fresh bottom model, from ``seed_for(seed, k)``."""
+    torch.manual_seed(seed_for(seed, k))
+    return build_bottom(data.feature_shape, model, data.n_numeric, data.cardinalities)
+
+
+def fresh_head(partition: Partition, model: ModelConfig, seed: int, in_dim: int) -> nn.Module:
+    """The active party's fresh head on ``in_dim`` inputs, from ``seed_for(seed, number of parties)``."""
+    torch.manual_seed(seed_for(seed, len(partition.parties)))
+    return build_head(in_dim, partition.n_classes, model)
+
+
+def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
+                    passive_data: list[PartyData]) -> PartyModels:
+    """A fresh bottom per party and the head on [r^1, r^2..r^K]."""
+    bottoms = {d.name: fresh_bottom(d, model, seed, k) for k, d in enumerate([partition.active, *passive_data])}
+    widths = [cut.out_dim(model.cut_dim)] * len(passive_data)
+    return PartyModels(bottoms, fresh_head(partition, model, seed, model.cut_dim + sum(widths)), widths)
+
+
 def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
-                     cut: CutLayer | None = None, hooks: list[TensorHook] | None = None,
-                     with_passives: bool = True, record: bool = False) -> Federation:
-    """Create parties with fresh bottom models and the head. Each party installs its own copy of
-    every hook (``TensorHook.for_party``) and applies those acting on the messages it sends."""
+                     cut: CutLayer | None = None, hooks: list[PartyHook] | None = None,
+                     with_passives: bool = True, record: bool = False,
+                     models: ModelsFactory = standard_models) -> Federation:
+    """Create the parties, each whole: its data, its fresh models (``models``), an optimizer factory,
+    the hooks that run at its role (each party installs its own copies, ``PartyHook.for_party``) and
+    its cut-layer ends. ``record``: the channel keeps a transcript (chosen here, for the whole run)."""
     cut = cut or PlainCutLayer()
     hooks = hooks or []
     channel = InMemoryChannel(record=record)
     passive_data = partition.passives if with_passives else []
-    names = [p.name for p in passive_data]
-    active = ActiveParty(partition.active, channel.endpoint(partition.active.name),
-                         [h.for_party(partition.active.name) for h in hooks], names, combine=cut.combine)
-    active.randomize_labels(partition.n_classes)
-    passives = [PassiveParty(d, channel.endpoint(d.name), [h.for_party(d.name) for h in hooks]) for d in passive_data]
-    for k, party in enumerate([active, *passives]):
-        torch.manual_seed(seed_for(seed, k))
-        party.bottom = build_bottom(party.data.feature_shape, model, party.data.n_numeric, party.data.cardinalities)
-    torch.manual_seed(seed_for(seed, len(partition.parties)))
-    active.passive_widths = [cut.out_dim(model.cut_dim)] * len(passives)
-    active.head = build_head(model.cut_dim + sum(active.passive_widths), partition.n_classes, model)
-    for party in [active, *passives]:
-        party.optimizer = make_optimizer(party.parameters(), optim)
-    for p in passives:
-        p.cut_end, active.cut_ends[p.name] = cut.make_ends(p.end_wiring(seed, optim.interactive_lr),
-                                                            active.end_wiring(seed, optim.interactive_lr))
+    built = models(partition, model, cut, seed, passive_data)
+    optimizer = functools.partial(make_optimizer, cfg=optim)
+    wiring = {"optimizer": optimizer, "cut": cut, "seed": seed, "interactive_lr": optim.interactive_lr}
+    a = partition.active
+    active = ActiveParty(a, channel.endpoint(a.name), hooks, built.bottoms[a.name], built.head,
+                         passive_names=[p.name for p in passive_data], passive_widths=built.passive_widths,
+                         n_classes=partition.n_classes, **wiring)
+    passives = [PassiveParty(d, channel.endpoint(d.name), hooks, built.bottoms[d.name], **wiring)
+                for d in passive_data]
     return Federation(channel, active, passives, cut, partition.n_classes)
 
 
@@ -126,11 +160,9 @@ def align(fed: Federation, mode: str, given: np.ndarray | None = None,
     the same step when some test entities exist only at the active party (``given_test``).
     """
     a = fed.active
-    a.aligned_ids = _intersect(fed, mode, "train_ids", given)
-    if given_test is None:
-        a.aligned_test_ids = a.data.test_ids
-    else:
-        a.aligned_test_ids = _intersect(fed, mode, "test_ids", given_test)
+    train = _intersect(fed, mode, "train_ids", given)
+    test = a.data.test_ids if given_test is None else _intersect(fed, mode, "test_ids", given_test)
+    a.learn_alignment(train, test)
     return a.aligned_ids
 
 
@@ -157,5 +189,5 @@ def _intersect(fed: Federation, mode: str, which: str, given: np.ndarray | None)
         a.endpoint.send_ids(p.name, MessageKind.ALIGNMENT, aligned)
         received = p.endpoint.recv_ids(a.name, MessageKind.ALIGNMENT)
         if which == "train_ids":
-            p.aligned_ids = received
+            p.learn_alignment(received)
     return aligned

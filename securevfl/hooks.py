@@ -1,23 +1,69 @@
-"""Hook points on cut-layer messages. Defenses live in the top-level ``defenses``
-package and subclass :class:`TensorHook`; the core only knows this contract.
+"""Defense contracts: the hook points a party offers. This module is the reference for writing a
+defense, and the only thing the core knows about one: no core module branches on a defense's name
+or concrete class.
 
-A hook runs at the *sender*, on the tensor just before it is serialised: gradient hooks at the
-active party before ∂L/∂r is returned, activation hooks at a passive party before r is sent,
-SSL-representation hooks on representations exchanged during cross-party pre-training. A hook must
-keep shape and dtype (checked by :func:`apply_hooks`).
+A defense is one file under ``defenses/`` whose class implements one or more hook points below.
+Every hook is a :class:`PartyHook` and declares
+
+- ``runs_at``: the roles whose parties install it (``active``, ``passive``). A party installs its own
+  copy (:meth:`PartyHook.for_party`) of every hook that runs at its role, when it is constructed;
+  the others never reach it.
+- ``observes``: what the hook may read (:data:`OBSERVABLES`; checked when the class is defined).
+- ``carries_epsilon``: whether its :meth:`PartyHook.privacy` report carries an accounted ε.
+- ``acts_on``: the cut-layer message kinds whose content it changes, directly or through the
+  party's step (a run refuses a defense that changes nothing its method sends).
+
+Hook points, and where the party calls them:
+
+(a) :class:`MessageTransform` — transform a message tensor at the sender's boundary just before it
+    is serialised: activations at a passive party, gradients at the active party, SSL
+    representations (ISO, sparsify, activation noise). Called by the cut-layer ends.
+(b) :class:`ActiveStep` / :class:`PassiveStep` — own a party's training step: how a batch's losses
+    become a parameter update and, at the active party, the gradient rows released to the passive
+    parties (DP-SGD). This is Opacus's ``make_private`` shape: the party delegates to its step rule,
+    :class:`PlainActiveStep` / :class:`PlainPassiveStep` unless a defense provides one (at most one
+    per party), and the trainer's loop never asks whether training is private.
+    :class:`securevfl.per_example.PerExampleActiveStep` / ``PerExamplePassiveStep`` do the
+    per-example plumbing, leaving a mechanism only its ``release`` / ``update``.
+(c) :class:`LabelTransform` — transform the active party's training labels once, at the source, when
+    the party is constructed (RR; CAE): nothing downstream ever sees the originals.
+(d) :class:`ModelWrap` — wrap the party's bottom model or head, or put a trainable layer on what
+    each passive party delivers before the active party's head reads it (MID's bottleneck), when
+    the party is constructed; the new parameters are the party's own and join its optimizer.
+    :class:`ExtraLoss` — add a term to the party's objective each training step from what the
+    step exposes (:class:`StepView`; dCor / NoPeek at a passive party). At the active party a term
+    is label-free (it sees no labels) and stays outside a DP-SGD clipped sum.
+
+A hook that needs randomness draws it only from its own generator (``defenses.base.Defense``
+creates it and reseeds it per party), so all of a mechanism's noise comes from one place.
 """
 
 from __future__ import annotations
 
 import copy
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 import torch
+from torch import nn
 
 from securevfl.errors import UserError
+from securevfl.metrics import utility
+from securevfl.roles import ACTIVE, PASSIVE
+
+OBSERVABLES = frozenset({
+    "messages",  # the outgoing message tensor it transforms (and its batch IDs)
+    "labels",  # the active party's training labels
+    "own_features",  # the installing party's feature rows
+    "own_output",  # the installing party's bottom output
+    "received",  # what the active party received through the cut layer
+    "per_example_gradients",  # each example's gradient, before anything is released
+    "validation_scores",  # the learning-rate search's scores on held-out labeled rows
+})
+"""What a hook may declare it observes (``PartyHook.observes``)."""
 
 
 @dataclass(frozen=True)
@@ -32,29 +78,33 @@ class HookContext:
     batch_ids: np.ndarray | None = None
 
 
-class TensorHook(ABC):
-    """Transforms one outgoing message tensor. Subclasses declare the kinds they act on."""
+class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abstract method of its own
+    """What every hook declares (see the module docstring)."""
 
-    acts_on: ClassVar[frozenset[str]] = frozenset()
-    """Message kinds (:class:`securevfl.channel.MessageKind`) the hook transforms; others pass."""
     name: ClassVar[str] = "hook"
+    runs_at: ClassVar[frozenset[str]] = frozenset({ACTIVE, PASSIVE})
+    """Roles whose parties install this hook."""
+    observes: ClassVar[frozenset[str]] = frozenset()
+    """What the hook may read (a subset of :data:`OBSERVABLES`)."""
+    carries_epsilon: ClassVar[bool] = False
+    """Whether :meth:`privacy` reports an accounted ε (a true upper bound over the whole run)."""
+    acts_on: ClassVar[frozenset[str]] = frozenset()
+    """Message kinds (:class:`securevfl.channel.MessageKind`) whose content the hook changes."""
     needs_aligned_batches: ClassVar[bool] = False
     """True when the hook's guarantee assumes each released row belongs to one labeled example of
     a batch all parties share (e.g. the label-DP accountant); methods without aligned batches
     (entity-aug) refuse such hooks."""
+    bounds_features: ClassVar[bool] = False
+    """True when the hook bounds what the supervised loop releases about passive features; methods
+    that use those features outside the loop (pre-training, SSL, imputation) refuse it."""
 
-    @abstractmethod
-    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
-        """Transform one outgoing message.
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.observes) - OBSERVABLES
+        if unknown:  # a typo here would silently widen what a defense claims to see
+            raise TypeError(f"{cls.__name__}.observes names unknown observables {sorted(unknown)}")
 
-        Args:
-            tensor: what the sending party is about to send (detached), one row per example.
-            ctx: the message's kind, sender, receiver, batch IDs and whether the step trains.
-        Returns:
-            A tensor of the same shape and dtype (checked by :func:`apply_hooks`).
-        """
-
-    def for_party(self, party: str) -> TensorHook:
+    def for_party(self, party: str) -> PartyHook:
         """The copy a given party installs (parties never share hook state); defenses reseed here.
 
         Args:
@@ -84,9 +134,33 @@ class TensorHook(ABC):
         """Restore what :meth:`state_dict` returned."""
 
 
-def apply_hooks(hooks: list[TensorHook], tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
+# ----------------------------------------------------------------------------- (a) messages
+class MessageTransform(PartyHook):
+    """Hook point (a): transforms one outgoing message tensor at the sender, for the kinds in
+    :attr:`acts_on`. Must keep shape and dtype (checked by :func:`apply_hooks`)."""
+
+    observes = frozenset({"messages"})
+
+    @abstractmethod
+    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
+        """Transform one outgoing message.
+
+        Args:
+            tensor: what the sending party is about to send (detached), one row per example.
+            ctx: the message's kind, sender, receiver, batch IDs and whether the step trains.
+        Returns:
+            A tensor of the same shape and dtype (checked by :func:`apply_hooks`).
+        """
+
+
+TensorHook = MessageTransform
+"""The message hook's earlier name (tests and benchmarks observe cut-layer tensors through it)."""
+
+
+def apply_hooks(hooks: list[PartyHook], tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
+    """Run the message transforms among ``hooks`` that act on ``ctx.kind``, in order."""
     for hook in hooks:
-        if ctx.kind not in hook.acts_on:
+        if not isinstance(hook, MessageTransform) or ctx.kind not in hook.acts_on:
             continue
         out = hook(tensor, ctx)
         if out.shape != tensor.shape or out.dtype != tensor.dtype:
@@ -96,58 +170,209 @@ def apply_hooks(hooks: list[TensorHook], tensor: torch.Tensor, ctx: HookContext)
     return tensor
 
 
-class StepPrivatizer(ABC):
-    """A defense that replaces how the active party turns its labeled loss into gradients (DP-SGD
-    over everything that touches labels). The active party hands it per-example gradients and uses
-    only what it returns, both for its own update and for what it sends back through the cut layer."""
+# ------------------------------------------------------------------------------- (b) the step
+def _no_per_example() -> tuple[torch.Tensor, np.ndarray]:
+    raise UserError("this method's objective has no per-example form, so a per-example step rule "
+                    "(e.g. dp) cannot run on it")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One training step's objective at the active party, as the trainer defines it; the party's
+    step rule asks for the form it needs. Every form is computed on demand, at most once."""
+
+    mean: Callable[[], torch.Tensor]
+    """The whole objective as the batch mean (labeled loss + every extra term), not yet checked."""
+    check: Callable[[torch.Tensor], torch.Tensor]
+    """Returns its argument, or raises :class:`securevfl.errors.TrainingDiverged` if it is not finite."""
+    batch_size: int
+    """The nominal (public) batch size a per-example release is averaged over."""
+    per_example: Callable[[], tuple[torch.Tensor, np.ndarray]] = _no_per_example
+    """Every labeled example's loss (the batch rows first, then a method's other labeled rows) and
+    their IDs; ``Σ / batch_size`` is the labeled part of :attr:`mean`."""
+    free: Callable[[], torch.Tensor] = field(default=lambda: torch.zeros(()))
+    """The label-free part of the objective (added outside a per-example clip)."""
+
+    def plus(self, term: Callable[[], torch.Tensor]) -> Objective:
+        """This objective with a label-free ``term`` added (a hook's :class:`ExtraLoss`)."""
+        mean, free = self.mean, self.free
+        return Objective(lambda: mean() + term(), self.check, self.batch_size, self.per_example,
+                         lambda: free() + term())
+
+
+@dataclass(frozen=True)
+class StepGradients:
+    """What an active step rule returns: the reported loss, the gradient to apply to each of the
+    party's parameters (None: untouched) and the gradient row block to send back for each received input."""
+
+    loss: torch.Tensor
+    params: list[torch.Tensor | None]
+    rows: list[torch.Tensor]
+
+
+class ActiveStep(PartyHook):
+    """Hook point (b) at the active party: how a batch's objective becomes a parameter update and a
+    gradient release, and, because they too touch labels, how learning-rate candidates are scored
+    and chosen and how the budget of a whole training plan is set."""
+
+    runs_at = frozenset({ACTIVE})
+
+    def arm(self, modules: list[nn.Module]) -> None:  # noqa: B027 - rules that need no tracing
+        """A training forward through ``modules`` is about to run (per-example tracing arms here)."""
 
     @abstractmethod
-    def plan(self, participations: int) -> None:
-        """The whole training plan before the first step: how many times at most one labeled example
-        takes part in a step over every training run of the method (target-ε calibration)."""
-
-    @abstractmethod
-    def begin_run(self, run: str, n_examples: int, batch_size: int, steps: int, participations: int) -> None:
-        """A training run starts (one ledger entry: an lr-grid candidate, a stage, the final fit)."""
-
-    @abstractmethod
-    def release(self, summed: list[torch.Tensor], rows: list[torch.Tensor], batch_size: int
-                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per-example gradients in, the step's private release out.
+    def gradients(self, objective: Objective, params: list[nn.Parameter], received: list[torch.Tensor]
+                  ) -> StepGradients:
+        """The step's update and release.
 
         Args:
-            summed: per-parameter tensors ``(n, *param.shape)`` (example i's gradient of its own loss).
-            rows: per-cut-layer tensors ``(n, *row.shape)`` (example i's gradient of its received row).
-            batch_size: the nominal batch size the release is averaged over.
+            objective: the step's objective (:class:`Objective`).
+            params: the party's trainable parameters (their ``.grad`` is None).
+            received: the leaves the cut layer delivered this step (one per passive party).
         Returns:
-            the parameter gradients (summed over examples) and the released rows, both noised.
+            The loss to report, the gradients to apply and the rows to send back (shaped as ``received``).
         """
 
+    def plan(self, budget: Callable[[], tuple[int, int]]) -> None:  # noqa: B027 - only accountants plan
+        """The method's whole training plan, before the first step: ``budget()`` gives how many steps
+        at most one labeled example takes part in, and how many private selections there are (it
+        raises a UserError for a method whose labels reach training outside the shared loop)."""
+
+    def begin_run(self, run: str, n_examples: int, batch_size: int, steps: int,  # noqa: B027
+                  participations: int) -> None:
+        """A training run starts (an lr-grid candidate, a stage, the final fit)."""
+
+    def score(self, probs: np.ndarray, y: np.ndarray, n_classes: int) -> float:
+        """A learning-rate candidate's score on held-out labeled rows."""
+        return utility(probs, y, n_classes)["test"]
+
+    def choose(self, grid: list[float], scores: dict[float, float], n_val: int) -> float:
+        """The learning rate to retrain with (the best score; ties go to the smaller rate)."""
+        return max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
+
+
+class PlainActiveStep(ActiveStep):
+    """The ordinary step: backpropagate the batch-mean objective; send ∂L/∂r as computed."""
+
+    name = "plain"
+
+    def gradients(self, objective: Objective, params: list[nn.Parameter], received: list[torch.Tensor]
+                  ) -> StepGradients:
+        loss = objective.check(objective.mean())
+        loss.backward()
+        return StepGradients(loss, [q.grad for q in params], [r.grad for r in received])
+
+
+class PassiveStep(PartyHook):
+    """Hook point (b) at a passive party: how the gradient it received for its bottom output
+    (plus any extra loss terms of its own) becomes the gradient it applies to its parameters."""
+
+    runs_at = frozenset({PASSIVE})
+
+    def arm(self, modules: list[nn.Module]) -> None:  # noqa: B027 - rules that need no tracing
+        """A training forward through ``modules`` is about to run."""
+
     @abstractmethod
-    def select(self, scores: list[float], n_val: int) -> int:
-        """Private choice of the best of several candidates scored by accuracy on ``n_val`` labeled rows."""
+    def gradients(self, z: torch.Tensor, grad: torch.Tensor, extra: torch.Tensor | None,
+                  params: list[nn.Parameter], ids: np.ndarray) -> list[torch.Tensor | None]:
+        """Gradients to apply, one per parameter (None: untouched).
+
+        Args:
+            z: this step's bottom output (the graph to the parameters).
+            grad: ∂L/∂z as received.
+            extra: the sum of this party's extra loss terms (None when it has none).
+            params: the party's trainable parameters (their ``.grad`` is None).
+            ids: the rows of this step.
+        """
 
 
-class PassivePrivatizer(ABC):
-    """A defense that replaces how a passive party updates its bottom model (DP-SGD over its
-    features): it gets per-example parameter gradients and returns the noised sum to apply."""
+class PlainPassiveStep(PassiveStep):
+    """The ordinary step: backpropagate the received gradient (and any extra term)."""
+
+    name = "plain"
+
+    def gradients(self, z: torch.Tensor, grad: torch.Tensor, extra: torch.Tensor | None,
+                  params: list[nn.Parameter], ids: np.ndarray) -> list[torch.Tensor | None]:
+        if extra is None:
+            z.backward(grad)
+        else:
+            torch.autograd.backward([z, extra], [grad, torch.ones_like(extra)])
+        return [q.grad for q in params]
+
+
+# ----------------------------------------------------------------------------- (c) labels
+class LabelTransform(PartyHook):
+    """Hook point (c): transforms the active party's training labels once, when the party is built."""
+
+    runs_at = frozenset({ACTIVE})
+    observes = frozenset({"labels", "own_features"})
 
     @abstractmethod
-    def update(self, per_example: list[torch.Tensor], batch_size: int, ids: np.ndarray) -> list[torch.Tensor]: ...
+    def transform_labels(self, labels: np.ndarray, n_classes: int, features: np.ndarray | None = None
+                         ) -> np.ndarray:
+        """The training labels to train on (same order and dtype).
+
+        Args:
+            labels: the party's training labels.
+            n_classes: the number of classes.
+            features: the party's own rows for those labels (None where it holds none), for
+                mechanisms that build a prior from them.
+        """
 
 
-class LabelRandomizer(ABC):
-    """A defense that randomises the active party's training labels once, at the source."""
+# --------------------------------------------------------------------- (d) models and losses
+@dataclass(frozen=True)
+class StepView:
+    """What one training step exposes to a party's :class:`ExtraLoss` (the party's own tensors,
+    with their graphs)."""
+
+    ids: np.ndarray
+    features: torch.Tensor
+    """The party's input rows."""
+    output: torch.Tensor
+    """Its bottom model's output on them."""
+    received: list[torch.Tensor] = field(default_factory=list)
+    """Active party only: the cut layer's deliveries."""
+
+
+class ModelWrap(PartyHook):
+    """Hook point (d): wraps the party's models when it is constructed (before its optimizer exists,
+    so the wrapper's parameters are trained with the rest)."""
+
+    def wrap_bottom(self, bottom: nn.Module) -> nn.Module:
+        """The bottom model the party trains (default: unchanged)."""
+        return bottom
+
+    def wrap_head(self, head: nn.Module) -> nn.Module:
+        """Active party: the head it trains (default: unchanged)."""
+        return head
+
+    def wrap_received(self, passive: str, width: int) -> nn.Module | None:
+        """Active party: a trainable layer on what passive party ``passive`` delivers (``width``
+        columns in and out: the sent rows, or a_P = t·W_P with the interactive layer) before the
+        head reads it, e.g. MID's bottleneck; None: no layer. The cut layer still returns
+        ∂L/∂(the delivery), now through this layer."""
+        return None
+
+
+class ExtraLoss(PartyHook):
+    """Hook point (d): a term added to the party's objective at every training step."""
+
+    observes = frozenset({"own_features", "own_output"})
 
     @abstractmethod
-    def randomize(self, labels: np.ndarray, n_classes: int, features: np.ndarray | None = None) -> np.ndarray:
-        """Randomised training labels (same order). ``features``: the party's own rows for those
-        labels, for mechanisms that build a prior from them (None where the party holds none)."""
+    def loss_term(self, view: StepView) -> torch.Tensor:
+        """A scalar added to the party's objective (at the active party: label-free)."""
 
 
-def find_hook(hooks: list[TensorHook], kind: type) -> object | None:
+def find_hook(hooks: list[PartyHook], kind: type) -> object | None:
     """The one hook of a given contract among a party's hooks (None if there is none)."""
     found = [h for h in hooks if isinstance(h, kind)]
     if len(found) > 1:
         raise UserError(f"compose at most one {found[0].name} defense")
     return found[0] if found else None
+
+
+def hooks_of(hooks: list[PartyHook], kind: type) -> list:
+    """Every hook of a given contract among a party's hooks, in installation order."""
+    return [h for h in hooks if isinstance(h, kind)]

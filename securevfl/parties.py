@@ -1,16 +1,24 @@
 """Active and passive parties. A party owns its data, models, optimizer, hooks and its ends of the
 cut layer; it talks to other parties only through its channel endpoint.
 
-Everything a party can hold is declared in its constructor below; a method keeps its own per-party
+A party is built whole: its constructor takes everything it holds (data, bottom model, head,
+optimizer factory, hooks, the cut layer to make its ends with) and installs its hooks at their hook
+points (:mod:`securevfl.hooks`): label transforms run on its labels, model wraps on its models, its
+step rule is the one defense that provides it or the plain one. After construction its attributes
+are set only by its own methods (:meth:`Party.__setattr__`): with parties in separate processes
+nothing else could. A method changes what a party holds between stages through the party's own
+methods (:meth:`Party.install`, :meth:`Party.reset_optimizer`, ...), and keeps its own per-party
 state (FedHSSL's encoders and optimizers, Entity Augmentation's sampler) in the one slot
-:attr:`Party.method_state` rather than in attributes of its own."""
+:attr:`Party.method_state`."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from types import MappingProxyType
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -18,13 +26,29 @@ from torch import nn
 
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.channel.codec import decode_batch_request, encode_batch_request
-from securevfl.cutlayer import ActiveEnd, EndWiring, PassiveEnd
+from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.data.partition import PartyData
-from securevfl.hooks import HookContext, LabelRandomizer, PassivePrivatizer, StepPrivatizer, TensorHook, find_hook
+from securevfl.hooks import (
+    ActiveStep,
+    ExtraLoss,
+    HookContext,
+    LabelTransform,
+    ModelWrap,
+    Objective,
+    PartyHook,
+    PassiveStep,
+    PlainActiveStep,
+    PlainPassiveStep,
+    StepView,
+    find_hook,
+    hooks_of,
+)
 from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
-from securevfl.per_example import PerExampleTracer
-from securevfl.roles import ACTIVE
+from securevfl.roles import ACTIVE, PASSIVE
+
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+"""Builds a party's optimizer over its trainable parameters (the federation's optimizer choice)."""
 
 
 class LocalStep(Protocol):
@@ -38,15 +62,24 @@ class LocalStep(Protocol):
 
 
 class Party:
-    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook]) -> None:
+    role: ClassVar[str]
+    """The role whose hooks this party installs (``runs_at``)."""
+
+    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
+                 optimizer: OptimizerFactory, seed: int = 0, interactive_lr: float | None = None) -> None:
         self.name = data.name
         self.data = data
         self.endpoint = endpoint
-        self.hooks = hooks
-        self.bottom: nn.Module | None = None
+        # this party's own copy of every hook that runs at its role, in the order written
+        self.hooks: list[PartyHook] = [h.for_party(self.name) for h in hooks if self.role in h.runs_at]
+        self._wraps: list[ModelWrap] = hooks_of(self.hooks, ModelWrap)
+        self._losses: list[ExtraLoss] = hooks_of(self.hooks, ExtraLoss)
+        self.bottom: nn.Module = self._wrap_bottom(bottom)
         # method-specific modules this party owns besides its bottom model (e.g. FedUD's Rep)
-        self.extra_modules: dict[str, nn.Module] = {}
-        self.optimizer: torch.optim.Optimizer | None = None
+        self._modules: dict[str, nn.Module] = {}
+        self._make_optimizer = optimizer
+        self.optimizer: torch.optim.Optimizer | None = None  # built by the subclass once its models exist
+        self._seed, self._interactive_lr = seed, interactive_lr
         self.step = 0
         # this party's own update rule, when it replaces the optimizer step: called with its
         # parameters (gradients set) after backward (a malicious party's optimizer, e.g. the active
@@ -59,16 +92,76 @@ class Party:
         # Augmentation's GuestState): created and read only by the method's code acting as this party
         self.method_state: object | None = None
 
+    def __setattr__(self, name: str, value: object) -> None:
+        # once built, only the party's own methods set its attributes (the caller's ``self`` is it)
+        if self.__dict__.get("_built") and sys._getframe(1).f_locals.get("self") is not self:
+            raise AttributeError(f"{type(self).__name__}.{name} is set only by the party's own methods "
+                                 "(build it whole, or call one of its methods)")
+        object.__setattr__(self, name, value)
+
+    def _finish(self) -> None:
+        """End of construction: the optimizer over the final models, then the attributes freeze."""
+        self.optimizer = self._make_optimizer(self.parameters())
+        self._built = True
+
+    def _wrap_bottom(self, bottom: nn.Module) -> nn.Module:
+        for w in self._wraps:
+            bottom = w.wrap_bottom(bottom)
+        return bottom
+
+    @property
+    def extra_modules(self) -> Mapping[str, nn.Module]:
+        """Method-specific modules this party owns besides its models (read-only; :meth:`install` adds)."""
+        return MappingProxyType(self._modules)
+
+    # ---- stage changes, by the party itself
+    def install(self, bottom: nn.Module | None = None, modules: Mapping[str, nn.Module] | None = None) -> None:
+        """A method's next stage: this party now trains ``bottom`` (through its model wraps) and owns
+        ``modules`` besides it; its optimizer starts fresh over them (:meth:`reset_optimizer`)."""
+        if bottom is not None:
+            self.bottom = self._wrap_bottom(bottom)
+        self._modules.update(modules or {})
+        self.reset_optimizer()
+
+    def reset_optimizer(self) -> None:
+        """A fresh optimizer over this party's current models (after a method pre-trained, replaced or
+        re-initialised them), and no stale optimizer state in its cut-layer ends."""
+        self.optimizer = self._make_optimizer(self.parameters())
+        for end in self.cut_end_list():
+            end.reset_optimizer_state()
+
+    def use_data(self, data: PartyData) -> None:
+        """This party's view of its own rows from now on (RISA's imputing view; the same rows, same party)."""
+        if data.name != self.name:
+            raise ValueError(f"party {self.name} cannot take {data.name}'s data")
+        self.data = data
+
+    def use_local_step(self, rule: LocalStep | None) -> None:
+        """This party's own update rule replaces its optimizer step (a malicious party's optimizer)."""
+        self.local_step = rule
+
+    def learn_alignment(self, train_ids: np.ndarray | None = None, test_ids: np.ndarray | None = None) -> None:
+        """The aligned IDs this party learnt (from PSI or the active party's announcement)."""
+        if train_ids is not None:
+            self.aligned_ids = train_ids
+        if test_ids is not None:
+            self.aligned_test_ids = test_ids
+
+    def keep_method_state(self, state: object) -> None:
+        """What a method keeps inside this party between its stages (:attr:`method_state`)."""
+        self.method_state = state
+
+    # ---- what the party holds
     def features(self, ids: np.ndarray, split: str) -> torch.Tensor:
         return torch.from_numpy(self.data.rows(ids, split))
 
     def parameters(self) -> list[nn.Parameter]:
         """Trainable parameters (frozen ones, ``requires_grad=False``, stay out of the optimizer)."""
-        mods = ([self.bottom] if self.bottom is not None else []) + list(self.extra_modules.values())
+        mods = [self.bottom, *self._modules.values()]
         return [q for m in mods for q in m.parameters() if q.requires_grad]
 
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
-        return {"bottom": self.bottom, **self.extra_modules}
+        return {"bottom": self.bottom, **self._modules}
 
     def n_parameters(self) -> int:
         """Trainable parameter count (sizes this party's per-step work for the thread policy)."""
@@ -78,10 +171,15 @@ class Party:
         """This party's cut-layer ends (their protocol state, e.g. HE weight shares, is party state)."""
         return []
 
-    def end_wiring(self, seed: int, interactive_lr: float | None) -> EndWiring:
+    def end_wiring(self) -> EndWiring:
         """What this party's cut-layer ends are built with: its endpoint and hooks, the run seed, and
         the interactive layer's settings read from its optimizer at each step."""
-        return EndWiring(self.endpoint, self.hooks, seed, interactive_hparams(self, interactive_lr))
+        return EndWiring(self.endpoint, self.hooks, self._seed, interactive_hparams(self, self._interactive_lr))
+
+    def privacy_reports(self, accounted_only: bool = False) -> list[dict]:
+        """The privacy report of every hook this party installed that gives one (``accounted_only``:
+        of those that declare they carry an ε, ``PartyHook.carries_epsilon``)."""
+        return [r for h in self.hooks if (h.carries_epsilon or not accounted_only) and (r := h.privacy()) is not None]
 
     def snapshot(self) -> dict:
         """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""
@@ -105,21 +203,31 @@ class Party:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
+    def _extra_loss(self, view: StepView) -> torch.Tensor | None:
+        """The sum of this party's extra loss terms on this step (None without any)."""
+        terms = [h.loss_term(view) for h in self._losses]
+        return sum(terms[1:], terms[0]) if terms else None
+
 
 class PassiveParty(Party):
     """Features only. Receives batch IDs, sends its bottom output, applies the returned gradient."""
 
-    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook]) -> None:
-        super().__init__(data, endpoint, hooks)
-        self.cut_end: PassiveEnd | None = None
-        # this training step's bottom output and its rows: what the returned gradient applies to
+    role = PASSIVE
+
+    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
+                 optimizer: OptimizerFactory, cut: CutLayer, seed: int = 0,
+                 interactive_lr: float | None = None) -> None:
+        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr)
+        self.cut_end: PassiveEnd = cut.passive_end(self.end_wiring(), ACTIVE)
+        # this training step's bottom output, its rows and inputs: what the returned gradient applies to
         self._z: torch.Tensor | None = None
         self._ids: np.ndarray | None = None
-        self.privatizer: PassivePrivatizer | None = find_hook(hooks, PassivePrivatizer)
-        self._tracer = PerExampleTracer()
+        self._x: torch.Tensor | None = None
+        self._rule: PassiveStep = find_hook(self.hooks, PassiveStep) or PlainPassiveStep()
+        self._finish()
 
     def cut_end_list(self) -> list:
-        return [] if self.cut_end is None else [self.cut_end]
+        return [self.cut_end]
 
     def forward(self) -> None:
         """Receive the batch request from the active party, compute r = h(x), send it."""
@@ -131,30 +239,28 @@ class PassiveParty(Party):
         for :meth:`backward`. (The rows are the active party's request, or — Entity Augmentation —
         this party's own choice.)"""
         set_mode(self.bottom, training)
-        if training and self.privatizer is not None:
-            self._tracer.arm([self.bottom])
+        if training:
+            self._rule.arm([self.bottom])
+        x = self.features(ids, split)
         with torch.set_grad_enabled(training):
-            z = self.bottom(self.features(ids, split))
-        self._z, self._ids = (z, ids) if training else (None, None)
+            z = self.bottom(x)
+        self._z, self._ids, self._x = (z, ids, x) if training else (None, None, None)
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
 
     def backward(self, grad: torch.Tensor) -> None:
-        """Apply ∂L/∂z (as received through the cut layer) and step the local optimizer."""
+        """Apply ∂L/∂z (as received through the cut layer), through this party's step rule, and step
+        the local optimizer."""
         self.optimizer.zero_grad(set_to_none=True)
-        if self.privatizer is None:
-            self._z.backward(grad)
-        else:  # DP-SGD over this party's features: only the privatizer's noised sum is applied
-            params = self.parameters()
-            per, _ = self._tracer.per_example((self._z * grad).sum(1), params, [])
-            self._tracer.disarm()
-            for q, g in zip(params, self.privatizer.update(per, len(self._ids), self._ids), strict=True):
-                q.grad = g
+        params = self.parameters()
+        extra = self._extra_loss(StepView(self._ids, self._x, self._z)) if self._losses else None
+        for q, g in zip(params, self._rule.gradients(self._z, grad, extra, params, self._ids), strict=True):
+            q.grad = g
         if self.local_step is not None:
             self.local_step(self.parameters())
         else:
             self.optimizer.step()
-        self._z = self._ids = None
+        self._z = self._ids = self._x = None
         self.step += 1
 
 
@@ -169,35 +275,58 @@ def concat_combine(head: nn.Module, own: torch.Tensor, received: list[torch.Tens
 class ActiveParty(Party):
     """Labels, its own bottom model and the head. Drives the batches of supervised VFL."""
 
-    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[TensorHook],
-                 passive_names: list[str], combine: Combine = concat_combine) -> None:
-        super().__init__(data, endpoint, hooks)
+    role = ACTIVE
+
+    def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
+                 head: nn.Module, optimizer: OptimizerFactory, cut: CutLayer, passive_names: list[str],
+                 passive_widths: list[int], n_classes: int, seed: int = 0,
+                 interactive_lr: float | None = None) -> None:
+        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr)
         self.passive_names = passive_names
-        self.head: nn.Module | None = None
-        self.cut_ends: dict[str, ActiveEnd] = {}
+        self.passive_widths = passive_widths  # width of each passive party's input to the head
+        for w in self._wraps:
+            head = w.wrap_head(head)
+        self.head: nn.Module = head
+        # model wraps' layers on each passive party's delivery (MID's), owned and trained like Rep
+        self._on_received: dict[str, list[nn.Module]] = {}
+        for w in self._wraps:
+            for p, width in zip(passive_names, passive_widths, strict=True):
+                if (layer := w.wrap_received(p, cut.delivery_width(width, head))) is not None:
+                    self._on_received.setdefault(p, []).append(layer)
+                    self._modules[f"{w.name}/{p}"] = layer
         # how the head consumes its own output and the cut-layer deliveries (the cut layer's: the
         # interactive layer splits the head's first linear layer; plain concatenation otherwise)
-        self.combine = combine
+        self.combine: Combine = cut.combine
+        self.cut_ends: dict[str, ActiveEnd] = {p: cut.active_end(self.end_wiring(), p) for p in passive_names}
         # the per-passive inputs the cut layer delivered this step, in ``passive_names`` order (leaves
         # that collect ∂L/∂r in training; FedUD's distillation reads them)
         self.received: list[torch.Tensor] = []
         self.own_output: torch.Tensor | None = None
-        self.passive_widths: list[int] = []  # width of each passive party's input to the head
-        # label defenses: a step privatizer (DP-SGD) replaces how gradients are computed; a label
-        # randomizer replaces the training labels once, here, so nothing downstream sees the originals
-        self.privatizer: StepPrivatizer | None = find_hook(hooks, StepPrivatizer)
-        self._tracer = PerExampleTracer()
+        self._view: StepView | None = None  # this training step's tensors, for extra loss terms
+        # label transforms replace the training labels once, here, so nothing downstream sees the
+        # originals; the step rule decides how a batch's losses become an update and a release
+        for t in hooks_of(self.hooks, LabelTransform):
+            self._transform_labels(t, n_classes)
+        self._rule: ActiveStep = find_hook(self.hooks, ActiveStep) or PlainActiveStep()
+        self._finish()
 
-    def randomize_labels(self, n_classes: int) -> None:
-        """Apply a label randomizer among this party's hooks to its training labels (once, at build)."""
-        randomizer: LabelRandomizer | None = find_hook(self.hooks, LabelRandomizer)
-        if randomizer is not None and self.data.y_labels is not None:
-            try:
-                own = self.data.rows(self.data.label_ids, "train")
-            except KeyError:  # labels on rows this party holds no features for (active_labels_all)
-                own = None
-            y = randomizer.randomize(self.data.y_labels, n_classes, own)
-            self.data = dataclasses.replace(self.data, y_labels=y)
+    def _transform_labels(self, transform: LabelTransform, n_classes: int) -> None:
+        if self.data.y_labels is None:
+            return
+        try:
+            own = self.data.rows(self.data.label_ids, "train")
+        except KeyError:  # labels on rows this party holds no features for (active_labels_all)
+            own = None
+        y = transform.transform_labels(self.data.y_labels, n_classes, own)
+        self.data = dataclasses.replace(self.data, y_labels=y)
+
+    def install_head(self, head: nn.Module) -> None:
+        """A method's next stage trains ``head`` (through this party's model wraps; e.g. RISA's
+        evidential heads); the optimizer starts fresh."""
+        for w in self._wraps:
+            head = w.wrap_head(head)
+        self.head = head
+        self.reset_optimizer()
 
     def parameters(self) -> list[nn.Parameter]:
         return super().parameters() + [q for q in self.head.parameters() if q.requires_grad]
@@ -208,10 +337,10 @@ class ActiveParty(Party):
     def modules_to_snapshot(self) -> dict[str, nn.Module]:
         return {**super().modules_to_snapshot(), "head": self.head}
 
-    def end_wiring(self, seed: int, interactive_lr: float | None) -> EndWiring:
+    def end_wiring(self) -> EndWiring:
         """As :meth:`Party.end_wiring`, plus the head's first-layer shape (read at first use: methods
         may rebuild the head after the ends exist)."""
-        return dataclasses.replace(super().end_wiring(seed, interactive_lr), head_shape=self.head_shape)
+        return dataclasses.replace(super().end_wiring(), head_shape=self.head_shape)
 
     def head_shape(self) -> tuple[int, int]:
         """(out, in) features of the head's first linear layer (the interactive layer's W_P is d × out)."""
@@ -229,17 +358,20 @@ class ActiveParty(Party):
         self.received = [r.requires_grad_(training) for r in reps]
 
     def _arm(self, training: bool) -> None:
-        if training and self.privatizer is not None:  # per-example gradients need this step's layer calls
-            self._tracer.arm([*self.modules_to_snapshot().values()])
+        if training:  # a per-example step rule traces this step's layer calls from here
+            self._rule.arm([*self.modules_to_snapshot().values()])
 
     def logits(self, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
         self._arm(training)
         set_mode(self.bottom, training)
         set_mode(self.head, training)
+        x = self.features(ids, split)
         with torch.set_grad_enabled(training):
-            own = self.bottom(self.features(ids, split))
+            own = self.bottom(x)
             self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
-            return self.combine(self.head, own, self.received)
+            if training and self._losses:
+                self._view = StepView(np.asarray(ids), x, own, self.received)
+            return self.combine(self.head, own, self._delivered(self.received))
 
     def logits_alone(self, ids: np.ndarray, split: str, training: bool, passive_stand_in=None) -> torch.Tensor:
         """Logits for rows only this party holds: each passive party's input is ``passive_stand_in(r^1)`` (a
@@ -256,44 +388,61 @@ class ActiveParty(Party):
                 reps = [own.new_zeros(len(ids), w) for w in self.passive_widths]
             # the plain head on a zero passive input equals the HE layer's split first layer with no
             # passive term (the passive columns multiply zeros), so this holds under --he too
-            return self.head(torch.cat([own, *reps], dim=1))
+            return self.head(torch.cat([own, *self._delivered(reps)], dim=1))
 
-    def backward(self, loss: torch.Tensor, ids: np.ndarray | Mapping[str, np.ndarray]) -> None:
-        """Backprop the loss locally, step, and send ∂L/∂r^k back through each cut-layer end.
+    def _delivered(self, reps: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each passive party's input to the head, through the model wraps' layers on it (if any)."""
+        if not self._on_received:
+            return reps
+        out = []
+        for name, r in zip(self.passive_names, reps, strict=True):
+            for layer in self._on_received.get(name, []):
+                r = layer(r)
+            out.append(r)
+        return out
+
+    def backward(self, objective: Objective, ids: np.ndarray | Mapping[str, np.ndarray]) -> torch.Tensor:
+        """Turn this step's objective into an update through the party's step rule (plain backprop, or
+        a defense's, e.g. DP-SGD), step, and send the rule's ∂L/∂r^k back through each cut-layer end.
 
         Args:
-            loss: this step's objective on the head's output.
+            objective: this step's objective on the head's output (the trainer's).
             ids: the batch's entity IDs, one batch for every passive party; or each passive party's
                 own batch IDs by name (Entity Augmentation: every guest chose its rows). A passive
                 party missing from the mapping gets no gradient: its input this step was not its own
                 message (the host's queue), so it has nothing to apply one to.
+        Returns:
+            The step's loss as the rule reports it.
         """
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        self._send_gradients([r.grad for r in self.received], ids)
-
-    def backward_private(self, example_losses: torch.Tensor, example_ids: np.ndarray, free: torch.Tensor | None,
-                         ids: np.ndarray, batch_size: int) -> None:
-        """The step under a :class:`StepPrivatizer` (DP-SGD): per-example gradients of every labeled
-        loss (rows of ``example_losses``: the batch ``ids`` first, then any other labeled rows of the
-        step) with respect to this party's parameters and to the rows it received go to the
-        privatizer; the parameters are updated, and the passive parties answered, with its release
-        only. ``free`` is the label-free part of the objective (added unnoised)."""
+        if self._losses:  # this party's own label-free terms join the objective
+            view = self._view
+            objective = objective.plus(lambda: self._extra_loss(view))
         params = self.parameters()
-        n, b = len(example_losses), len(ids)
-        per, leaf_grads = self._tracer.per_example(example_losses, params, self.received)
-        self._tracer.disarm()
-        # pad each received row block to n: examples beyond the batch (e.g. FedUD's unaligned rows) have none
-        rows = [torch.cat([g, g.new_zeros((n - b, *g.shape[1:]))]) if n > b else g for g in leaf_grads]
-        summed, released = self.privatizer.release(per, rows, batch_size, example_ids)
-        free_grads = (torch.autograd.grad(free, params, allow_unused=True) if free is not None and free.requires_grad
-                      else [None] * len(params))
         self.optimizer.zero_grad(set_to_none=True)
-        for q, s, f in zip(params, summed, free_grads, strict=True):
-            q.grad = s if f is None else s + f
+        out = self._rule.gradients(objective, params, self.received)
+        for q, g in zip(params, out.params, strict=True):
+            q.grad = g
         self.optimizer.step()
-        self._send_gradients([r[:b] for r in released], ids)
+        self._view = None
+        self._send_gradients(out.rows, ids)
+        return out.loss
+
+    # ---- the step rule's other decisions that touch labels (plain: none of them is private)
+    def plan_budget(self, budget: Callable[[], tuple[int, int]]) -> None:
+        """The method's whole training plan, before the first step (a target-ε accountant calibrates here)."""
+        self._rule.plan(budget)
+
+    def begin_run(self, run: str, n_examples: int, batch_size: int, steps: int, participations: int) -> None:
+        """A training run starts (an lr-grid candidate, a stage, the final fit)."""
+        self._rule.begin_run(run, n_examples, batch_size, steps, participations)
+
+    def score_candidate(self, probs: np.ndarray, y: np.ndarray, n_classes: int) -> float:
+        """A learning-rate candidate's score on this party's held-out labeled rows."""
+        return self._rule.score(probs, y, n_classes)
+
+    def choose_lr(self, grid: list[float], scores: dict[float, float], n_val: int) -> float:
+        """The learning rate to retrain with, chosen as this party's step rule allows."""
+        return self._rule.choose(grid, scores, n_val)
 
     def _send_gradients(self, grads: list[torch.Tensor], ids: np.ndarray | Mapping[str, np.ndarray]) -> None:
         per_passive = ids if isinstance(ids, Mapping) else dict.fromkeys(self.passive_names, ids)

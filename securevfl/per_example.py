@@ -1,4 +1,6 @@
-"""Per-example gradients for DP-SGD at the active party (see ``defenses/perturbation/label_dp.py``).
+"""Per-example gradients for DP-SGD step rules (``defenses/perturbation/label_dp.py`` at the active
+party, ``defenses/perturbation/embedding.py`` at a passive party), and the two step-rule bases
+that do the per-example plumbing of :mod:`securevfl.hooks` hook point (b).
 
 Fast path: while armed, the tracer records the input of every ``Linear`` / ``Conv2d`` /
 ``Embedding`` call of the party's modules and hooks the call's output, so one ordinary backward of
@@ -14,11 +16,16 @@ normalisation in securevfl's models).
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Iterable
 from functools import cache
 
+import numpy as np
 import torch
 from torch import nn
+
+from securevfl.errors import UserError
+from securevfl.hooks import ActiveStep, Objective, PassiveStep, StepGradients
 
 
 @cache
@@ -97,3 +104,78 @@ class PerExampleTracer:
             for i, g in zip(missing, slow, strict=True):
                 out[i] = torch.zeros((n, *params[i].shape)) if g is None else g
         return [g.to(q.dtype) for g, q in zip(out, params, strict=True)], leaf_grads
+
+
+class _Traced:
+    """A step rule's tracer, created on first use (defenses are built before any party exists and
+    copied per party; an unarmed tracer copies cleanly)."""
+
+    def tracer(self) -> PerExampleTracer:
+        if getattr(self, "_tracer", None) is None:
+            self._tracer = PerExampleTracer()
+        return self._tracer
+
+    def arm(self, modules: list[nn.Module]) -> None:
+        self.tracer().arm(modules)
+
+
+class PerExampleActiveStep(_Traced, ActiveStep):
+    """The DP-SGD shape of an active party's step (Opacus's per-sample gradients + private optimizer):
+    per-example gradients of every labeled loss with respect to the party's parameters and to the
+    rows it received go to :meth:`release`; the party is updated, and the passive parties answered,
+    with its release only. The label-free part of the objective is added unnoised."""
+
+    observes = frozenset({"per_example_gradients", "validation_scores"})
+
+    @abstractmethod
+    def release(self, summed: list[torch.Tensor], rows: list[torch.Tensor], batch_size: int,
+                ids: np.ndarray) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-example gradients in, the step's private release out.
+
+        Args:
+            summed: per-parameter tensors ``(n, *param.shape)`` (example i's gradient of its own loss).
+            rows: per-cut-layer tensors ``(n, *row.shape)`` (example i's gradient of its received row;
+                zero for examples beyond the batch).
+            batch_size: the nominal batch size the release is averaged over.
+            ids: the examples' IDs (the charge is what actually happened).
+        Returns:
+            The parameter gradients (summed over examples) and the released rows, both noised.
+        """
+
+    def gradients(self, objective: Objective, params: list[nn.Parameter], received: list[torch.Tensor]
+                  ) -> StepGradients:
+        examples, example_ids = objective.per_example()
+        free = objective.free()
+        loss = objective.check(examples.sum() / objective.batch_size + free)
+        tracer = self.tracer()
+        per, leaf_grads = tracer.per_example(examples, params, received)
+        tracer.disarm()
+        n = len(examples)
+        # pad each received block to n rows: examples beyond the batch (FedUD's unaligned rows) have none
+        rows = [torch.cat([g, g.new_zeros((n - len(g), *g.shape[1:]))]) if n > len(g) else g for g in leaf_grads]
+        summed, released = self.release(per, rows, objective.batch_size, example_ids)
+        free_grads = (torch.autograd.grad(free, params, allow_unused=True) if free.requires_grad
+                      else [None] * len(params))
+        grads = [s if f is None else s + f for s, f in zip(summed, free_grads, strict=True)]
+        return StepGradients(loss, grads, [r[:len(g)] for r, g in zip(released, received, strict=True)])
+
+
+class PerExamplePassiveStep(_Traced, PassiveStep):
+    """The DP-SGD shape of a passive party's step: per-example gradients of ⟨z_i, g_i⟩ with respect
+    to the bottom parameters go to :meth:`update`, whose result is applied."""
+
+    observes = frozenset({"per_example_gradients"})
+
+    @abstractmethod
+    def update(self, per_example: list[torch.Tensor], batch_size: int, ids: np.ndarray) -> list[torch.Tensor]:
+        """The noised sum to apply, one tensor per parameter."""
+
+    def gradients(self, z: torch.Tensor, grad: torch.Tensor, extra: torch.Tensor | None,
+                  params: list[nn.Parameter], ids: np.ndarray) -> list[torch.Tensor | None]:
+        if extra is not None:  # a whole-batch term has no per-example bound
+            raise UserError(f"defense {self.name} bounds each example's update; a loss term at the same party "
+                            "would leave it unbounded")
+        tracer = self.tracer()
+        per, _ = tracer.per_example((z * grad).sum(1), params, [])
+        tracer.disarm()
+        return list(self.update(per, len(ids), ids))

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import torch
 
 from securevfl import __version__
-from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
 from securevfl.federation import Federation
@@ -82,11 +81,10 @@ def privacy_report(fed: Federation) -> dict:
     ε and δ (sequential composition; a true, possibly loose, bound). Heuristic defenses composed
     with them (e.g. ISO on the gradients) act on what the accounted mechanism already released, so
     they are post-processing and leave ε unchanged; without an accounted mechanism ε is ``None``."""
-    # label mechanisms only: the active party's copies of feature-side (activation) defenses are idle
-    reports = [r for h in fed.active.hooks if h.acts_on - {MessageKind.ACTIVATION} and (r := h.privacy()) is not None]
+    reports = fed.active.privacy_reports()  # the hooks that run at the active party
     if not reports:
         return {"epsilon": None, "delta": None, "mechanism": "none"}
-    accounted = [r for r in reports if "ledger" in r]
+    accounted = fed.active.privacy_reports(accounted_only=True)
     if len(reports) == 1:
         return reports[0]
     finite = bool(accounted) and all(r.get("epsilon") is not None for r in accounted)
@@ -123,7 +121,7 @@ def feature_privacy(fed: Federation) -> dict:
     """Per passive party, the report of its feature-side (activation) defenses, if any."""
     out = {}
     for party in fed.passives:
-        reports = [r for h in party.hooks if MessageKind.ACTIVATION in h.acts_on and (r := h.privacy()) is not None]
+        reports = party.privacy_reports()  # the hooks that run at a passive party
         if reports:
             out[party.name] = reports[0] if len(reports) == 1 else {"components": reports}
     return out

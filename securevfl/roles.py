@@ -15,3 +15,7 @@ def passive_name(k: int) -> str:
 def party_names(n_parties: int) -> list[str]:
     """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
     return [ACTIVE] + [passive_name(k) for k in range(1, n_parties)]
+
+
+PASSIVE = "passive"
+"""The role every passive party plays (a hook's ``runs_at`` names roles: :data:`ACTIVE` or this)."""

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from securevfl.errors import TrainingDiverged
 from securevfl.federation import STREAM_LR_GRID, Federation
+from securevfl.hooks import Objective
 from securevfl.metrics import utility
 from securevfl.threads import fit_to_work
 
@@ -43,7 +44,7 @@ LossTerm = Callable[[], torch.Tensor]
 
 class LabelTerm(ABC):
     """An extra term of the objective that uses labels of rows outside the batch (e.g. FedUD's
-    unaligned rows). Under a step privatizer each of its rows is one more example to clip."""
+    unaligned rows). Under a per-example step rule (DP-SGD) each of its rows is one more example to clip."""
 
     @abstractmethod
     def __call__(self) -> torch.Tensor:
@@ -94,23 +95,28 @@ class SplitTrainer:
         fed = self.fed
         self._exchange(ids, "train", True)
         out = fed.active.logits(ids, "train", True)
-        if fed.active.privatizer is None:
-            loss = self.total_loss(out, ids)
-            fed.active.backward(loss, ids)
-        else:  # DP-SGD: every labeled row of the step is one example; label-free terms stay outside
+        loss = fed.active.backward(self.objective(out, ids), ids)  # the party's step rule decides how
+        for p in fed.passives:
+            p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))
+        self.losses.append(float(loss.detach()))
+        return self.losses[-1]
+
+    def objective(self, out: torch.Tensor, ids: np.ndarray) -> Objective:
+        """This step's objective in every form a step rule may ask for (:class:`securevfl.hooks.Objective`):
+        the batch mean of :meth:`loss` and every extra term, or every labeled row as one example
+        (the batch's, then the label terms' rows) with the label-free terms apart."""
+
+        def per_example() -> tuple[torch.Tensor, np.ndarray]:
             per, per_ids = [self.example_losses(out, ids)], [np.asarray(ids)]
             for term in self.label_terms:
                 v, t_ids = term.per_example()
                 per.append(v)
                 per_ids.append(np.asarray(t_ids))
-            examples = torch.cat(per)
-            free = sum((term() for term in self.loss_terms), torch.zeros(()))
-            loss = self._check_finite(examples.sum() / self.cfg.batch_size + free)
-            fed.active.backward_private(examples, np.concatenate(per_ids), free, ids, self.cfg.batch_size)
-        for p in fed.passives:
-            p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))
-        self.losses.append(float(loss.detach()))
-        return self.losses[-1]
+            return torch.cat(per), np.concatenate(per_ids)
+
+        return Objective(mean=lambda: self._sum_loss(out, ids), check=self._check_finite,
+                         batch_size=self.cfg.batch_size, per_example=per_example,
+                         free=lambda: sum((term() for term in self.loss_terms), torch.zeros(())))
 
     def example_losses(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         """Each row's loss on the head's output for ``ids``: cross-entropy against the active party's labels."""
@@ -122,10 +128,13 @@ class SplitTrainer:
 
     def total_loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         """:meth:`loss` + the extra loss terms, checked for divergence."""
+        return self._check_finite(self._sum_loss(out, ids))
+
+    def _sum_loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         loss = self.loss(out, ids)
         for term in [*self.loss_terms, *self.label_terms]:
             loss = loss + term()
-        return self._check_finite(loss)
+        return loss
 
     def _check_finite(self, loss: torch.Tensor) -> torch.Tensor:
         if not torch.isfinite(loss):
@@ -148,8 +157,7 @@ class SplitTrainer:
         bs = self.cfg.batch_size
         fit_to_work(bs * sum(p.n_parameters() for p in self.fed.parties))  # threads for steps of this size
         n_steps = epochs * -(-len(ids) // bs)
-        if self.fed.active.privatizer is not None:  # one ledger entry per training run
-            self.fed.active.privatizer.begin_run(desc, len(ids), bs, n_steps, participations=epochs)
+        self.fed.active.begin_run(desc, len(ids), bs, n_steps, participations=epochs)  # e.g. one ledger entry
         with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:
             for epoch in range(epochs):
                 self.epoch = epoch
@@ -175,8 +183,9 @@ class SplitTrainer:
     @torch.no_grad()
     def predict_proba_alone(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
         """Rows only the active party holds: no exchange, passive inputs from ``self.passive_stand_in``."""
-        out = [torch.softmax(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
-                                                          self.passive_stand_in), dim=1)
+        # the same output → probability map as aligned rows (RISA's evidential heads use their own)
+        out = [self.proba(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
+                                                       self.passive_stand_in))
                for s in range(0, len(ids), self.cfg.eval_batch_size)]
         return torch.cat(out).numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
 
@@ -206,14 +215,14 @@ class SplitTrainer:
 
 
 def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[[], SplitTrainer],
-                       lr_grid: list[float], seed: int) -> SplitTrainer:
+                       lr_grid: list[float], seed: int, epochs: int | None = None) -> SplitTrainer:
     """Train on ``ids`` at the one learning rate of ``lr_grid``, or choose it when the grid lists several.
 
     With several rates, the active party holds out 20 % of ``ids`` for validation, each rate trains
     from the same starting state (every party snapshots and restores its own models), and the best
     retrains on all ``ids``. Defense hooks see every grid run, so a DP accountant charges all of them;
-    under a step privatizer the choice itself is private (accuracy, sensitivity 1/n_val, through the
-    privatizer's selection, charged to its ledger). An empty grid keeps the optimizers' rates.
+    the active party's step rule scores and chooses (under DP-SGD the choice itself is private:
+    accuracy, sensitivity 1/n_val, charged to its ledger). An empty grid keeps the optimizers' rates.
 
     Args:
         fed: the federation, trained in place; ``fed.meta["lr_search"]`` records the scores.
@@ -221,6 +230,7 @@ def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[
         make_trainer: a fresh trainer over ``fed`` (one per grid run).
         lr_grid: candidate learning rates.
         seed: the run's seed (the validation split draws from its own stream).
+        epochs: epochs of every run (None: the trainer's ``cfg.epochs``).
 
     Returns:
         The trainer of the final run.
@@ -241,21 +251,17 @@ def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[
                 party.set_lr(lr)
             trainer = make_trainer()
             try:
-                trainer.fit(tr, desc=f"lr {lr}")
+                trainer.fit(tr, epochs=epochs, desc=f"lr {lr}")
             except TrainingDiverged:
                 scores[lr] = float("nan")  # this learning rate cannot train here; try the others
                 continue
             y_val = fed.active.data.labels(val)
             probs = trainer.predict_proba(val, "train")
-            scores[lr] = (float((probs.argmax(1) == y_val).mean()) if fed.active.privatizer is not None
-                          else utility(probs, y_val, fed.n_classes)["test"])
+            scores[lr] = fed.active.score_candidate(probs, y_val, fed.n_classes)
         if all(np.isnan(v) for v in scores.values()):
             raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
                                    "defense strength")
-        if fed.active.privatizer is not None:
-            best = grid[fed.active.privatizer.select([scores[lr] for lr in grid], len(val))]
-        else:
-            best = max(grid, key=lambda lr: (np.nan_to_num(scores[lr], nan=-1.0), -lr))
+        best = fed.active.choose_lr(grid, scores, len(val))
         for party in fed.parties:
             party.restore(start[party.name])
         fed.meta["lr_search"] = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best}
@@ -264,5 +270,5 @@ def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[
         for party in fed.parties:
             party.set_lr(grid[0])
     trainer = make_trainer()
-    trainer.fit(ids)
+    trainer.fit(ids, epochs=epochs)
     return trainer

@@ -17,6 +17,7 @@ from securevfl.methods.entity_aug import (
     guest_announce,
     soft_labels,
 )
+from securevfl.parties import ActiveParty
 
 
 def test_soft_label_is_true_label_when_all_send_the_same_entity():
@@ -99,7 +100,7 @@ def _manual_trainer(cfg, queue: bool):
                                               record=True, params={"queue": queue}))
     fed = method.build(build_partition(cfg), cut)
     for k, p in enumerate(fed.passives, start=1):
-        p.method_state = GuestState(p, 100 + k, 0.0)
+        p.keep_method_state(GuestState(p, 100 + k, 0.0))
         guest_announce(p)
         fed.active.endpoint.recv_json(p.name, MessageKind.CONTROL)
     return fed, EntityAugTrainer(fed, cfg.train, cfg.seed, queue, None)
@@ -127,9 +128,9 @@ def test_queue_reuse_feeds_the_stale_activation(ea_cfg, monkeypatch):
     fed, trainer = _manual_trainer(ea_cfg, queue=True)
     fed.party("passive2").method_state.skip = {1}
     seen = []
-    original = fed.active.receive
-    monkeypatch.setattr(fed.active, "receive", lambda reps, training: (seen.append([r.clone() for r in reps]),
-                                                                        original(reps, training)))
+    original = ActiveParty.receive  # spied on the class: a party's own attributes are set only by its methods
+    monkeypatch.setattr(ActiveParty, "receive", lambda self, reps, training: (
+        seen.append([r.clone() for r in reps]), original(self, reps, training)))
     trainer.train_step(np.arange(8))
     trainer.train_step(np.arange(8))
     assert torch.equal(seen[1][1], seen[0][1]) and not torch.equal(seen[1][0], seen[0][0])

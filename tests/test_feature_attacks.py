@@ -127,3 +127,32 @@ def test_fr_under_paillier_runs_on_a_p_only():
     a = execute(cfg).to_json()["attacks"]["fr"]
     assert a["observes"] == "a_P = t·W_P" and a["rows_scored"] == 300
     assert a["value"] == a["value"] and a["control"] < a["value"]  # measured: the decoder undoes W_P
+
+
+def test_fr_reads_a_federation_built_recording_and_never_switches_it(monkeypatch):
+    """Recording is chosen when the federation is built (the run pipeline records for an attack that
+    reads passive messages); the attack never switches it on a live federation (issue 26)."""
+    from attacks import AttackTarget
+    from attacks.feature.fr import observe
+    from securevfl.channel.base import Channel
+
+    sets = []
+    real = Channel.__setattr__
+
+    def spy(self, name, value):
+        if name == "record":
+            sets.append((id(self), value))
+        real(self, name, value)
+
+    monkeypatch.setattr(Channel, "__setattr__", spy)
+    out = fr_run(epochs=1)
+    assert [v for c, v in sets if c == id(out.federation.channel)] == [True]  # once: at construction
+    assert out.config.record is False  # the run's stated setting is what the user asked for
+    # control: a federation built without recording is refused, not switched
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0)
+    cfg.train.epochs = 1
+    quiet = execute(cfg)
+    with pytest.raises(RuntimeError, match="record=True"):
+        observe(AttackTarget(quiet.federation, quiet.partition, "passive1", method=quiet.method),
+                quiet.partition.aligned_ids[:4], "train")
+    assert not quiet.federation.channel.record

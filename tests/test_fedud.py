@@ -1,4 +1,5 @@
 import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -82,15 +83,14 @@ def test_distillation_loss_stops_gradient_at_the_guest_representation(fedud_run)
     rep = copy.deepcopy(a.extra_modules["rep"]).requires_grad_(True)
     ids = a.aligned_ids[:16]
     recv = torch.randn(16, a.passive_widths[0], requires_grad=True)
-    a.own_output = a.bottom(a.features(ids, "train"))
-    a.received = [recv]
-    loss = distillation_loss(rep, a)
+    # the host as the loss reads it (a party's own attributes are set only by its own methods)
+    host = SimpleNamespace(own_output=a.bottom(a.features(ids, "train")), received=[recv])
+    loss = distillation_loss(rep, host)
     loss.backward()
     assert recv.grad is None  # nothing of loss2 flows back towards the guest
     assert all(q.grad is not None for q in rep.parameters())
-    expected = ((torch.cat(rep(a.own_output), 1) - recv) ** 2).sum(1).mean()
+    expected = ((torch.cat(rep(host.own_output), 1) - recv) ** 2).sum(1).mean()
     assert loss.item() == pytest.approx(expected.item())
-    a.received = []
 
 
 def test_fedud_needs_unaligned_labeled_rows():

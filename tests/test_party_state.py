@@ -12,7 +12,7 @@ from securevfl.cli import main
 from securevfl.data import PartitionSpec, load_dataset, make_partition
 from securevfl.federation import OptimConfig, build_federation
 from securevfl.models import ModelConfig
-from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.parties import ActiveParty, Party, PassiveParty
 
 REPO = Path(__file__).parent.parent
 
@@ -83,3 +83,58 @@ def test_defenses_and_attacks_do_not_import_the_data_package():
     assert offenders == []
     # control: the scan sees such an import where there is one
     assert "securevfl.data.partition" in _imports(REPO / "securevfl" / "federation.py")
+
+
+# ------------------------------------------------------------------ parties are built whole (issue 26)
+# small settings each method needs to run at all; every other method runs on digits as it is
+NEEDS = {"fedud": ["--aligned-fraction", "0.5"], "risa": ["--aligned-fraction", "0.5"],
+         "local-vfl": ["--aligned-fraction", "0.5"], "random-match": ["--aligned-fraction", "0.5"],
+         "vflhlp": ["--dataset", "breast-cancer", "--aligned-fraction", "0.5", "--optimizer", "sgd"],
+         "vflhlp-a": ["--dataset", "breast-cancer", "--aligned-fraction", "0.5", "--optimizer", "sgd"],
+         "vflhlp-p": ["--dataset", "breast-cancer", "--aligned-fraction", "0.5"]}
+SSL = ("fedhssl", "fedcssl", "fedgssl", "fedlocal-byol", "fedlocal-moco", "fedlocal-scarf", "fedlocal-simsiam",
+       "vflhlp", "vflhlp-p")
+
+
+def _every_method() -> list[str]:
+    from securevfl.methods import METHODS
+
+    return METHODS.names()
+
+
+@pytest.mark.parametrize("method", _every_method())
+def test_no_code_outside_a_party_sets_its_attributes(method, monkeypatch, capsys):
+    """Every registered method trains with the parties' attribute guard on (the RUNS above add the
+    mc-active attack, label/feature DP and HE):
+    an assignment to a party's attribute from anywhere but the party's own methods raises
+    (``Party.__setattr__``), so a clean run is the proof; the guard is counted to be sure it ran."""
+    calls = []
+    real = Party.__setattr__
+
+    def counting(self, name, value):
+        calls.append(name)
+        real(self, name, value)
+
+    monkeypatch.setattr(Party, "__setattr__", counting)
+    extra = ["--method-param", "ssl_epochs=1"] if method in SSL else []
+    argv = ["train", "--dataset", "digits", "--epochs", "1", "--seed", "0", "--json", "--no-progress",
+            "--method", method, *extra, *NEEDS.get(method, [])]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["method"] == method
+    assert "step" in calls  # the guard saw the parties' own updates
+
+
+def test_party_guard_control_refuses_an_outside_assignment():
+    """Control: what methods used to do (``fed.active.head = ...``, ``party.bottom = ...``,
+    ``party.optimizer = ...``) now raises; the party's own methods still set its state."""
+    part = make_partition(load_dataset("digits"), PartitionSpec(), 0)
+    fed = build_federation(part, ModelConfig(bottom="mlp"), OptimConfig(), 0)
+    a, p = fed.active, fed.passives[0]
+    for party, name in ((a, "head"), (p, "bottom"), (p, "optimizer"), (a, "method_state"), (p, "hssl")):
+        with pytest.raises(AttributeError, match="set only by the party's own methods"):
+            setattr(party, name, object())
+    old = p.optimizer
+    p.reset_optimizer()  # the party's own method: allowed
+    assert p.optimizer is not old
+    p.keep_method_state("state")
+    assert p.method_state == "state"

@@ -216,3 +216,25 @@ def test_every_row_aligned_leaves_nothing_to_impute_and_runs(method):
     cfg = RunConfig(dataset="digits", method=method, seed=0)
     cfg.train.epochs = 1
     assert execute(cfg).to_json()["utility"]["test"] > 0.3
+
+
+def test_rows_only_the_active_party_holds_are_scored_through_the_trainers_own_proba():
+    """``predict_proba_alone`` maps the head's output through the overridable ``proba`` (RISA's
+    evidential map), as ``predict_proba`` does; it used to hard-code softmax."""
+    from securevfl.data import PartitionSpec, load_dataset, make_partition
+    from securevfl.federation import OptimConfig, build_federation
+    from securevfl.models import ModelConfig
+    from securevfl.training import SplitTrainer, TrainConfig
+
+    class HalfMap(SplitTrainer):  # any map other than softmax tells them apart
+        def proba(self, out: torch.Tensor) -> torch.Tensor:
+            return torch.full_like(out, 0.5)
+
+    fed = build_federation(make_partition(load_dataset("digits"), PartitionSpec(), 0), ModelConfig(bottom="mlp"),
+                           OptimConfig(), 0)
+    ids = fed.active.data.test_ids[:5]
+    custom, plain = HalfMap(fed, TrainConfig(), 0), SplitTrainer(fed, TrainConfig(), 0)
+    assert np.all(custom.predict_proba_alone(ids) == 0.5)
+    # control: the plain trainer's softmax rows are not the constant map's
+    assert not np.allclose(plain.predict_proba_alone(ids), 0.5)
+    np.testing.assert_allclose(plain.predict_proba_alone(ids).sum(1), 1.0, rtol=1e-5)

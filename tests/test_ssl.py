@@ -62,7 +62,7 @@ def hybrid_fed():
     for k, p in enumerate(fed.parties):
         torch.manual_seed(k)
         f_c = H.build_bottom(p.data.feature_shape, ModelConfig(bottom="mlp", cut_dim=16, hidden=(32,)))
-        p.method_state = H.HybridState(p, f_c, cfg, k)
+        p.keep_method_state(H.HybridState(p, f_c, cfg, k))
     return fed
 
 

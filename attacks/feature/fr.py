@@ -92,24 +92,19 @@ def observe(target: AttackTarget, ids: np.ndarray, split: str, batch: int = 512)
     fed, trainer = target.federation, target.method.trainer
     k = fed.active.passive_names.index(target.adversary)
     he = fed.cut.name != "off"
-    was = fed.channel.record
-    fed.channel.record = True
+    if not he and not fed.channel.record:  # the run pipeline builds the federation recording for this attack
+        raise RuntimeError("fr reads the messages the active party received: build the federation with record=True")
     out = []
-    try:
-        for s in range(0, len(ids), batch):
-            start = len(fed.channel.transcript)
-            with torch.no_grad():
-                trainer._exchange(ids[s:s + batch], split, False)
-            if he:  # a_P as the active party computed it (its own unmasked value)
-                out.append(fed.active.received[k].detach().numpy())
-            else:  # the released rows, decoded from the messages the active party received
-                msgs = [m for m in fed.channel.transcript[start:] if m.dst == fed.active.name
-                        and m.src == target.adversary and m.kind == MessageKind.ACTIVATION]
-                out.append(decode_tensor(msgs[-1].payload).numpy())
-    finally:
-        fed.channel.record = was
-        if not was:
-            fed.channel.transcript.clear()
+    for s in range(0, len(ids), batch):
+        start = len(fed.channel.transcript)
+        with torch.no_grad():
+            trainer._exchange(ids[s:s + batch], split, False)
+        if he:  # a_P as the active party computed it (its own unmasked value)
+            out.append(fed.active.received[k].detach().numpy())
+        else:  # the released rows, decoded from the messages the active party received
+            msgs = [m for m in fed.channel.transcript[start:] if m.dst == fed.active.name
+                    and m.src == target.adversary and m.kind == MessageKind.ACTIVATION]
+            out.append(decode_tensor(msgs[-1].payload).numpy())
     return np.concatenate(out).reshape(len(ids), -1).astype(np.float32)
 
 

@@ -336,7 +336,7 @@ class ModelCompletionActive(ModelCompletion):
             return fixed or party.optimizer.param_groups[0]["lr"]
 
         self.optimizer = MaliciousSGD(lr, float(self.config["momentum"]), float(self.config["gamma"]))
-        party.local_step = self.optimizer
+        party.use_local_step(self.optimizer)
 
     def run(self, target: AttackTarget) -> AttackResult:
         result = super().run(target)

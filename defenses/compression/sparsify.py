@@ -10,15 +10,17 @@ from defenses.base import DEFENSES, Defense
 from defenses.functional import topk_per_example
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
-from securevfl.hooks import HookContext
+from securevfl.hooks import HookContext, MessageTransform
+from securevfl.roles import ACTIVE
 
 
 @DEFENSES.register
-class Sparsify(Defense):
+class Sparsify(Defense, MessageTransform):
     name = "sparsify"
     primary = "keep"
     defaults = {"keep": 10.0}
     acts_on = frozenset({MessageKind.GRADIENT})
+    runs_at = frozenset({ACTIVE})  # the gradients the active party returns
 
     def validate(self) -> None:
         if not 0 < self.config["keep"] <= 100:

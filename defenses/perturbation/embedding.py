@@ -34,15 +34,18 @@ from defenses.accounting import epsilon
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import clip_per_example, dp_sgd_release, gaussian
 from securevfl.channel import MessageKind
-from securevfl.hooks import HookContext, PassivePrivatizer
+from securevfl.hooks import HookContext, MessageTransform
+from securevfl.per_example import PerExamplePassiveStep
+from securevfl.roles import PASSIVE
 
 
 @DEFENSES.register
-class ActivationNoise(Defense):
+class ActivationNoise(Defense, MessageTransform):
     name = "noise"
     primary = "sigma"
     defaults = {"sigma": 1.0}
     acts_on = frozenset({MessageKind.ACTIVATION})
+    runs_at = frozenset({PASSIVE})
 
     def validate(self) -> None:
         _finite("noise sigma", self.config["sigma"])
@@ -57,13 +60,19 @@ class ActivationNoise(Defense):
 
 
 @DEFENSES.register
-class EmbeddingDP(Defense, PassivePrivatizer):
+class EmbeddingDP(Defense, MessageTransform, PerExamplePassiveStep):
+    """Two hook points: the released rows (a message transform) and the bottom model's update (a
+    per-example passive step rule)."""
+
     name = "embedding-dp"
     primary = "noise"
     defaults = {"clip": 1.0, "noise": 1.0, "grad_clip": 1.0, "delta": 1e-5}
     acts_on = frozenset({MessageKind.ACTIVATION})
+    runs_at = frozenset({PASSIVE})
+    observes = frozenset({"messages", "per_example_gradients"})
+    carries_epsilon = True
     needs_aligned_batches = True
-    feature_level = True  # methods that use passive features outside the supervised loop refuse it
+    bounds_features = True  # methods that use passive features outside the supervised loop refuse it
 
     def validate(self) -> None:
         c = self.config

@@ -13,14 +13,15 @@ import torch
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import gaussian, iso_sigma
 from securevfl.channel import MessageKind
-from securevfl.hooks import HookContext
+from securevfl.hooks import HookContext, MessageTransform
 from securevfl.roles import ACTIVE
 
 
 @DEFENSES.register
-class ISO(Defense):
+class ISO(Defense, MessageTransform):
     name = "iso"
     primary = "lam"
+    runs_at = frozenset({ACTIVE})  # the returned gradients, and the label owner's SSL representations
     defaults = {"lam": 1.0, "lam_p": 0.0}
 
     def validate(self) -> None:

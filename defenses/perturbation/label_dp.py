@@ -29,14 +29,13 @@ import math
 from collections import Counter
 
 import numpy as np
-import torch
 
 from defenses.accounting import epsilon, exponential_mechanism, noise_for_target
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import dp_sgd_release
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
-from securevfl.hooks import HookContext, StepPrivatizer
+from securevfl.per_example import PerExampleActiveStep
 
 PROTECTS = ("the active party's training labels (replace-one-label neighbours), against the passive parties' whole "
             "view and anyone who sees the trained model; features are not protected by this mechanism")
@@ -45,12 +44,15 @@ SAMPLING = ("no amplification by subsampling (passive parties see batch IDs): ea
 
 
 @DEFENSES.register
-class LabelDP(Defense, StepPrivatizer):
+class LabelDP(Defense, PerExampleActiveStep):
+    """The active party's step rule (hook point b): per-example release, private lr selection, plan."""
+
     name = "dp"
     primary = "noise"
     defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1}
     optional = {"noise": float, "epsilon": float}
-    acts_on = frozenset({MessageKind.GRADIENT})
+    acts_on = frozenset({MessageKind.GRADIENT})  # the returned gradients are its release
+    carries_epsilon = True
     needs_aligned_batches = True  # one labeled example per released row
 
     def validate(self) -> None:
@@ -74,7 +76,8 @@ class LabelDP(Defense, StepPrivatizer):
         self.select_rng = self.mechanism_rng(17)
 
     # ---- the plan and the ledger
-    def plan(self, participations: int, selections: int = 0) -> None:
+    def plan(self, budget) -> None:
+        participations, selections = budget()  # always asked: a method whose bound is no bound refuses here
         if "epsilon" not in self.config:
             return
         extra = [{"kind": "pure", "epsilon": self.config["select_epsilon"]}] * selections
@@ -105,15 +108,18 @@ class LabelDP(Defense, StepPrivatizer):
         z, clip = self.noise_multiplier, self.config["clip"]
         return dp_sgd_release(summed, rows, clip, z * 2.0 * clip, batch_size, self.generator)
 
+    # ---- model selection touches labels too: accuracy (sensitivity 1/n_val), chosen privately
+    def score(self, probs: np.ndarray, y: np.ndarray, n_classes: int) -> float:
+        return float((probs.argmax(1) == y).mean())
+
+    def choose(self, grid: list[float], scores: dict[float, float], n_val: int) -> float:
+        return grid[self.select([scores[lr] for lr in grid], n_val)]
+
     def select(self, scores: list[float], n_val: int) -> int:
         eps = self.config["select_epsilon"]
         self.ledger.append({"run": "lr selection", "kind": "pure", "epsilon": eps, "candidates": len(scores),
                             "n_val": n_val, "mechanism": "exponential, accuracy sensitivity 1/n_val"})
         return exponential_mechanism(scores, 1.0 / n_val, eps, self.select_rng)
-
-    # ---- message hook: the gradient rows were privatized when they were computed
-    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
-        return tensor
 
     def steps(self) -> int:
         return sum(e.get("steps", 0) for e in self.ledger)

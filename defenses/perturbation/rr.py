@@ -23,17 +23,18 @@ from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import randomized_response, rr_with_prior
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
-from securevfl.hooks import HookContext, LabelRandomizer
+from securevfl.hooks import LabelTransform
 
 
 @DEFENSES.register
-class RandomizedResponse(Defense, LabelRandomizer):
+class RandomizedResponse(Defense, LabelTransform):
     name = "rr"
     primary = "epsilon"
     defaults = {"prior": 0}
     optional = {"epsilon": float}
-    # acts on the labels behind every gradient; listed so methods that return gradients accept it
+    # changes the labels behind every gradient; listed so methods that return gradients accept it
     acts_on = frozenset({MessageKind.GRADIENT})
+    carries_epsilon = True
 
     def validate(self) -> None:
         if "epsilon" not in self.config:
@@ -44,7 +45,8 @@ class RandomizedResponse(Defense, LabelRandomizer):
         self.flipped: int | None = None
         self.n_labels: int | None = None
 
-    def randomize(self, labels: np.ndarray, n_classes: int, features: np.ndarray | None = None) -> np.ndarray:
+    def transform_labels(self, labels: np.ndarray, n_classes: int, features: np.ndarray | None = None
+                         ) -> np.ndarray:
         rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=self.generator)))
         eps = self.config["epsilon"]
         if not self.config["prior"] or features is None or len(labels) < 4:
@@ -58,9 +60,6 @@ class RandomizedResponse(Defense, LabelRandomizer):
             out[~first] = rr_with_prior(labels[~first], priors, eps, rng)
         self.flipped, self.n_labels = int((out != labels).sum()), int(len(labels))
         return out
-
-    def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
-        return tensor
 
     def privacy(self) -> dict:
         eps = self.config["epsilon"]

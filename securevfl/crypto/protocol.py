@@ -254,7 +254,7 @@ class HECutLayer(CutLayer):
         super().__init__(interactive=interactive, **self.scheme_params,
                          **({"seeded_shares": True} if self.seeded_shares else {}))
         self.timer = HETimer()
-        self.ends: list[tuple[HEPassiveEnd, HEActiveEnd]] = []
+        self.passive_ends: list[HEPassiveEnd] = []  # the first one's backend describes the scheme
         kappa = self.scheme_params["mask_bits"] if "mask_bits" in self.scheme_params else self._kappa()
         self.bounds = Bounds(kappa=kappa)
 
@@ -269,11 +269,13 @@ class HECutLayer(CutLayer):
             return self.backend_cls(self.scheme_params, timer=self.timer, **kw)
         return self.backend_cls.from_public(public, self.scheme_params, timer=self.timer, **kw)
 
-    def make_ends(self, passive: EndWiring, active: EndWiring) -> tuple[HEPassiveEnd, HEActiveEnd]:
-        p_end = HEPassiveEnd(passive, active.endpoint.party, self)
-        a_end = HEActiveEnd(active, passive.endpoint.party, self)
-        self.ends.append((p_end, a_end))
-        return p_end, a_end
+    def passive_end(self, own: EndWiring, active: str) -> HEPassiveEnd:
+        end = HEPassiveEnd(own, active, self)
+        self.passive_ends.append(end)
+        return end
+
+    def active_end(self, own: EndWiring, passive: str) -> HEActiveEnd:
+        return HEActiveEnd(own, passive, self)
 
     def complete_forward(self, p_end: HEPassiveEnd, a_end: HEActiveEnd) -> torch.Tensor:
         training = p_end._training
@@ -282,7 +284,7 @@ class HECutLayer(CutLayer):
         return a_end.finish_forward(training)
 
     def describe(self) -> dict:
-        be = self.ends[0][0].backend.describe() if self.ends else {}
+        be = self.passive_ends[0].backend.describe() if self.passive_ends else {}
         bd = self.bounds
         return {"scheme": self.name, "params": {**be, **({"seeded_shares": True} if self.seeded_shares else {})},
                 "hiding_bits": bd.kappa, "threads": he_threads(),

@@ -20,7 +20,7 @@ from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
-from securevfl.hooks import TensorHook
+from securevfl.hooks import PartyHook
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
@@ -36,7 +36,7 @@ MIN_STEPS = 50
 AttackSpec = tuple[type[attack_lib.Attack], dict]
 
 
-def execute(cfg: RunConfig, *, hooks: Sequence[TensorHook] = (), progress: bool | None = None) -> RunResult:
+def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None) -> RunResult:
     """Train ``cfg.method`` under ``cfg.defense`` (and ``cfg.he``), evaluate it, then run ``cfg.attacks``.
 
     Args:
@@ -55,9 +55,12 @@ def execute(cfg: RunConfig, *, hooks: Sequence[TensorHook] = (), progress: bool 
     defenses = [*defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
+    # an active adversary reads the passive messages it received from its channel view: the federation
+    # is built recording then (recording is chosen here, never switched on a live federation)
+    record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
-        record=cfg.record, progress=progress, params=cfg.method_params))
+        record=record, progress=progress, params=cfg.method_params))
     check_compatibility(cfg, method, defenses, attack_specs)
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
@@ -114,7 +117,7 @@ def build_partition(cfg: RunConfig) -> Partition:
     return make_partition(load_dataset(cfg.dataset, cfg.data), spec, cfg.seed, cfg.data)
 
 
-def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[TensorHook],
+def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[PartyHook],
                         attack_specs: Sequence[AttackSpec]) -> None:
     """Every cross-component rule of a run, in one place: HE, defenses and attacks against what
     the method does, and the partition against what the method needs.
@@ -134,7 +137,7 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Tenso
             sent = ", ".join(sorted(m.sends)) or "no cut-layer messages"
             raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
                             f"{cfg.method} sends {sent}")
-        if getattr(hook, "feature_level", False) and m.passive_features_outside_loop:
+        if hook.bounds_features and m.passive_features_outside_loop:
             raise UserError(f"defense {hook.name} bounds what the supervised loop releases about passive features, but "
                             f"method {cfg.method} also uses them outside it (pre-training, SSL or imputation)")
         if hook.needs_aligned_batches and not m.aligned_batches:

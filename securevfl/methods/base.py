@@ -11,8 +11,8 @@ import numpy as np
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
-from securevfl.federation import Federation, OptimConfig, align, build_federation, make_optimizer
-from securevfl.hooks import TensorHook
+from securevfl.federation import Federation, OptimConfig, PartyModels, align, build_federation, standard_models
+from securevfl.hooks import PartyHook
 from securevfl.models import ModelConfig
 from securevfl.registry import Registry
 from securevfl.spec import check_nonnegative, check_params
@@ -27,7 +27,7 @@ class MethodContext:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     seed: int = 0
-    hooks: list[TensorHook] = field(default_factory=list)
+    hooks: list[PartyHook] = field(default_factory=list)
     record: bool = False
     progress: bool | None = None
     params: dict = field(default_factory=dict)
@@ -105,11 +105,17 @@ class Method(ABC):
             The federation, its parties talking only through its channel."""
         c = self.ctx
         fed = build_federation(partition, c.model, c.optim, c.seed, cut, c.hooks,
-                               with_passives=self.uses_passives, record=c.record)
+                               with_passives=self.uses_passives, record=c.record, models=self.models)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it
         mode = partition.spec.alignment if self.uses_passives and "aligned_by" not in partition.meta else "given"
         align(fed, mode, partition.aligned_ids, partition.test_aligned_ids)
         return fed
+
+    def models(self, partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
+               passive_data: list) -> PartyModels:
+        """The models the parties are built with (:func:`securevfl.federation.standard_models`); a
+        method with another layout overrides this rather than replacing a party's models afterwards."""
+        return standard_models(partition, model, cut, seed, passive_data)
 
     def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
         return SplitTrainer(fed, self.ctx.train, self.ctx.seed, progress=self.ctx.progress, **kw)
@@ -118,24 +124,24 @@ class Method(ABC):
         """Fresh optimizers over each party's current models (after pre-training replaced or
         re-initialised them), so fine-tuning starts without stale optimizer state."""
         for party in fed.parties:
-            party.optimizer = make_optimizer(party.parameters(), self.ctx.optim)
-            for end in party.cut_end_list():
-                end.reset_optimizer_state()
+            party.reset_optimizer()
 
-    def finetune(self, fed: Federation, ids: np.ndarray, **kw) -> SplitTrainer:
+    def finetune(self, fed: Federation, ids: np.ndarray, epochs: int | None = None, **kw) -> SplitTrainer:
         """The supervised VFL stage every method ends with: train on ``ids`` (choosing the learning
         rate from ``train.lr_grid`` when it lists several, :func:`securevfl.training.fit_with_lr_search`).
 
         Args:
             fed: the federation, trained in place.
             ids: labeled rows to train on.
+            epochs: this stage's epochs (None: ``train.epochs``); a stage with its own count passes it
+                here rather than changing the run's configuration.
             **kw: passed to :class:`SplitTrainer` (extra loss terms, the passive inputs of rows only the
                 active party holds).
 
         Returns:
             The trainer, which answers inference requests afterwards."""
         return fit_with_lr_search(fed, ids, lambda: self.make_trainer(fed, **kw), self.ctx.train.lr_grid,
-                                  self.ctx.seed)
+                                  self.ctx.seed, epochs=epochs)
 
     def finetune_plan(self, epochs: int | None = None) -> tuple[int, int]:
         """(participations, private selections) one :meth:`finetune` charges a labeled row: ``epochs``
@@ -146,7 +152,7 @@ class Method(ABC):
 
     def privacy_plan(self, fed: Federation) -> tuple[int, int]:
         """Upper bound on the steps one labeled row takes part in over the whole method, and the number
-        of private model selections: what a step privatizer calibrates a target ε for. Methods with
+        of private model selections: what a per-example step rule (DP-SGD) calibrates a target ε for. Methods with
         several supervised stages override it; one that trains on labels outside the shared loop
         raises a UserError (its ε would not be a bound)."""
         return self.finetune_plan()
@@ -174,9 +180,9 @@ class Method(ABC):
         return self.trainer.evaluate()
 
     def train(self, fed: Federation) -> None:
-        """Plan the step privatizer's budget over the whole method (if a defense has one), then fit."""
-        if fed.active.privatizer is not None:
-            fed.active.privatizer.plan(*self.privacy_plan(fed))
+        """Give the active party's step rule the whole method's plan (a target-ε accountant calibrates
+        its noise on it; the plain rule ignores it), then fit."""
+        fed.active.plan_budget(lambda: self.privacy_plan(fed))
         self.fit(fed)
 
 

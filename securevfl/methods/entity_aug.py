@@ -44,8 +44,6 @@ IDs here — it chose them.
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import torch
 from torch import nn
@@ -54,9 +52,18 @@ from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.errors import ProtocolError, UserError
-from securevfl.federation import STREAM_ENTITY_ORDER, STREAM_ENTITY_SHARED, Federation, make_optimizer, seed_for
+from securevfl.federation import (
+    STREAM_ENTITY_ORDER,
+    STREAM_ENTITY_SHARED,
+    Federation,
+    PartyModels,
+    fresh_bottom,
+    fresh_head,
+    seed_for,
+)
+from securevfl.hooks import Objective
 from securevfl.methods.base import METHODS, Method
-from securevfl.models import build_head, soft_cross_entropy
+from securevfl.models import ModelConfig, soft_cross_entropy
 from securevfl.parties import PassiveParty
 from securevfl.roles import ACTIVE
 from securevfl.training import SplitTrainer
@@ -192,8 +199,8 @@ class EntityAugTrainer(SplitTrainer):
                             "entity's label (partition.active_labels_all and active_labels_unaligned: true)") from None
         self._soft = soft_labels(labels, weights, fed.n_classes)
         a.receive(reps, training=True)
-        loss = self.total_loss(a.logits(own, "train", True), own)
-        a.backward(loss, live)  # each guest's gradient carries its own IDs; queued guests get none
+        # each guest's gradient carries its own IDs; queued guests get none
+        loss = a.backward(self.objective(a.logits(own, "train", True), own), live)
         for p in fed.passives:
             if p.name in live:
                 p.backward(fed.cut.complete_backward(p.cut_end, a.cut_ends[p.name]))
@@ -202,6 +209,11 @@ class EntityAugTrainer(SplitTrainer):
 
     def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         return soft_cross_entropy(out, self._soft)
+
+    def objective(self, out: torch.Tensor, ids: np.ndarray) -> Objective:
+        # a row's soft label mixes several entities' labels: there is no per-example form to clip
+        return Objective(mean=lambda: self._sum_loss(out, ids), check=self._check_finite,
+                         batch_size=self.cfg.batch_size)
 
 
 @METHODS.register
@@ -225,17 +237,15 @@ class EntityAugmentation(Method):
             raise UserError(f"method {self.name} has no labeled validation rows per entity to search a learning "
                             "rate on; set optim.lr instead of train.lr_grid")
 
-    def build(self, partition: Partition, cut: CutLayer | None = None) -> Federation:
-        with warnings.catch_warnings():  # the label-only host's zero-width bottom model is replaced below
-            warnings.filterwarnings("ignore", "Initializing zero-element tensors")
-            fed = super().build(partition, cut)
-        if not partition.spec.active_features:  # label-only host: no bottom model, head on the guests only
-            a, cut_dim = fed.active, self.ctx.model.cut_dim
-            a.bottom = NoFeatures()
-            torch.manual_seed(seed_for(self.ctx.seed, len(partition.parties)))
-            a.head = build_head(len(fed.passives) * fed.cut.out_dim(cut_dim), fed.n_classes, self.ctx.model)
-            a.optimizer = make_optimizer(a.parameters(), self.ctx.optim)
-        return fed
+    def models(self, partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
+               passive_data: list) -> PartyModels:
+        if partition.spec.active_features:
+            return super().models(partition, model, cut, seed, passive_data)
+        # label-only host: no bottom model, the head on the guests' activations only
+        guests = {d.name: fresh_bottom(d, model, seed, k) for k, d in enumerate(passive_data, start=1)}
+        widths = [cut.out_dim(model.cut_dim)] * len(passive_data)
+        return PartyModels({partition.active.name: NoFeatures(), **guests},
+                           fresh_head(partition, model, seed, sum(widths)), widths)
 
     def fit(self, fed: Federation) -> None:
         a = fed.active
@@ -247,7 +257,7 @@ class EntityAugmentation(Method):
                 a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
         for k, p in enumerate(fed.passives, start=1):
             seed = None if shared is None else int(p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
-            p.method_state = GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed)
+            p.keep_method_state(GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed))
             guest_announce(p)
         counts = [int(a.endpoint.recv_json(p.name, MessageKind.CONTROL)) for p in fed.passives]
         host_sampler = None

@@ -197,7 +197,7 @@ class FedHSSL(Method):
         for k, party in enumerate(fed.parties):
             torch.manual_seed(seed_for(self.ctx.seed, k) + STREAM_HSSL_CROSS_INIT)
             f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
-            party.method_state = HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE)
+            party.keep_method_state(HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE))
         server = fed.channel.endpoint(SERVER)
         aligned = fed.active.aligned_ids
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
@@ -215,10 +215,9 @@ class FedHSSL(Method):
                     pma_round(fed, server)
             history.append(record)
         fed.meta["pretrain_history"] = history
-        for party in fed.parties:
+        for party in fed.parties:  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
             f_c = party.method_state.cross.encoder
-            party.bottom = AveragedEncoder(f_c, party.bottom) if self.use_local else f_c
-        self.reset_optimizers(fed)
+            party.install(bottom=AveragedEncoder(f_c, party.bottom) if self.use_local else f_c)
         fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 

@@ -121,8 +121,7 @@ class FedUD(Method):
         cut = a.bottom.out_dim
         torch.manual_seed(seed_for(self.ctx.seed, 0) + STREAM_FEDUD_REP)
         rep = RepNet(cut, a.passive_widths, int(params["rep_hidden"] or 2 * cut))
-        a.extra_modules["rep"] = rep
-        self.reset_optimizers(fed)
+        a.install(modules={"rep": rep})  # the host owns Rep from here on (and a fresh optimizer)
 
         # step 1: VFL on aligned rows + α·MSE distillation into Rep
         step1 = self.finetune(fed, aligned, loss_terms=[lambda: alpha * distillation_loss(rep, a)])

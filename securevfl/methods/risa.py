@@ -145,7 +145,7 @@ def imputation_vector(data: PartyData, ids: np.ndarray, mode: str) -> np.ndarray
 def use_view(party: Party, view: ImputingView | None) -> None:
     """Install (or, with ``None``, remove) a party's imputing view of its own rows."""
     base = party.data.base if isinstance(party.data, ImputingView) else party.data
-    party.data = base if view is None else view
+    party.use_data(base if view is None else view)
 
 
 class EvidentialHeads(nn.Module):
@@ -376,7 +376,7 @@ class RISA(Method):
             return False
         widths = [self.ctx.model.cut_dim] + [fed.cut.out_dim(self.ctx.model.cut_dim)] * len(fed.passives)
         torch.manual_seed(seed_for(self.ctx.seed, len(fed.parties)) + STREAM_RISA_HEADS)
-        fed.active.head = EvidentialHeads(widths, fed.n_classes, self.ctx.model)
+        fed.active.install_head(EvidentialHeads(widths, fed.n_classes, self.ctx.model))
         return True
 
     def _train_final(self, fed: Federation, rows: _RowSets, label_ids: np.ndarray, label_y: np.ndarray,
@@ -403,14 +403,7 @@ class RISA(Method):
         """Train the vertical self-training model, pseudo-label confident candidates, restore the
         initial weights. Returns (ids, pseudo-labels, summary)."""
         start = {party.name: party.snapshot() for party in fed.parties}
-        epochs = int(self.params["self_training_epochs"]) or None
-        if epochs:
-            saved, self.ctx.train.epochs = self.ctx.train.epochs, epochs
-        try:
-            trainer = self.finetune(fed, labeled)
-        finally:
-            if epochs:
-                self.ctx.train.epochs = saved
+        trainer = self.finetune(fed, labeled, epochs=int(self.params["self_training_epochs"]) or None)
         probs = trainer.predict_proba(candidates, "train")
         keep = probs.max(1) >= float(self.params["confidence"])
         for party in fed.parties:
