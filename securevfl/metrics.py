@@ -15,7 +15,7 @@ def headline_score(probs: np.ndarray, y: np.ndarray, n_classes: int) -> float:
 
 def utility(probs: np.ndarray, y: np.ndarray, n_classes: int) -> dict:
     pred = probs.argmax(1)
-    out = {"accuracy": float(accuracy_score(y, pred))}
+    out: dict[str, float | str] = {"accuracy": float(accuracy_score(y, pred))}
     if n_classes == 2:
         out["auc"] = headline_score(probs, y, 2)
         out["logloss"] = float(log_loss(y, probs, labels=[0, 1]))

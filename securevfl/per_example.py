@@ -19,6 +19,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Iterable
 from functools import cache
+from typing import cast
 
 import numpy as np
 import torch
@@ -95,15 +96,16 @@ class PerExampleTracer:
         out: list[torch.Tensor | None] = []
         for q in params:
             parts = rows.get(q)
-            gs = torch.cat(parts) if parts else None
-            out.append(gs if gs is not None and gs.shape[0] == n else None)
+            joined = torch.cat(parts) if parts else None
+            out.append(joined if joined is not None and joined.shape[0] == n else None)
         missing = [i for i, g in enumerate(out) if g is None]
         if missing:  # exact generic path for what the layer samplers did not cover
             slow = torch.autograd.grad(losses, [params[i] for i in missing], retain_graph=True, allow_unused=True,
                                        grad_outputs=torch.eye(n, dtype=losses.dtype), is_grads_batched=True)
             for i, g in zip(missing, slow, strict=True):
                 out[i] = torch.zeros((n, *params[i].shape)) if g is None else g
-        return [g.to(q.dtype) for g, q in zip(out, params, strict=True)], leaf_grads
+        # the loop above filled every entry that was None
+        return [cast(torch.Tensor, g).to(q.dtype) for g, q in zip(out, params, strict=True)], leaf_grads
 
 
 class _Traced:

@@ -20,7 +20,8 @@ def split_name(text: str) -> tuple[str, str]:
     return name.strip(), arg
 
 
-_WANT = {bool: "true or false", int: "a whole number", float: "a finite number", str: "a string"}
+_WANT: dict[type | None, str] = {bool: "true or false", int: "a whole number", float: "a finite number",
+                                  str: "a string"}
 
 
 def param_type(default: object) -> type | None:
@@ -123,7 +124,7 @@ def check_nonnegative(owner: str, config: Mapping[str, object]) -> None:
 def parse_args(kind: str, text: str, arg: str, primary: str | None = None) -> dict[str, str]:
     """The ``key=value,...`` part of a spec (or a bare value for the ``primary`` parameter), as
     strings: the owner's :func:`check_params` types them."""
-    given: dict[str, object] = {}
+    given: dict[str, str] = {}
     if arg.strip():
         items = arg.split(",")
         for item in items:

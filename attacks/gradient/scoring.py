@@ -17,13 +17,18 @@ adversary receives no gradients at all); it measures the chance level of this ba
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.model_completion.mc import balanced_draw
-from securevfl.channel import MessageKind
+from securevfl.channel import Message, MessageKind
 from securevfl.channel.codec import decode_batch_request, decode_ids
+
+if TYPE_CHECKING:
+    from securevfl.federation import Federation
 
 
 def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -33,7 +38,9 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
     IDs (entity-aug's guests), the IDs it sent are the batch of the next gradient."""
     adv = target.adversary
     end = target.party.cut_end  # reads gradients as the adversary can: under HE, decrypting with its own key
-    view = [m for m in target.federation.channel.transcript if m.dst == adv or m.src == adv]
+    fed = cast("Federation", target.federation)  # the harness hands the trained federation
+    view = [m for m in fed.channel.transcript if m.dst == adv or m.src == adv]
+    previous: dict[str, Message]  # the last message received from each sender
     pairs, pending_request, batch, previous = [], None, None, {}
     for m in view:
         if m.src == adv:

@@ -23,6 +23,7 @@ methods without one). ``leakage`` = value − max(control, baseline).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -36,6 +37,9 @@ from securevfl.metrics import headline_score
 from securevfl.models import reset_parameters as reset_model
 from securevfl.models import soft_cross_entropy
 from securevfl.ssl import SSLConfig, make_augmentation, make_objective, pretrain_local
+
+if TYPE_CHECKING:
+    from securevfl.federation import Federation
 
 
 def balanced_draw(ids: np.ndarray, y: np.ndarray, n: int, n_classes: int, rng: np.random.Generator) -> np.ndarray:
@@ -120,7 +124,7 @@ class ModelCompletion(Attack):
     # ------------------------------------------------------------------------------------ harness
     def run(self, target: AttackTarget) -> AttackResult:
         cfg, party = self.config, target.party
-        n_classes = target.federation.n_classes
+        n_classes = cast("Federation", target.federation).n_classes  # the harness hands the trained federation
         rng = np.random.default_rng(self.seed + 11)
         train_ids = party.data.train_ids
         y_train = target.truth(train_ids)
@@ -212,8 +216,8 @@ class ModelCompletion(Attack):
                 decay = min(cfg["ema"], (1 + step) / (10 + step)) if self.mixmatch else 0.0
                 for e, m in zip(ema.parameters(), model.parameters(), strict=True):
                     e.mul_(decay).add_(m.detach(), alpha=1 - decay)
-                for e, m in zip(ema.buffers(), model.buffers(), strict=True):
-                    e.copy_(m)
+                for e_buf, m_buf in zip(ema.buffers(), model.buffers(), strict=True):
+                    e_buf.copy_(m_buf)
         ema.eval()
         with torch.no_grad():
             out = []

@@ -6,7 +6,7 @@ when its layer is built."""
 
 from __future__ import annotations
 
-from securevfl.crypto.backend import HEBackend
+from securevfl.crypto.backend import BackendClass
 from securevfl.crypto.protocol import HECutLayer
 
 
@@ -22,7 +22,7 @@ class CKKSCutLayer(HECutLayer):
         return CKKSBackend.validate(params)
 
     @property
-    def backend_cls(self) -> type[HEBackend]:
+    def backend_cls(self) -> BackendClass:
         from securevfl.crypto.ckks import CKKSBackend
 
         return CKKSBackend
@@ -41,7 +41,7 @@ class PaillierCutLayer(HECutLayer):
         return PaillierBackend.validate(params)
 
     @property
-    def backend_cls(self) -> type[HEBackend]:
+    def backend_cls(self) -> BackendClass:
         from securevfl.crypto import paillier
 
         return paillier.PaillierBackend if self.scheme_params["packing"] else paillier.NaivePaillierBackend

@@ -21,7 +21,7 @@ import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -161,6 +161,18 @@ class HEBackend(ABC):
     @abstractmethod
     def describe(self) -> dict:
         """Scheme parameters and security level, for reports."""
+
+
+class BackendClass(Protocol):
+    """A scheme's backend class as the protocol builds it: the key owner's backend from the scheme
+    parameters, or the other party's from the key owner's :meth:`HEBackend.public_bytes`. The keyword
+    sizes are the protocol's public bounds (each scheme reads the ones it needs)."""
+
+    def __call__(self, params: dict, *, timer: HETimer | None = ..., slot_bits: int = ..., frac_bits: int = ...,
+                 weight_bits: int = ...) -> HEBackend: ...
+
+    def from_public(self, blob: bytes, params: dict, *, timer: HETimer | None = ..., slot_bits: int = ...,
+                    frac_bits: int = ..., weight_bits: int = ...) -> HEBackend: ...
 
 
 def pack_blobs(head: dict, blobs: list[bytes]) -> bytes:

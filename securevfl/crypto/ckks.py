@@ -388,8 +388,9 @@ class CKKSBackend(HEBackend):
                         y[g:g + nk] += v.sum(1)
         return y
 
-    def decrypt(self, e: CKKSProducts) -> np.ndarray:
+    def decrypt(self, e: Encrypted) -> np.ndarray:
         """Integers at 2^(2f), still carrying the CKKS noise; the protocol rounds what crosses back."""
+        assert isinstance(e, CKKSProducts)  # the key owner decrypts products, never its own inputs
         return np.array([int(v) for v in np.rint(self.decrypt_real(e) * 2.0 ** (2 * self.f)).ravel()] + [0],
                         dtype=object)[:-1].reshape(e.shape)
 
@@ -400,6 +401,7 @@ class CKKSBackend(HEBackend):
                 head = {"type": "matrix", "shape": e.shape, "rows": e.rows, "tiles": e.tiles, "n": len(e.cts)}
                 blobs = [ct.serialize() for ct in e.cts]
             else:
+                assert isinstance(e, CKKSProducts)  # the only other Encrypted this backend makes
                 head = {"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape, "rows": e.rows,
                         "tiles": e.tiles, "n": [len(row) for row in e.cts], "scale": e.cts[0][0].scale}
                 blobs = [seal_dumps(ct) for row in e.cts for ct in row]

@@ -44,7 +44,7 @@ from phe import paillier
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
 
-DEFAULTS = {"key_bits": 3072, "packing": True, "mask_bits": 40}
+DEFAULTS: dict[str, object] = {"key_bits": 3072, "packing": True, "mask_bits": 40}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
 ALPHA_BITS = 256
 
@@ -152,13 +152,15 @@ class PaillierBackend(HEBackend):
     defaults = DEFAULTS
     check_ranges = staticmethod(paillier_ranges)
     exact = True
+    _pool: ProcessPoolExecutor  # the worker processes and their count, set by _map on first use
+    _pool_k: int
 
     def __init__(self, params: dict, public: tuple[int, int] | None = None, timer: HETimer | None = None,
                  slot_bits: int = 160, **_) -> None:
         super().__init__(timer)
         self.params = self.validate(params)
         self.kappa = self.params["mask_bits"]
-        self.private_key = None
+        self.private_key: paillier.PaillierPrivateKey | None = None
         if public is None:  # key owner
             with self.timer.time("keygen"):
                 pk, sk = paillier.generate_paillier_keypair(n_length=self.params["key_bits"])
@@ -208,10 +210,11 @@ class PaillierBackend(HEBackend):
         worker = _combine_task if op == "combine" else _decrypt_task
         return list(self._pool.map(worker, tasks, chunksize=max(1, len(tasks) // (4 * k))))
 
-    def _combine_task(self, args: tuple) -> gmpy2.mpz:
+    def _combine_task(self, args: tuple[list, np.ndarray, np.ndarray]) -> gmpy2.mpz:
         return combine(*args, self.n, self.nn, self.w, self.obf)
 
     def _decrypt_task(self, ct: int) -> int:
+        assert self.private_key is not None  # only the key owner decrypts
         return self.private_key.raw_decrypt(ct)
 
     def _enc_int(self, m: int) -> gmpy2.mpz:
@@ -261,7 +264,8 @@ class PaillierBackend(HEBackend):
         cts = [flat[k * len(chunks):(k + 1) * len(chunks)] for k in range(p)]
         return PackedResult((p, n), "left", cts), mask
 
-    def decrypt(self, e: PackedResult) -> np.ndarray:
+    def decrypt(self, e: Encrypted) -> np.ndarray:
+        assert isinstance(e, PackedResult)  # the key owner decrypts products, never its own inputs
         y = np.zeros(e.shape, dtype=object)
         S, w, off = self.slots, self.w, 1 << (self.w - 1)
         full = (1 << w) - 1
@@ -297,6 +301,7 @@ class PaillierBackend(HEBackend):
                 rc, rb = self._ints(e.rows or [])
                 return pack_blobs({"type": "matrix", "shape": e.shape, "cols": cc if e.cols else None,
                                    "rows": rc if e.rows else None}, cb + rb)
+            assert isinstance(e, PackedResult)  # the only other Encrypted this backend makes
             counts, blobs = self._ints(e.cts)
             return pack_blobs({"type": "result", "shape": e.shape, "side": e.side, "counts": counts}, blobs)
 
@@ -335,7 +340,7 @@ class NaivePaillierBackend(HEBackend):
         super().__init__(timer)
         self.params = self.validate(params)
         self.kappa = self.params["mask_bits"]
-        self.private_key = None
+        self.private_key: paillier.PaillierPrivateKey | None = None
         if public is None:
             with self.timer.time("keygen"):
                 self.public_key, self.private_key = paillier.generate_paillier_keypair(
@@ -377,12 +382,14 @@ class NaivePaillierBackend(HEBackend):
                                 rng)
         return NaiveMatrix(y.shape, y), mask
 
-    def decrypt(self, e: NaiveMatrix) -> np.ndarray:
+    def decrypt(self, e: Encrypted) -> np.ndarray:
+        assert isinstance(e, NaiveMatrix) and self.private_key is not None  # this backend's own, at the key owner
         with self.timer.time("decrypt"):
             vals = [int(self.private_key.decrypt(v)) for v in e.values.ravel()]
             return np.array(vals + [0], dtype=object)[:-1].reshape(e.shape)
 
-    def dumps(self, e: NaiveMatrix) -> bytes:
+    def dumps(self, e: Encrypted) -> bytes:
+        assert isinstance(e, NaiveMatrix)  # the only Encrypted this backend makes
         with self.timer.time("serialize"):  # ciphertext(be_secure=True): phe re-randomises results here
             vals = e.values.ravel()
             return pack_blobs({"shape": list(e.shape), "exponents": [int(v.exponent) for v in vals]},

@@ -42,12 +42,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
 
 from securevfl.channel import Message, MessageKind
-from securevfl.crypto.backend import HEBackend, HETimer, dump_ints, he_threads, load_ints
+from securevfl.crypto.backend import BackendClass, Encrypted, HEBackend, HETimer, dump_ints, he_threads, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.hooks import HookContext, apply_hooks
 from securevfl.interactive import GRAD_BOUND, Drbg, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
@@ -130,6 +131,7 @@ class HEPassiveEnd(PassiveEnd):
         if self.R is None:
             self.R = (self._recv_dec() + (1 << (f - 1))) >> f
             self.b = np.zeros(self.R.shape, dtype=object)
+        assert self._t is not None  # send_forward set it for this step
         y = self._recv_dec() + self._t @ self.R
         if not be.exact:  # round to the 2^-f grid: the CKKS noise (≈ 2^-22) of y does not travel to A
             y = ((y + (1 << (f - 1))) >> f) << f
@@ -145,6 +147,9 @@ class HEPassiveEnd(PassiveEnd):
         d = self._recv_dec().T  # G + M (d×h)
         masked_f = load_ints(self.endpoint.recv(self.active, MessageKind.HE_MASKED))  # F = V − η U_b − U'
         grad_t = real(self._recv_dec(), 2 * f)  # g W_Pᵀ = ∂L/∂t
+        # backward follows a training forward: the set-up gave R and b, send_forward t; the party's
+        # end wiring always carries the layer's hparams
+        assert self.R is not None and self.b is not None and self._t is not None and self.hparams is not None
         lr, mu, wd = self.hparams()
         self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
         self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
@@ -182,7 +187,9 @@ class HEActiveEnd(ActiveEnd):
         self.V: np.ndarray | None = None
         self.b: np.ndarray | None = None
         self.rng = Drbg()  # masks and share refreshes: OS entropy, never the run seed
-        self._enc_t = self._enc_rt = self._E = None
+        self._enc_t: Encrypted | None = None
+        self._enc_rt: Encrypted | None = None
+        self._E: np.ndarray | None = None
 
     def send_masked_forward(self) -> None:
         ep, p, bd = self.endpoint, self.passive, self.layer.bounds
@@ -193,6 +200,7 @@ class HEActiveEnd(ActiveEnd):
         be, f = self.backend, bd.f
         if self.V is None:  # set-up: [[X·Y − U·2^f]]
             enc_x = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
+            assert self.head_shape is not None  # the active party's end wiring always carries it
             h, fan_in = self.head_shape()
             y_rng = Drbg.derived(self.seed, f"{p}/Y") if self.layer.seeded_shares else Drbg()
             self.Y = y = fixed(draw_y(y_rng, enc_x.shape[1], h, fan_in), f)  # A's secret factor
@@ -208,6 +216,7 @@ class HEActiveEnd(ActiveEnd):
     def finish_forward(self, training: bool) -> torch.Tensor:
         y = load_ints(self.endpoint.recv(self.passive, MessageKind.HE_MASKED))
         if training:
+            assert self.backend is not None  # send_masked_forward built it
             self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
         out = torch.from_numpy(real(y - self._E, 2 * self.layer.bounds.f)).float()
         self._E = None
@@ -216,6 +225,10 @@ class HEActiveEnd(ActiveEnd):
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
         ep, p, be, bd = self.endpoint, self.passive, self.backend, self.layer.bounds
         f = bd.f
+        # backward follows a training forward: it built the backend and V, b, [[t]] and [[Rᵀ]]; the
+        # party's end wiring always carries the layer's hparams
+        assert be is not None and self.V is not None and self.b is not None and self.hparams is not None
+        assert self._enc_t is not None and self._enc_rt is not None
         g = fixed(clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy()), f)
         lr, mu, wd = self.hparams()
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
@@ -243,7 +256,6 @@ class HEActiveEnd(ActiveEnd):
 class HECutLayer(CutLayer):
     """The interactive layer on shares, with a pluggable scheme (``backend_cls``)."""
 
-    backend_cls: type[HEBackend]
     validate: Callable[[dict], dict]
 
     def __init__(self, *, interactive: bool = True, **params: object) -> None:
@@ -257,6 +269,12 @@ class HECutLayer(CutLayer):
         self.passive_ends: list[HEPassiveEnd] = []  # the first one's backend describes the scheme
         kappa = self.scheme_params["mask_bits"] if "mask_bits" in self.scheme_params else self._kappa()
         self.bounds = Bounds(kappa=kappa)
+
+    @property
+    def backend_cls(self) -> BackendClass:
+        """The scheme's backend class (a property in each scheme's layer: its library is imported only
+        when the layer is used)."""
+        raise NotImplementedError
 
     def _kappa(self) -> int:
         from securevfl.crypto.ckks import ckks_kappa
@@ -277,7 +295,9 @@ class HECutLayer(CutLayer):
     def active_end(self, own: EndWiring, passive: str) -> HEActiveEnd:
         return HEActiveEnd(own, passive, self)
 
-    def complete_forward(self, p_end: HEPassiveEnd, a_end: HEActiveEnd) -> torch.Tensor:
+    def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
+        # the federation hands back the ends this layer's make_ends built
+        p_end, a_end = cast(HEPassiveEnd, p_end), cast(HEActiveEnd, a_end)
         training = p_end._training
         a_end.send_masked_forward()
         p_end.return_masked_forward()

@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import struct
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -113,7 +114,8 @@ def read_idx(path: Path) -> np.ndarray:
 def _idx_loader_factory(name: str, locate):
     def load(cfg: DataConfig) -> Dataset:
         folder = Path(locate(cfg))
-        xs = [read_idx(_find_idx_file(folder, s)) for s in _IDX_FILES]
+        # locate returned a folder that holds all four files (_idx_locate_factory)
+        xs = [read_idx(cast(Path, _find_idx_file(folder, s))) for s in _IDX_FILES]
         x_tr, y_tr, x_te, y_te = xs
         X = (np.concatenate([x_tr, x_te]).astype(np.float32) / 255.0)
         y = np.concatenate([y_tr, y_te]).astype(np.int64)

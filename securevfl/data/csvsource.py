@@ -139,7 +139,8 @@ def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.nda
         keys = np.where(miss, np.nan, parsed)
         classes = np.unique(present).astype(np.int64).tolist()
     else:
-        keys = np.where(miss, None, values.to_numpy(dtype=object))
+        # numpy's stubs take where(cond, None, y) for the one-argument form (None is an object scalar here)
+        keys = np.where(miss, None, values.to_numpy(dtype=object))  # type: ignore[assignment]
         classes = sorted(set(values[~miss]))
     if len(classes) > MAX_CLASSES:
         raise UserError(f"party file {path}: label column {column!r} has {len(classes)} distinct values (more than "
@@ -191,7 +192,7 @@ class _ActiveLabels:
 
     y: np.ndarray
     has_label: np.ndarray
-    on_unaligned: bool
+    on_unaligned: bool | None  # None: the spec left it unset (read as false)
 
 
 def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:

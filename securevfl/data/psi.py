@@ -8,6 +8,8 @@ serialised to bytes and cross the channel under kind ``psi``, so their cost is c
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import private_set_intersection.python as psi
 
@@ -23,7 +25,7 @@ def _items(ids: np.ndarray) -> list[str]:
 def psi_server_round(endpoint: Endpoint, client: str, own_ids: np.ndarray) -> None:
     """Passive side: answer one PSI request from ``client`` with its own IDs."""
     server = psi.server.CreateWithNewKey(True)
-    n_client = int(endpoint.recv_json(client, MessageKind.ALIGNMENT))
+    n_client = int(cast(int, endpoint.recv_json(client, MessageKind.ALIGNMENT)))  # the client sent len(own_ids)
     setup = server.CreateSetupMessage(FPR, n_client, _items(own_ids), psi.DataStructure.RAW)
     request = psi.Request()
     request.ParseFromString(endpoint.recv(client, MessageKind.ALIGNMENT))
@@ -31,14 +33,14 @@ def psi_server_round(endpoint: Endpoint, client: str, own_ids: np.ndarray) -> No
     endpoint.send(client, MessageKind.ALIGNMENT, server.ProcessRequest(request).SerializeToString())
 
 
-def psi_client_start(endpoint: Endpoint, server: str, own_ids: np.ndarray) -> object:
+def psi_client_start(endpoint: Endpoint, server: str, own_ids: np.ndarray) -> psi.client:
     client = psi.client.CreateWithNewKey(True)
     endpoint.send_json(server, MessageKind.ALIGNMENT, len(own_ids))
     endpoint.send(server, MessageKind.ALIGNMENT, client.CreateRequest(_items(own_ids)).SerializeToString())
     return client
 
 
-def psi_client_finish(endpoint: Endpoint, server: str, client: object, own_ids: np.ndarray) -> np.ndarray:
+def psi_client_finish(endpoint: Endpoint, server: str, client: psi.client, own_ids: np.ndarray) -> np.ndarray:
     setup, response = psi.ServerSetup(), psi.Response()
     setup.ParseFromString(endpoint.recv(server, MessageKind.ALIGNMENT))
     response.ParseFromString(endpoint.recv(server, MessageKind.ALIGNMENT))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from tqdm.auto import tqdm
 
@@ -217,14 +218,14 @@ class ColumnSink:
     Capacity comes from an estimate of the row count (file size / bytes per row of the first block,
     +25 %); pages past the last row are never touched, so the slack costs address space, not memory."""
 
-    def __init__(self, specs: dict[str, tuple[np.dtype, int]], directory: str | Path | None = None) -> None:
+    def __init__(self, specs: dict[str, tuple[npt.DTypeLike, int]], directory: str | Path | None = None) -> None:
         self.specs = specs
         self.arrays: dict[str, np.ndarray] = {}
         self.n = 0
         self.directory = None if directory is None else Path(directory)
         self._generation = 0
 
-    def _alloc(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    def _alloc(self, name: str, shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
         if self.directory is None:
             return np.empty(shape, dtype=dtype)
         # a memory-mapped .npy file (sparse on disk past the rows written; np.load(mmap_mode="r") reopens it)
@@ -240,6 +241,7 @@ class ColumnSink:
             if old is not None:  # the estimate was short: one copy (rare; the transient peak is 2× here)
                 new[:self.n] = old[:self.n]
                 if isinstance(old, np.memmap):
+                    assert old.filename is not None  # _alloc maps a file
                     Path(old.filename).unlink(missing_ok=True)  # the mapping stays valid until dropped
             self.arrays[name] = new
         self._generation += 1

@@ -4,6 +4,7 @@ stand-in for reporting real-data results."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ def _write_chunked(path: str | Path, n: int, seed: int, rows_fn, sep: str, heade
     with open(path, "w") as f:
         if header is not None:
             f.write(header)
+        chunks: Iterable[tuple[np.random.Generator, int]]
         if n <= CHUNK_ROWS:
             chunks = [(np.random.default_rng(seed), n)]
         else:

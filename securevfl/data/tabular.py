@@ -95,6 +95,7 @@ def encode_party(num_tr: np.ndarray | Gather, num_te: np.ndarray | Gather, cat_t
             X_tr[:, j] = transform_numeric(tr, stats)[:, 0]
             X_te[:, j] = transform_numeric(_column(num_te, j).astype(np.float64)[:, None], stats)[:, 0]
     elif n_num:  # a given block: its own memory order decides the reductions' order (to the last bit)
+        assert not isinstance(num_te, Gather)  # both splits come in the same form (arrays here)
         stats = fit_numeric(num_tr.astype(np.float64), log)
         X_tr[:, :n_num] = transform_numeric(num_tr.astype(np.float64), stats)
         X_te[:, :n_num] = transform_numeric(num_te.astype(np.float64), stats)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from itertools import islice
 from multiprocessing import get_context
+from typing import Any
 
 from securevfl.errors import UserError
 from securevfl.lab.sweep import Cell
@@ -55,7 +56,7 @@ class Engine(ABC):
     name: str
     """The ``--engine`` name."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int | str) -> None:  # the --workers value: anything but a count ≥ 1 is refused
         if not isinstance(workers, int) or workers < 1:
             raise UserError(f"--workers must be ≥ 1, got {workers}")
         self.workers = workers
@@ -109,7 +110,7 @@ else:
     ENGINES.refuse("ray", "--engine ray needs the optional extra: pip install 'securevfl[ray]'")
 
 
-def make_engine(name: str, workers: int) -> Engine:
+def make_engine(name: str, workers: int | str) -> Engine:
     """The ``--engine`` called ``name`` with ``workers`` workers (a UserError for an unknown name,
     a missing extra or a bad worker count)."""
     return ENGINES.get(name)(workers)
@@ -141,7 +142,7 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
     done = store.completed()
     todo = [c for c in sweep.cells if c.run_id not in done]
-    counts = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,
+    counts: dict[str, Any] = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,
               "elsewhere": 0, "store": str(store.path)}
 
     def claimed():  # a cell another live sweep on this store is computing is left to it

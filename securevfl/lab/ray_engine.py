@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from itertools import islice
+from typing import Any
 
 import ray
 
@@ -29,7 +30,7 @@ class RayEngine(Engine):
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
         if not ray.is_initialized():
             address = os.environ.get("RAY_ADDRESS")
-            kw = {} if address else {"num_cpus": self.workers}
+            kw: dict[str, Any] = {} if address else {"num_cpus": self.workers}  # ray.init keywords
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
                      **kw)
         threads = share_for(self.workers, idle=idle_cores())

@@ -162,6 +162,7 @@ def expand_attacks(entries: object) -> list[tuple[list, dict]]:
         raise _fail("attacks", "expected a list of attack names, specs or {name: {param: value}} mappings")
     fixed: list[tuple[str, str, dict]] = []  # (key, name, params)
     axes: dict[tuple[int, str], list] = {}
+    entry: object  # a YAML attack entry, then the one a variant passes to parse_attack
     for i, entry in enumerate(entries):
         key = f"attacks[{i}]"
         if isinstance(entry, dict) and len(entry) == 1:
@@ -182,7 +183,7 @@ def expand_attacks(entries: object) -> list[tuple[list, dict]]:
         chosen = dict(zip(axes, combo, strict=True))
         out, swept = [], {}
         for i, (key, name, params) in enumerate(fixed):
-            entry: object = name
+            entry = name
             if isinstance(entries[i], dict):
                 entry = {name: {k: chosen.get((i, k), v) for k, v in params.items()}}
             try:
@@ -199,6 +200,7 @@ def _methods(entries: object) -> list[tuple[str, dict]]:
     from securevfl.methods import METHODS
 
     out = []
+    params: dict
     for i, entry in enumerate(_as_list(entries, "methods")):
         if isinstance(entry, str):
             name, params = entry, {}

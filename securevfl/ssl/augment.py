@@ -35,8 +35,8 @@ class TabularCorruption(Augmentation):
         self.fraction = fraction
         self.categorical = categorical
 
-    def corruption_mask(self, shape: tuple[int, int], generator: torch.Generator) -> torch.Tensor:
-        """Exactly round(fraction·F) corrupted features per row."""
+    def corruption_mask(self, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+        """Exactly round(fraction·F) corrupted features per row of a (rows, F) ``shape``."""
         n, f = shape
         k = int(round(self.fraction * f))
         order = torch.rand(n, f, generator=generator).argsort(dim=1)

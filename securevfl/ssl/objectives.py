@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -81,7 +82,7 @@ class SSLObjective(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.cfg = cfg
-        d = encoder.out_dim
+        d = cast(int, encoder.out_dim)  # every bottom encoder records its output width (models.py)
 
         self.projector = projector(d, cfg.proj_dim)
 
@@ -150,6 +151,7 @@ class BYOL(_Momentum):
 
 class MoCo(_Momentum):
     name = "moco"
+    bank: torch.Tensor  # the key queue, a buffer (register_buffer below)
 
     def __init__(self, encoder: nn.Module, cfg: SSLConfig) -> None:
         super().__init__(encoder, cfg)
