@@ -59,8 +59,8 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
 
     groups = add_flags(p, RunConfig)
     groups["data"].add_argument("--id-column", action="append",
-                   help="csv source: entity-ID column (default id); once for all files (data.id_column), or "
-                        "once per file in order (data.id_columns)")
+                                help="csv source: entity-ID column (default id); once for all files "
+                                     "(data.id_column), or once per file in order (data.id_columns)")
     p.add_argument("--config", help="YAML file with run settings (flags override it)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
