@@ -68,6 +68,8 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Callable[[], Any] | 
         raise ValueError(f"flag {flag!r} is not of the form --lower-case")
     if cli not in CLI_KINDS:
         raise ValueError(f"cli={cli!r}: expected one of {CLI_KINDS}")
+    if choices and default is not None and default is not dataclasses.MISSING and default not in choices:
+        raise ValueError(f"default {default!r} is not one of the choices {choices}")
     meta = {"setting": Setting(" ".join(doc.split()), flag, cli, metavar, choices, ge, gt, le, lt, keywords)}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)

@@ -67,6 +67,16 @@ def test_every_setting_has_a_doc():
         settings.setting(1, doc=" ")
 
 
+def test_the_defaults_pass_their_own_validation_and_flags_are_unique():
+    from securevfl.validate import validate_config
+
+    validate_config(RunConfig())
+    flags = [e.setting.flag for e in settings.walk(RunConfig) if e.setting and e.setting.flag]
+    assert len(flags) == len(set(flags))
+    with pytest.raises(ValueError, match="not one of the choices"):  # control: caught at declaration
+        settings.setting("rmsprop", choices=("adam", "sgd"), doc="An optimizer.")
+
+
 def sample(entry: settings.Entry) -> tuple[list[str], object]:
     """Command-line arguments that set ``entry`` and the value they must produce."""
     s = entry.setting
