@@ -5,25 +5,41 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-
-import yaml
+from typing import NoReturn
 
 from securevfl.errors import UserError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's usage dump → our one-line contract
+    """User mistakes → one ``error: ...`` line. ``populate`` adds the flags on first use: ``train``'s
+    come from the config dataclasses, whose modules import torch, which ``securevfl methods`` and
+    ``securevfl --help`` must not wait for."""
+
+    def __init__(self, *args, populate: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _ensure(self) -> None:
+        if self._populate is not None:
+            populate, self._populate = self._populate, None
+            populate(self)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._ensure()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._ensure()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._ensure()
+        return super().format_usage()
+
+    def error(self, message: str) -> NoReturn:  # argparse's usage dump → our one-line contract
         raise UserError(message)
-
-
-def _fraction_or_train(v: str) -> float | str:
-    if v == "train":
-        return v
-    try:
-        return float(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a fraction or 'train', got {v!r}") from None
 
 
 def _workers(v: str) -> int | str:
@@ -35,112 +51,44 @@ def _workers(v: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number of workers or 'auto', got {v!r}") from None
 
 
-def _add_train(sub) -> None:
-    p = sub.add_parser("train", help="train one method on one dataset and report utility, privacy and cost")
-    p.add_argument("--dataset", help="dataset name (default fashion-mnist)")
-    p.add_argument("--method", help="method name (default splitnn)")
-    p.add_argument("--parties", type=int, help="number of parties K ≥ 2 (party 0 is active)")
-    p.add_argument("--aligned-fraction", type=float, help="fraction of training entities held by all parties")
-    p.add_argument("--aligned-count", type=int, help="exact number of aligned training entities")
-    p.add_argument("--unaligned", choices=["disjoint", "all", "active"],
-                   help="how unaligned rows are spread (active: only the active party has them)")
-    p.add_argument("--test-aligned-fraction", type=_fraction_or_train,
-                   help="share of test rows every party holds (rest: active party only), or 'train'")
-    p.add_argument("--labeled", type=int, help="labeled aligned entities (default: all aligned)")
-    p.add_argument("--alignment", choices=["given", "psi", "plain"], help="how the aligned set is established")
-    p.add_argument("--epochs", type=int, help="passes over the training rows (default 5)")
-    p.add_argument("--batch-size", type=int, help="rows per step (default 128)")
-    p.add_argument("--lr", type=float, help="learning rate (default: 0.001 with adam, 0.05 with sgd)")
-    p.add_argument("--optimizer", choices=["adam", "sgd"], help="every party's optimizer (default adam)")
-    p.add_argument("--cut-dim", type=int, help="width of each bottom model's output (default 64)")
-    p.add_argument("--bottom", choices=["auto", "mlp", "cnn"],
-                   help="bottom model family (default auto: cnn for images ≥ 16 px tall, else mlp)")
-    p.add_argument("--model-preset", help="a paper's architecture: vflhlp-avazu, vflhlp-criteo, fedud")
-    p.add_argument("--seed", type=int, help="seed of data split, models and batching (default 0); not of "
-                                           "the privacy mechanisms' noise")
-    p.add_argument("--mechanism-seed", type=int,
-                   help="fix the privacy mechanisms' noise (debugging only: the run is marked not private)")
-    p.add_argument("--method-param", action="append", metavar="KEY=VALUE",
-                   help="a method parameter, e.g. evidential=false (risa), alpha=0.5 (fedud) (repeatable)")
-    p.add_argument("--defense", help="none | iso:LAMBDA | dp:clip=C,noise=Z | ... ('+' composes)")
-    p.add_argument("--he", help="off | ckks | paillier: the HE-protected interactive layer (default off)")
-    p.add_argument("--he-param", action="append", metavar="KEY=VALUE",
-                   help="HE parameter, e.g. poly_modulus_degree=16384, key_bits=2048, packing=false (repeatable)")
-    p.add_argument("--attack", action="append",
-                   help="attack to run after training, NAME or NAME:key=value,... e.g. mc:n_aux=40,steps=600 "
-                        "(repeatable)")
-    p.add_argument("--data-dir", help="folder with file-based datasets")
-    p.add_argument("--data-path", help="the data file of a single-file dataset (criteo, avazu, uci-credit)")
-    p.add_argument("--max-rows", type=int, help="read at most N data rows")
-    p.add_argument("--sample", type=float, help="keep each row with probability F while reading")
-    p.add_argument("--fields", help="field-to-party preset of the dataset (e.g. vflhlp, fedud, fate)")
-    p.add_argument("--party-file", action="append", help="csv source: one CSV/Parquet file per party, active first")
-    p.add_argument("--id-column", action="append",
-                   help="csv source: entity-ID column (default id); once for all files, or once per file in order")
-    p.add_argument("--numeric-ids", action="store_true", default=None,
-                   help="csv source: match IDs as numbers ('00133' = '133'); default: exact strings")
-    p.add_argument("--label-column", help="csv source: label column in the active party's file (default label)")
-    p.add_argument("--drop-columns", help="csv source: comma-separated columns to ignore (e.g. a row counter)")
-    p.add_argument("--categorical", help="csv source: comma-separated columns to treat as categorical")
-    p.add_argument("--numeric", help="csv source: comma-separated columns to treat as numeric (text cells = missing)")
+def _train_flags(p: argparse.ArgumentParser) -> None:
+    """``train``'s flags: one per setting that declares a flag (securevfl/settings.py), then the few
+    that are not one setting."""
+    from securevfl.config import RunConfig
+    from securevfl.settings import add_flags
+
+    groups = add_flags(p, RunConfig)
+    groups["data"].add_argument("--id-column", action="append",
+                                help="csv source: entity-ID column (default id); once for all files "
+                                     "(data.id_column), or once per file in order (data.id_columns)")
     p.add_argument("--config", help="YAML file with run settings (flags override it)")
-    p.add_argument("--record", action="store_true", help="keep the channel transcript")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
 
 
+def _add_train(sub) -> None:
+    sub.add_parser("train", help="train one method on one dataset and report utility, privacy and cost",
+                   populate=_train_flags)
+
+
 def _build_config(args: argparse.Namespace):
     from securevfl.config import RunConfig, apply_dict, load_config_file
+    from securevfl.settings import apply_flags
 
     cfg = RunConfig()
     if args.config:
         apply_dict(cfg, load_config_file(args.config))
-    flat = {
-        "dataset": args.dataset, "method": args.method, "seed": args.seed, "defense": args.defense, "he": args.he,
-        "mechanism_seed": args.mechanism_seed,
-    }
-    for k, v in flat.items():
-        if v is not None:
-            setattr(cfg, k, v)
-    if args.attack:
-        cfg.attacks = list(args.attack)
-    for flag, target in (("--he-param", cfg.he_params), ("--method-param", cfg.method_params)):
-        for kv in getattr(args, flag[2:].replace("-", "_")) or []:
-            key, sep, value = kv.partition("=")
-            if not sep or not key.strip():
-                raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
-            target[key.strip()] = yaml.safe_load(value)
-    if args.record:
-        cfg.record = True
-    part = {"n_parties": args.parties, "aligned_fraction": args.aligned_fraction,
-            "aligned_count": args.aligned_count, "unaligned": args.unaligned, "n_labeled": args.labeled,
-            "alignment": args.alignment, "columns": args.fields, "test_aligned_fraction": args.test_aligned_fraction}
-    for k, v in part.items():
-        if v is not None:
-            setattr(cfg.partition, k, v)
-    for obj, k, v in [(cfg.train, "epochs", args.epochs), (cfg.train, "batch_size", args.batch_size),
-                      (cfg.optim, "lr", args.lr), (cfg.optim, "optimizer", args.optimizer),
-                      (cfg.model, "cut_dim", args.cut_dim),
-                      (cfg.model, "bottom", args.bottom), (cfg.model, "preset", args.model_preset),
-                      (cfg.data, "dir", args.data_dir),
-                      (cfg.data, "path", args.data_path), (cfg.data, "max_rows", args.max_rows),
-                      (cfg.data, "sample", args.sample), (cfg.data, "party_files", args.party_file),
-                      (cfg.data, "label_column", args.label_column), (cfg.data, "numeric_ids", args.numeric_ids)]:
-        if v is not None:
-            setattr(obj, k, v)
-    if args.id_column:
+    apply_flags(cfg, args)
+    if args.id_column:  # once: the column of every file; more: one per file
         if len(args.id_column) == 1:
             cfg.data.id_column = args.id_column[0]
         else:
             cfg.data.id_columns = list(args.id_column)
-    for k in ("drop_columns", "categorical", "numeric"):
-        if getattr(args, k) is not None:
-            setattr(cfg.data, k, [c.strip() for c in getattr(args, k).split(",") if c.strip()])
-    if args.data_dir is not None and not Path(args.data_dir).is_dir():
-        raise UserError(f"--data-dir {args.data_dir}: no such directory")
+    data_dir = getattr(args, "data.dir")
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise UserError(f"--data-dir {data_dir}: no such directory")
     return cfg  # validated by lab.compose.execute, the one entry every run passes through
-
 
 
 def cmd_train(args: argparse.Namespace) -> int:

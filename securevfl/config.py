@@ -1,4 +1,5 @@
-"""Run configuration: nested dataclasses, one field per knob, each with a docstring.
+"""Run configuration: nested dataclasses, one field per setting, each declared with
+:func:`securevfl.settings.setting` (type, default, docstring, validation, flag).
 
 A YAML file given with ``--config`` maps onto these (``data:``, ``partition:``, ``train:``,
 ``model:``, ``optim:`` sections plus top-level keys); unknown keys and wrong types are user errors naming the key.
@@ -10,7 +11,7 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -20,39 +21,45 @@ from securevfl.data.partition import PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import OptimConfig
 from securevfl.models import ModelConfig
+from securevfl.settings import setting
 from securevfl.training import TrainConfig
 
 
 @dataclass
 class RunConfig:
-    dataset: str = "fashion-mnist"
-    """Registered dataset name (``securevfl datasets``)."""
-    method: str = "splitnn"
-    """Registered method name (``securevfl methods``)."""
-    seed: int = 0
-    """Fixes the partition, initialisation and batching (not the privacy mechanisms' noise; see
-    ``mechanism_seed``)."""
-    mechanism_seed: int | None = None
-    """Fixes the privacy mechanisms' noise (RR flips, DP-SGD and embedding-DP noise, the private
-    learning-rate choice) for debugging and exact tests. Unset (default): the noise comes from the OS
-    CSPRNG and is never recorded. A run with it set is marked "not private (mechanism seed fixed)"."""
-    he: str = "off"
-    """Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier``."""
-    he_params: dict = field(default_factory=dict)
-    """HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``."""
-    defense: str = "none"
-    """Defense spec, e.g. ``iso:5`` or ``dp:clip=1,noise=1``; ``+`` composes."""
-    attacks: list[str | dict] = field(default_factory=list)
-    """Attacks run on the trained federation: ``mc``, ``mc:n_aux=40,steps=600`` or ``{mc: {n_aux: 40}}``."""
-    record: bool = False
-    """Keep the full channel transcript (needed by transcript attacks and invariant checks)."""
-    method_params: dict = field(default_factory=dict)
-    """Method-specific hyperparameters."""
-    data: DataConfig = field(default_factory=DataConfig)
-    partition: PartitionSpec = field(default_factory=PartitionSpec)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    dataset: str = setting("fashion-mnist", flag="--dataset", doc="Registered dataset name (``securevfl datasets``).")
+    method: str = setting("splitnn", flag="--method", doc="Registered method name (``securevfl methods``).")
+    seed: int = setting(0, flag="--seed", ge=0, le=2**31 - 1, doc="""
+        Fixes the partition, initialisation and batching (not the privacy mechanisms' noise; see
+        mechanism_seed).""")
+    mechanism_seed: int | None = setting(None, flag="--mechanism-seed", metavar="N", ge=0, le=2**31 - 1, doc="""
+        Fixes the privacy mechanisms' noise (RR flips, DP-SGD and embedding-DP noise, the private
+        learning-rate choice) for debugging and exact tests. Unset (default): the noise comes from the
+        OS CSPRNG and is never recorded. A run with it set is marked 'not private (mechanism seed
+        fixed)'.""")
+    he: str = setting("off", flag="--he", doc="""
+        Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier`` (the HE-protected
+        interactive layer).""")
+    he_params: dict = setting(factory=dict, flag="--he-param", cli="keyvalue", doc="""
+        HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``;
+        on the command line one ``KEY=VALUE`` per flag (repeatable).""")
+    defense: str = setting("none", flag="--defense", doc="""
+        Defense spec, e.g. ``iso:5`` or ``dp:clip=1,noise=1``; ``+`` composes.""")
+    attacks: list[str | dict] = setting(factory=list, flag="--attack", cli="append", doc="""
+        Attacks run on the trained federation: ``mc``, ``mc:n_aux=40,steps=600`` or ``{mc: {n_aux: 40}}``;
+        on the command line one ``NAME`` or ``NAME:key=value,...`` per flag (repeatable).""")
+    record: bool = setting(False, flag="--record", doc="""
+        Keep the full channel transcript (needed by transcript attacks and invariant checks).""")
+    method_params: dict = setting(factory=dict, flag="--method-param", cli="keyvalue", doc="""
+        Method-specific hyperparameters, e.g. ``evidential: false`` (risa), ``alpha: 0.5`` (fedud); on the
+        command line one ``KEY=VALUE`` per flag (repeatable).""")
+    data: DataConfig = setting(factory=DataConfig, doc="Which data is read and how.")
+    partition: PartitionSpec = setting(factory=PartitionSpec, doc="""
+        How the entities and columns are split across parties (sweep files: keys of the ``dataset``
+        section, ``parties`` and ``labeled`` for ``n_parties`` and ``n_labeled``).""")
+    train: TrainConfig = setting(factory=TrainConfig, doc="The training loop.")
+    model: ModelConfig = setting(factory=ModelConfig, doc="Every party's bottom model and the active party's head.")
+    optim: OptimConfig = setting(factory=OptimConfig, doc="Every party's optimizer.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

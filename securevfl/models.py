@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from securevfl.errors import UserError
+from securevfl.settings import setting
 
 
 @dataclass
 class ModelConfig:
-    bottom: str = "auto"
-    """Bottom model family: ``mlp``, ``cnn`` (image slices), or ``auto`` (cnn for images ≥ 16 px
-    tall, mlp otherwise)."""
-    cut_dim: int = 64
-    """Width of each party's bottom output r^k (the cut layer)."""
-    hidden: tuple[int, ...] = (256, 128)
-    """Hidden widths of the MLP bottom model."""
-    cnn_channels: tuple[int, ...] = (16, 32)
-    """Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each)."""
-    head_hidden: tuple[int, ...] = field(default_factory=tuple)
-    """Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g)."""
-    emb_dim: int = 8
-    """Embedding width per categorical field (tabular data; VFLHLP uses 8)."""
-    preset: str | None = None
-    """A paper's architecture (:data:`MODEL_PRESETS`): it sets the fields it names, overriding them."""
+    bottom: str = setting("auto", flag="--bottom", choices=("auto", "mlp", "cnn"), doc="""
+        Bottom model family: ``mlp``, ``cnn`` (image slices), or ``auto`` (cnn for images ≥ 16 px
+        tall, mlp otherwise).""")
+    cut_dim: int = setting(64, flag="--cut-dim", ge=1, doc="Width of each party's bottom output r^k (the cut layer).")
+    hidden: tuple[int, ...] = setting((256, 128), ge=1, doc="Hidden widths of the MLP bottom model.")
+    cnn_channels: tuple[int, ...] = setting((16, 32), ge=1, doc="""
+        Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each).""")
+    head_hidden: tuple[int, ...] = setting(factory=tuple, ge=1, doc="""
+        Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g).""")
+    emb_dim: int = setting(8, ge=1, doc="Embedding width per categorical field (tabular data; VFLHLP uses 8).")
+    preset: str | None = setting(None, flag="--model-preset", doc="""
+        A paper's architecture (:data:`MODEL_PRESETS`: ``vflhlp-avazu``, ``vflhlp-criteo``, ``fedud``): it
+        sets the fields it names, overriding them.""")
 
 
 MODEL_PRESETS: dict[str, dict] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,21 +21,19 @@ from securevfl.errors import TrainingDiverged
 from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.hooks import Objective
 from securevfl.metrics import utility
+from securevfl.settings import setting
 from securevfl.threads import fit_to_work
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = 5
-    """Passes over the training IDs."""
-    batch_size: int = 128
-    """Mini-batch size (entities per step)."""
-    eval_batch_size: int = 2048
-    """Batch size for inference on test rows."""
-    lr_grid: list[float] = field(default_factory=list)
-    """If set, the supervised stage picks its learning rate from this list by validation on 20 % of
-    the labeled rows (held out by the active party), then retrains on all of them (FedHSSL's
-    fine-tuning searches {0.005, 0.01, 0.03}). Empty = use ``optim.lr``."""
+    epochs: int = setting(5, flag="--epochs", ge=1, doc="Passes over the training IDs.")
+    batch_size: int = setting(128, flag="--batch-size", ge=1, doc="Mini-batch size (entities per step).")
+    eval_batch_size: int = setting(2048, ge=1, doc="Batch size for inference on test rows.")
+    lr_grid: list[float] = setting(factory=list, gt=0, doc="""
+        If set, the supervised stage picks its learning rate from this list by validation on 20 % of
+        the labeled rows (held out by the active party), then retrains on all of them (FedHSSL's
+        fine-tuning searches {0.005, 0.01, 0.03}). Empty = use ``optim.lr``.""")
 
 
 LossTerm = Callable[[], torch.Tensor]

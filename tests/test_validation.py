@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from securevfl.cli import main
 from securevfl.config import RunConfig, apply_dict
 from securevfl.errors import UserError
-from securevfl.validate import RULES, validate_config
+from securevfl.settings import by_key, in_range
+from securevfl.validate import validate_config
 
 SECTIONS = ("data", "partition", "train", "model", "optim")
 SKIP = {"columns", "party_files", "dir", "path", "attacks", "he_params", "method_params", "preset"}
@@ -44,17 +45,21 @@ def as_nested(flat: dict) -> dict:
     return out
 
 
+SETTINGS = by_key(RunConfig)
+
+
 def holds(key: str, value: object) -> bool:
-    """The rule of ``key`` checked independently of the validator."""
-    rule = RULES.get(key)
-    if rule is None or value is None or isinstance(value, str) and not isinstance(rule[0], str):
+    """The bounds and choices the field of ``key`` declares, checked independently of the validator."""
+    s = SETTINGS[key].setting
+    if s is None or value is None or isinstance(value, str) and not s.choices:
         return True
-    if isinstance(rule[0], str):
-        return value in rule
-    lo, hi, lo_in, hi_in = rule
+    if s.choices:
+        return value in s.choices
+    if (s.ge, s.gt, s.le, s.lt) == (None, None, None, None):
+        return True
     vals = value if isinstance(value, list | tuple) else [value]
-    return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-               and (v >= lo if lo_in else v > lo) and (v <= hi if hi_in else v < hi) for v in vals)
+    return all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and in_range(s, v)
+               for v in vals)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)

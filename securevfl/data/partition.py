@@ -38,6 +38,7 @@ from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
 from securevfl.roles import party_names
+from securevfl.settings import setting
 
 
 class IdIndex:
@@ -70,46 +71,47 @@ class IdIndex:
 
 @dataclass
 class PartitionSpec:
-    n_parties: int = 2
-    """Number of parties K ≥ 2; party 0 is active (labels + head), the rest passive."""
-    aligned_fraction: float = 1.0
-    """Fraction of training entities held by every party (ignored if ``aligned_count`` is set)."""
-    aligned_count: int | None = None
-    """Exact number of aligned training entities (overrides ``aligned_fraction``)."""
-    unaligned: str = "disjoint"
-    """How the unaligned remainder is spread: ``disjoint`` (each entity at exactly one party),
-    ``all`` (every party keeps all its rows) or ``active`` (only the active party has rows beyond
-    the aligned ones — FedUD's host and guest)."""
-    n_labeled: int | None = None
-    """Aligned entities labeled for supervised VFL; ``None`` = all aligned entities."""
-    active_labels_unaligned: bool | None = None
-    """Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD: yes;
-    FedHSSL: no). ``None`` = the method's default."""
-    test_fraction: float = 0.2
-    """Test share drawn per seed when the dataset has no predefined test split."""
-    test_aligned_fraction: float | str | None = None
-    """Share of test entities every party holds; the rest exist only at the active party (FedUD's
-    unaligned test rows: passive parties never see them). ``"train"`` = the training aligned
-    share; ``None`` = the method's default (1.0, or ``"train"`` for methods that predict unaligned
-    rows)."""
-    active_labels_all: bool | None = None
-    """Whether the active party also holds labels for the unaligned rows only passive parties hold
-    (Entity Augmentation: the host knows every entity's label). ``None`` = the method's default
-    (off)."""
-    unaligned_label_fraction: float = 1.0
-    """With ``active_labels_unaligned``: the share of the active party's unaligned rows that are
-    labeled (a seeded draw); the others are unlabeled rows at the active party (RISA Fig. 1)."""
-    active_features: bool = True
-    """``false``: the active party is a label-only host (Entity Augmentation) with no feature
-    columns; ``columns`` then lists the passive parties' blocks only, and the unaligned remainder
-    is spread over the passive parties."""
-    columns: list[list[int | str]] | str | None = None
-    """Columns per party, as indices or names (image columns, tabular fields), or the name of a
-    dataset preset (e.g. ``vflhlp``, ``fedud``); ``None`` = equal contiguous blocks (2 parties on
-    images: left/right halves)."""
-    alignment: str = "given"
-    """How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (ECDH PSI
-    through the channel, openmined-psi) or ``plain`` (plain intersection; explicit fallback only)."""
+    n_parties: int = setting(2, flag="--parties", metavar="K", ge=2, doc="""
+        Number of parties K ≥ 2; party 0 is active (labels + head), the rest passive.""")
+    aligned_fraction: float = setting(1.0, flag="--aligned-fraction", ge=0, le=1, doc="""
+        Fraction of training entities held by every party (ignored if ``aligned_count`` is set).""")
+    aligned_count: int | None = setting(None, flag="--aligned-count", ge=0, doc="""
+        Exact number of aligned training entities (overrides ``aligned_fraction``).""")
+    unaligned: str = setting("disjoint", flag="--unaligned", choices=("disjoint", "all", "active"), doc="""
+        How the unaligned remainder is spread: ``disjoint`` (each entity at exactly one party),
+        ``all`` (every party keeps all its rows) or ``active`` (only the active party has rows beyond
+        the aligned ones — FedUD's host and guest).""")
+    n_labeled: int | None = setting(None, flag="--labeled", metavar="N", ge=1, doc="""
+        Aligned entities labeled for supervised VFL; unset = all aligned entities.""")
+    active_labels_unaligned: bool | None = setting(None, doc="""
+        Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD: yes;
+        FedHSSL: no). Unset = the method's default.""")
+    test_fraction: float = setting(0.2, gt=0, lt=1, doc="""
+        Test share drawn per seed when the dataset has no predefined test split.""")
+    test_aligned_fraction: float | str | None = setting(
+        None, flag="--test-aligned-fraction", gt=0, le=1, keywords=("train",), doc="""
+        Share of test entities every party holds; the rest exist only at the active party (FedUD's
+        unaligned test rows: passive parties never see them). ``train`` = the training aligned
+        share; unset = the method's default (1.0, or ``train`` for methods that predict unaligned
+        rows).""")
+    active_labels_all: bool | None = setting(None, doc="""
+        Whether the active party also holds labels for the unaligned rows only passive parties hold
+        (Entity Augmentation: the host knows every entity's label). Unset = the method's default
+        (off).""")
+    unaligned_label_fraction: float = setting(1.0, ge=0, le=1, doc="""
+        With ``active_labels_unaligned``: the share of the active party's unaligned rows that are
+        labeled (a seeded draw); the others are unlabeled rows at the active party (RISA Fig. 1).""")
+    active_features: bool = setting(True, doc="""
+        ``false``: the active party is a label-only host (Entity Augmentation) with no feature
+        columns; ``columns`` then lists the passive parties' blocks only, and the unaligned remainder
+        is spread over the passive parties.""")
+    columns: list[list[int | str]] | str | None = setting(None, flag="--fields", metavar="PRESET", doc="""
+        Columns per party, as indices or names (image columns, tabular fields), or the name of a
+        dataset preset (e.g. ``vflhlp``, ``fedud``, ``fate``; the flag takes a preset name); unset =
+        equal contiguous blocks (2 parties on images: left/right halves).""")
+    alignment: str = setting("given", flag="--alignment", choices=("given", "psi", "plain"), doc="""
+        How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (ECDH PSI
+        through the channel, openmined-psi) or ``plain`` (plain intersection; explicit fallback only).""")
 
     def validate(self, n_columns: int) -> None:
         if self.n_parties < 2:

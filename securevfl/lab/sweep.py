@@ -17,7 +17,8 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   a list value sweeps that parameter (``{mc: {n_aux: [20, 80]}}``: one cell per value, the swept key
   shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them, each optionally
   with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
-  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config.
+  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config; ``record``,
+  ``mechanism_seed`` (:data:`RUN_KEYS`): top-level run settings.
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
@@ -27,6 +28,7 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -42,8 +44,13 @@ from securevfl.errors import UserError
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
               "label_column"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
-_TOP_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim",
-             "mechanism_seed"}
+_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim"}
+# top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
+# new top-level setting is a sweep key without an edit here
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
+                 and f.name not in {"dataset", "method", "seed", "he", "he_params", "defense", "attacks",
+                                    "method_params"})
+_TOP_KEYS = _GRID_KEYS | set(RUN_KEYS)
 
 
 @dataclass
@@ -308,6 +315,10 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
     for section in ("train", "model", "optim"):
         if section in data:
             fixed[section] = data[section]
+    try:
+        apply_dict(base, {k: data[k] for k in RUN_KEYS if k in data})
+    except UserError as e:
+        raise UserError(f"sweep file: {e}") from None
     for section, values in fixed.items():
         try:
             apply_dict(getattr(base, section), values, f"{'dataset' if section in ('partition', 'data') else section}.")
