@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -20,6 +20,11 @@ from securevfl.errors import UserError
 from securevfl.registry import Registry
 from securevfl.roles import passive_name
 from securevfl.spec import check_nonnegative, check_params, parse_args, split_name
+
+if TYPE_CHECKING:  # types only: attacks import the core's contracts, never its modules at run time
+    from securevfl.data.partition import Partition
+    from securevfl.federation import Federation
+    from securevfl.methods.base import Method
 
 NEEDS = {
     "bottom_model": "a passive party with a bottom model (this method trains the active party alone)",
@@ -65,14 +70,14 @@ class AttackTarget:
     """What the harness hands an attack: the trained federation, the adversary's name, and the
     simulator's ground truth (for auxiliary labels and scoring only)."""
 
-    federation: object
-    partition: object
+    federation: Federation
+    partition: Partition
     adversary: str = passive_name(1)
     exposes: frozenset[str] = frozenset()
     ssl_epochs: int | None = None
     """Epochs of the federation's own SSL pre-training stage, if it has one (the adversary took part
     in it, so it knows); the local-SSL baseline trains as long."""
-    method: object = None
+    method: Method | None = None
     """The trained method (active attacks make inference requests through its trainer, as the active
     party may)."""
     cache: dict = field(default_factory=dict)
@@ -119,7 +124,7 @@ class Attack(ABC):
         if missing:
             need = "; ".join(NEEDS.get(m, m) for m in sorted(missing))
             raise UserError(f"attack {self.name} cannot run here: it needs {need}")
-        self.config = {**self.defaults, **self.check(params)}
+        self.config: dict[str, Any] = {**self.defaults, **self.check(params)}
         self.seed = seed
 
     @classmethod

@@ -23,7 +23,7 @@ import hashlib
 import math
 import re
 import secrets
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -66,7 +66,8 @@ class Defense(PartyHook):
         Raises:
             UserError: one line naming an unknown or bad parameter (:meth:`validate`).
         """
-        self.config = {**self.defaults, **check_params(f"defense {self.name}", self.defaults, kwargs, self.optional)}
+        given = check_params(f"defense {self.name}", self.defaults, kwargs, self.optional)
+        self.config: dict[str, Any] = {**self.defaults, **given}
         self.seed = seed
         self.generator = torch.Generator().manual_seed(private_seed() if seed is None else seed)
         self.validate()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -92,7 +92,7 @@ class Method(ABC):
         given = check_params(owner, self.defaults, ctx.params, parse_strings=False)  # typed by YAML
         check_nonnegative(owner, given)
         self.ctx = ctx
-        self.params = {**self.defaults, **given}
+        self.params: dict[str, Any] = {**self.defaults, **given}
         self.trainer: SplitTrainer | None = None
 
     def build(self, partition: Partition, cut: CutLayer | None = None) -> Federation:
