@@ -23,7 +23,7 @@ import hashlib
 import math
 import re
 import secrets
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -87,7 +87,7 @@ class Defense(PartyHook):
         naming the bad parameter."""
 
     def for_party(self, party: str) -> Defense:
-        twin = super().for_party(party)
+        twin = cast(Defense, super().for_party(party))  # PartyHook.for_party deep-copies self
         if self.seed is None:  # each party's copy draws its own fresh, unpredictable stream
             twin.generator = torch.Generator().manual_seed(private_seed())
         else:

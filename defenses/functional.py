@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -51,7 +52,7 @@ def dp_sgd_release(summed: list[torch.Tensor], rows: list[torch.Tensor], clip: f
     parts = [*summed, *rows]
     if not parts:
         return [], []
-    sq = sum(t.flatten(1).pow(2).sum(1) for t in parts)
+    sq = cast(torch.Tensor, sum(t.flatten(1).pow(2).sum(1) for t in parts))  # parts is not empty
     factor = torch.clamp(clip / (sq.sqrt() + 1e-12), max=1.0)
 
     def scaled(t: torch.Tensor) -> torch.Tensor:

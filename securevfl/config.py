@@ -103,7 +103,7 @@ def _coerce(value: object, typ: object, key: str) -> object:
     return value
 
 
-def apply_dict(obj: object, data: dict, prefix: str = "") -> None:
+def apply_dict(obj: typing.Any, data: dict, prefix: str = "") -> None:
     """Set dataclass fields of ``obj`` from ``data``, recursing into nested dataclasses."""
     if not isinstance(data, dict):
         raise UserError(f"config section {prefix.rstrip('.') or '(top)'} must be a mapping")

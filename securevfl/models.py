@@ -149,8 +149,9 @@ def reset_parameters(model: nn.Module, include_root: bool = True, strict: bool =
     """Re-initialise, in place, every submodule that can (``include_root``: the model itself too).
     ``strict``: refuse a module that holds parameters but cannot reset them (it would stay trained)."""
     for m in model.modules():
-        if hasattr(m, "reset_parameters") and (include_root or m is not model):
-            m.reset_parameters()
-        elif strict and not hasattr(m, "reset_parameters") and any(True for _ in m.parameters(recurse=False)):
+        reset = getattr(m, "reset_parameters", None)
+        if reset is not None and (include_root or m is not model):
+            reset()
+        elif strict and reset is None and any(True for _ in m.parameters(recurse=False)):
             raise TypeError(f"{type(m).__name__} holds parameters but has no reset_parameters()")
     return model

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from securevfl import __version__
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
 from securevfl.federation import Federation
+
+if TYPE_CHECKING:  # the methods package imports this module's callers; types only
+    from securevfl.methods.base import Method
 
 
 @dataclass
@@ -34,7 +38,7 @@ class RunResult:
     """Advice about this configuration (too few steps, a method's caveats)."""
     federation: Federation = field(repr=False)
     partition: Partition = field(repr=False)
-    method: object = field(repr=False)
+    method: Method = field(repr=False)
     """The trained :class:`securevfl.methods.Method` (its trainer answers inference requests)."""
     attacks: dict[str, dict] = field(default_factory=dict)
     """Per attack name, its result (``AttackResult.as_dict()``)."""

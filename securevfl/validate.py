@@ -62,7 +62,7 @@ def validate_config(cfg: object) -> None:
         settings.check(entry, value)
 
 
-def whole_number(owner: str, key: str, value: object) -> int:
+def whole_number(owner: str, key: str, value: typing.Any) -> int:
     """``value`` as an int if it is a whole number (an int, or a float/str with no fractional part);
     a one-line UserError otherwise — never a silent truncation."""
     try:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -89,6 +90,8 @@ def decode_images(text: str, shape: list[int]) -> np.ndarray:
 def observe(target: AttackTarget, ids: np.ndarray, split: str, batch: int = 512) -> np.ndarray:
     """What the active party observes about the targeted passive party for ``ids`` (inference
     requests it makes itself): the released rows with HE off, the unmasked a_P with HE on."""
+    # the active party makes inference requests through the trained method's trainer
+    assert target.method is not None and target.method.trainer is not None
     fed, trainer = target.federation, target.method.trainer
     k = fed.active.passive_names.index(target.adversary)
     he = fed.cut.name != "off"
@@ -214,7 +217,9 @@ class FeatureAttack(Attack):
                             f"({len(aligned)} aligned)")
         perm = np.random.default_rng(self.seed + 4242).permutation(aligned)
         victim = self.victim(target)
-        test = np.intersect1d(victim.test_ids, fed.active.aligned_test_ids)[: int(self.config["eval_rows"])]
+        # the active party learnt its aligned test rows at alignment, before any attack runs
+        aligned_test = cast(np.ndarray, fed.active.aligned_test_ids)
+        test = np.intersect1d(victim.test_ids, aligned_test)[: int(self.config["eval_rows"])]
         return perm[:n_aux], perm[n_aux:n_aux + int(self.config["eval_rows"])], test, n_aux
 
     @staticmethod

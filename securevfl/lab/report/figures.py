@@ -217,6 +217,7 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="best")
     if panels == 2:
+        assert label is not None  # a second panel only for a label attack
         lx = axes[0][1]
         dl = summary[(summary.dataset == dataset) & summary[f"{label}_value"].notna()]
         _encryption_panel(lx, dl, label, summary, dataset, False)

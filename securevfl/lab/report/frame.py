@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -121,7 +122,7 @@ def attack_names(summary: pd.DataFrame) -> list[str]:
     return sorted({c[: -len("_value")] for c in summary.columns if c.endswith("_value")})
 
 
-def _num(x: object) -> float:
+def _num(x: Any) -> float:
     return float("nan") if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
