@@ -16,6 +16,8 @@ def test_ci_runs_the_readme_test_command():
     blocks = [b.split("```")[0].strip() for b in readme.split("```bash")[1:3]]
     assert blocks[1].endswith("&& pytest")
     assert blocks[1] in (ROOT / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert "ruff check ." in ci and "mypy" in ci  # the linter and the type checker gate every submission
     assert "securevfl sweep sweeps/quick.yaml" in blocks[0] and "securevfl report" in blocks[0]
     assert (ROOT / "sweeps" / "quick.yaml").is_file()
 
