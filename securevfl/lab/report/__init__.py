@@ -14,7 +14,6 @@ tables), ``figures`` (PNGs) and ``render`` (markdown and HTML, and :func:`write_
 
 from securevfl.lab.report.figures import encryption_figure, image_grid, size_figure, tradeoff_figure
 from securevfl.lab.report.frame import (
-    FEATURE_DEFENSES,
     attack_names,
     control_kinds,
     defense_effects,
@@ -41,7 +40,7 @@ from securevfl.lab.report.text import (
 )
 
 __all__ = [
-    "FEATURE_DEFENSES", "UTILITY_BUDGET", "attack_names", "cell_table", "column_notes", "control_kinds",
+    "UTILITY_BUDGET", "attack_names", "cell_table", "column_notes", "control_kinds",
     "defense_effects", "encryption_figure", "encryption_headline", "epsilon_table", "feature_attacks",
     "feature_epsilon", "he_cost_label", "he_table", "headline", "image_grid", "label_attacks", "load_frames",
     "pareto_front", "setting_label", "setup_lines", "shows_encryption", "size_figure", "summarise",

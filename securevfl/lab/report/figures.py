@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from securevfl.lab.report.frame import FEATURE_DEFENSES, pareto_front, setting_label  # noqa: E402
+from securevfl.lab.report.frame import pareto_front, setting_label  # noqa: E402
 from securevfl.lab.report.text import he_cost_label  # noqa: E402
 
 _HE_MARKERS = {"off": "o", "ckks": "s", "paillier": "^"}
@@ -175,7 +175,7 @@ def _encryption_panel(ax, d: pd.DataFrame, attack: str, summary_all: pd.DataFram
     for i, (method, g) in enumerate(d.groupby("method", sort=True)):
         color = colors[i % len(colors)]
         for he, gh in g.groupby("he"):
-            pts = gh[gh.family.isin(("none", *FEATURE_DEFENSES))].sort_values("strength", na_position="last")
+            pts = gh[(gh.family == "none") | gh.feature_side.astype(bool)].sort_values("strength", na_position="last")
             pts = pts[pts[col].notna()]
             if pts.empty:
                 continue

@@ -48,6 +48,8 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
                      "privacy_status": (res.get("privacy") or {}).get("status"),
+                     # a defense that runs at a passive party reports there (privacy.features): no names needed
+                     "feature_side": bool((res.get("privacy") or {}).get("features")),
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
@@ -85,7 +87,8 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
     g = ok.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
                 metric=("metric", "first"), epsilon=("epsilon", "mean"),
-                feature_epsilon=("feature_epsilon", "mean"), seconds=("seconds", "mean"),
+                feature_epsilon=("feature_epsilon", "mean"), feature_side=("feature_side", "max"),
+                seconds=("seconds", "mean"),
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
@@ -143,10 +146,6 @@ def defense_effects(d: pd.DataFrame, attack: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "defense", "he", "delta", "noise", "utility_cost", "clear"])
 
 
-FEATURE_DEFENSES = ("embedding-dp", "noise")
-"""Defense families that act on what passive parties release (their features' protection)."""
-
-
 def feature_attacks(attacks: pd.DataFrame) -> list[str]:
     """Attacks on the passive parties' features (scored by reconstruction R² or field accuracy)."""
     if attacks.empty:
@@ -166,4 +165,4 @@ def shows_encryption(summary: pd.DataFrame, attacks: pd.DataFrame, dataset: str)
     """The encryption view applies when a feature attack ran and the sweep varies HE or a
     feature-side defense."""
     d = summary[summary.dataset == dataset]
-    return bool(feature_attacks(attacks)) and (d.he.nunique() > 1 or d.family.isin(FEATURE_DEFENSES).any())
+    return bool(feature_attacks(attacks)) and (d.he.nunique() > 1 or d.feature_side.astype(bool).any())

@@ -11,7 +11,6 @@ import pandas as pd
 
 from securevfl.federation import DEFAULT_LR
 from securevfl.lab.report.frame import (
-    FEATURE_DEFENSES,
     _num,
     attack_names,
     defense_effects,
@@ -120,7 +119,7 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
                    f"{ref[f'{feature}_value']:.3f} → {r[f'{feature}_value']:.3f} ({move:+.3f}{beyond}; control "
                    f"{r[f'{feature}_control']:.3f}, mean predictor {r[f'{feature}_prior']:.3f}) at "
                    f"{he_cost_label(r, d)}, utility {ref.utility:.4f} → {r.utility:.4f}{lab}.")
-    feat = d[d.family.isin(FEATURE_DEFENSES)]
+    feat = d[d.feature_side.astype(bool)]
     for (method, he), g in feat.groupby(["method", "he"]):
         strongest = g.loc[g[f"{feature}_value"].idxmin()]
         ref = d[(d.method == method) & (d.he == he) & (d.defense == "none") & (d.swept == strongest.swept)]
