@@ -29,6 +29,7 @@ imputed and standardised, categorical fields get per-field vocabularies (or hash
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -147,7 +148,7 @@ class PartitionSpec:
         return out if self.active_features else [np.zeros(0, dtype=np.int64), *out]
 
     def _resolve_feature_columns(self, ds: Dataset) -> list[np.ndarray]:
-        cols = self.columns
+        cols: Sequence[Sequence[int | str]] | str | None = self.columns  # a preset replaces it below
         if cols is None:
             return [np.asarray(c, dtype=np.int64) for c in default_columns(ds.n_columns, self.n_feature_parties)]
         if isinstance(cols, str):
@@ -221,11 +222,14 @@ class PartyData:
         return X[pos]
 
     def test_labels(self, ids: np.ndarray) -> np.ndarray:
+        assert self.y_test is not None  # asked of the active party only, whose data carries y_test
         return self.y_test[self._test_index.positions(ids)]
 
     def labels(self, ids: np.ndarray) -> np.ndarray:
         if self.label_ids is None:
             raise KeyError(f"{self.name} holds no labels")
+        # label_ids, y_labels and _label_index are set together (__post_init__)
+        assert self._label_index is not None and self.y_labels is not None
         pos = self._label_index.positions(ids)
         if (pos < 0).any():
             raise KeyError(f"{self.name} holds no labels for some requested ids")
@@ -255,10 +259,14 @@ class Partition:
     def true_labels(self, ids: np.ndarray) -> np.ndarray:
         """Ground truth for ``ids`` (training or test entities); -1 where unknown."""
         out = np.full(len(ids), -1, dtype=np.int64)
-        sources = [(self.active.test_ids, self.active.y_test)]
+        act = self.active
+        # the active party's data always carries its test labels and its labels; truth_y goes with truth_ids
+        assert act.y_test is not None and act.label_ids is not None and act.y_labels is not None
+        sources: list[tuple[np.ndarray, np.ndarray]] = [(act.test_ids, act.y_test)]
         if self.truth_ids is not None:
+            assert self.truth_y is not None
             sources.append((self.truth_ids, self.truth_y))
-        sources.append((self.active.label_ids, self.active.y_labels))
+        sources.append((act.label_ids, act.y_labels))
         for src_ids, src_y in sources:
             pos = IdIndex(src_ids).positions(ids)
             hit = (pos >= 0) & (out < 0)
@@ -416,14 +424,14 @@ def _active_labels(ds: Dataset, spec: PartitionSpec, seed: int, labeled_pos: np.
                    rest: np.ndarray, test_pos: np.ndarray) -> dict:
     """Step 4b: the active party's labels (PartyData fields): the labeled aligned rows, its own unaligned
     rows with ``active_labels_unaligned``, the passive-only rows with ``active_labels_all``."""
-    lab_pos = [labeled_pos]
+    parts = [labeled_pos]
     if spec.active_labels_unaligned:
         own = own_unaligned
         if spec.unaligned_label_fraction < 1.0:  # own generator: leaves every other draw unchanged
             keep = np.random.default_rng([seed, 17]).permutation(len(own))
             own = own[np.sort(keep[: int(round(spec.unaligned_label_fraction * len(own)))])]
-        lab_pos.append(own)
+        parts.append(own)
     if spec.active_labels_all:
-        lab_pos.append(np.setdiff1d(rest, own_unaligned))
-    lab_pos = np.concatenate(lab_pos)
+        parts.append(np.setdiff1d(rest, own_unaligned))
+    lab_pos = np.concatenate(parts)
     return {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}

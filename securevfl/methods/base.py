@@ -177,6 +177,7 @@ class Method(ABC):
         Returns:
             ``{"metric": "accuracy" | "auc", "test": value, ...}`` as :func:`securevfl.metrics.utility`.
         """
+        assert self.trainer is not None  # fit sets self.trainer (its contract)
         return self.trainer.evaluate()
 
     def train(self, fed: Federation) -> None:
@@ -203,6 +204,8 @@ def adversary_exposes(fed: Federation) -> set[str]:
 def labeled_aligned_ids(fed: Federation) -> np.ndarray:
     """IDs the active party holds labels for and that every party holds (its view only)."""
     a = fed.active
+    # called after alignment; the active party's data always carries its labels
+    assert a.data.label_ids is not None and a.aligned_ids is not None
     return np.intersect1d(a.data.label_ids, a.aligned_ids)
 
 

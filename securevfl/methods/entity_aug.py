@@ -44,6 +44,8 @@ IDs here — it chose them.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 from torch import nn
@@ -114,6 +116,8 @@ class GuestState:
         if shared_seed is None:
             self.sampler = EntitySampler(party.data.train_ids, np.random.default_rng(seed))
         else:
+            # draw=aligned runs after alignment, so the guest has learnt its aligned IDs
+            assert party.aligned_ids is not None
             self.sampler = EntitySampler(np.sort(party.aligned_ids), np.random.default_rng(shared_seed))
         self.miss_rng = np.random.default_rng(seed + 1)
         self.miss_rate = miss_rate
@@ -128,8 +132,8 @@ def guest_announce(party: PassiveParty) -> None:
 def guest_forward(party: PassiveParty) -> None:
     """Guest step (Algorithm 1, guest lines 1–3): take the host's request for ``b`` rows, draw them
     from its own entities, send the IDs and a_i = m_i(x) — or, as a straggler, send nothing."""
-    st: GuestState = party.method_state
-    b = int(party.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
+    st = cast(GuestState, party.method_state)  # entity-aug keeps a GuestState in every guest (fit)
+    b = int(cast(int, party.endpoint.recv_json(ACTIVE, MessageKind.CONTROL)))  # the host sent a row count
     step, st.requests = st.requests, st.requests + 1
     missed = st.miss_rate > 0 and step > 0 and st.miss_rng.random() < st.miss_rate
     if missed or step in st.skip:
@@ -189,7 +193,7 @@ class EntityAugTrainer(SplitTrainer):
         if self.host_sampler is not None:  # a feature-holding host takes part with its own rows
             own = self.host_sampler.draw(b)
             parts.insert(0, own)
-            weights.insert(0, float(a.bottom.out_dim))
+            weights.insert(0, float(cast(int, a.bottom.out_dim)))  # bottom encoders set an int out_dim
         else:
             own = parts[0]  # label-only host: its zero-width block only needs b known IDs
         try:
@@ -208,6 +212,7 @@ class EntityAugTrainer(SplitTrainer):
         return self.losses[-1]
 
     def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        assert self._soft is not None  # set by the training step before the loss is taken
         return soft_cross_entropy(out, self._soft)
 
     def objective(self, out: torch.Tensor, ids: np.ndarray) -> Objective:
@@ -256,21 +261,29 @@ class EntityAugmentation(Method):
             for p in fed.passives:
                 a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
         for k, p in enumerate(fed.passives, start=1):
-            seed = None if shared is None else int(p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL))
+            # the host sent the shared seed (an int) just above
+            seed = None if shared is None else int(cast(int, p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL)))
             p.keep_method_state(GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed))
             guest_announce(p)
-        counts = [int(a.endpoint.recv_json(p.name, MessageKind.CONTROL)) for p in fed.passives]
+        # each guest announced its row count (an int)
+        counts = [int(cast(int, a.endpoint.recv_json(p.name, MessageKind.CONTROL))) for p in fed.passives]
         host_sampler = None
         if not isinstance(a.bottom, NoFeatures):
             if shared is None:
+                assert a.data.label_ids is not None  # the active party's data always carries its labels
                 host_sampler = EntitySampler(np.intersect1d(a.data.train_ids, a.data.label_ids),
                                              np.random.default_rng(seed_for(self.ctx.seed, 0) + STREAM_ENTITY_ORDER))
             else:
+                assert a.aligned_ids is not None  # fit runs after alignment
                 host_sampler = EntitySampler(np.sort(a.aligned_ids), np.random.default_rng(shared))
             counts.append(len(host_sampler.ids))
         self.trainer = EntityAugTrainer(fed, self.ctx.train, self.ctx.seed, bool(self.params["queue"]), host_sampler,
                                         progress=self.ctx.progress)
-        n_rows = len(a.aligned_ids) if shared is not None else max(counts)
+        if shared is not None:
+            assert a.aligned_ids is not None  # fit runs after alignment
+            n_rows = len(a.aligned_ids)
+        else:
+            n_rows = max(counts)
         self.trainer.fit(np.arange(n_rows))
         fed.meta["entity_aug"] = {"rows_per_party": counts, "steps": a.step, "queue_reuses": len(self.trainer.reused)}
 

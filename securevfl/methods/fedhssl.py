@@ -22,7 +22,7 @@ owned by the active party on the concatenation; supervised VFL on the labeled al
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -87,7 +87,7 @@ class HybridState:
 
 # ----------------------------------------------------------------------------- step 1: FedCSSL
 def _cross_forward(party: Party, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    st: HybridState = party.method_state
+    st = cast(HybridState, party.method_state)  # FedHSSL keeps a HybridState in every party (fit)
     st.cross.train()
     return st.cross.embed(party.features(ids, "train"))
 
@@ -98,7 +98,7 @@ def _send_rep(party: Party, dst: str, z: torch.Tensor) -> None:
 
 
 def _cross_update(party: Party, loss: torch.Tensor) -> None:
-    st: HybridState = party.method_state
+    st = cast(HybridState, party.method_state)  # FedHSSL keeps a HybridState in every party (fit)
     st.opt_c.zero_grad(set_to_none=True)
     loss.backward()
     st.opt_c.step()
@@ -131,7 +131,7 @@ def cross_party_step(fed: Federation, ids: np.ndarray) -> dict[str, float]:
 def guided_local_epoch(party: Party, gamma: float, batch_size: int, rng: np.random.Generator) -> float:
     """Eq. 4 on all of the party's rows. The paper prints D(p1,z1)+D(p2,z1) for the SimSiam part;
     that is a typo for the symmetric SimSiam loss D(p1,z2)+D(p2,z1), which is what we use."""
-    st: HybridState = party.method_state
+    st = cast(HybridState, party.method_state)  # FedHSSL keeps a HybridState in every party (fit)
     X = party.data.X_train
     st.local.train()
     st.cross.eval()
@@ -163,7 +163,7 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
         party.endpoint.send_tensor(SERVER, MessageKind.MODEL_PARAMS, party.method_state.shared_vector())
     counts, vecs = [], []
     for party in fed.parties:
-        counts.append(int(server.recv_json(party.name, MessageKind.MODEL_PARAMS)))
+        counts.append(int(cast(int, server.recv_json(party.name, MessageKind.MODEL_PARAMS))))  # a row count
         vecs.append(server.recv_tensor(party.name, MessageKind.MODEL_PARAMS))
     if len({v.numel() for v in vecs}) != 1:
         raise UserError("partial model aggregation needs the same top-encoder shape at every party "
@@ -200,13 +200,14 @@ class FedHSSL(Method):
             party.keep_method_state(HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE))
         server = fed.channel.endpoint(SERVER)
         aligned = fed.active.aligned_ids
+        assert aligned is not None  # pre-training runs after alignment
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
         history = []
         for _ in range(cfg.epochs):
             order = aligned[rng.permutation(len(aligned))]
             cross = [cross_party_step(fed, order[s:s + cfg.batch_size])
                      for s in range(0, len(order), cfg.batch_size) if len(order[s:s + cfg.batch_size]) >= 2]
-            record = {"cross": float(np.mean([c[ACTIVE] for c in cross])) if cross else None}
+            record: dict[str, object] = {"cross": float(np.mean([c[ACTIVE] for c in cross])) if cross else None}
             if self.use_local:
                 record["local"] = {p.name: guided_local_epoch(p, gamma, cfg.batch_size,
                                                               np.random.default_rng(rng.integers(2**32)))

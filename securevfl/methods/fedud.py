@@ -26,6 +26,8 @@ aligned rows, gradients), and unaligned rows never reach it.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -110,15 +112,18 @@ class FedUD(Method):
         if alpha < 0 or beta < 0:
             raise UserError(f"fedud: alpha and beta must be ≥ 0, got {alpha}, {beta}")
         aligned = labeled_aligned_ids(fed)
+        # fit runs after alignment; the active party's data always carries its labels
+        assert a.data.label_ids is not None and a.aligned_ids is not None
         unaligned = np.setdiff1d(a.data.label_ids, a.aligned_ids)
-        if any(len(np.setdiff1d(q.data.train_ids, q.aligned_ids)) for q in fed.passives):
+        # cast: every party learnt its aligned IDs before fit (alignment)
+        if any(len(np.setdiff1d(q.data.train_ids, cast(np.ndarray, q.aligned_ids))) for q in fed.passives):
             fed.meta.setdefault("warnings", []).append(
                 "fedud's guest holds rows outside the aligned set, which FedUD never uses; the paper's setting is "
                 "--unaligned active (partition.unaligned: active)")
         if len(unaligned) == 0:
             raise UserError("fedud needs labeled rows only the host holds (partition.active_labels_unaligned: true "
                             "and aligned_fraction < 1)")
-        cut = a.bottom.out_dim
+        cut = cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
         torch.manual_seed(seed_for(self.ctx.seed, 0) + STREAM_FEDUD_REP)
         rep = RepNet(cut, a.passive_widths, int(params["rep_hidden"] or 2 * cut))
         a.install(modules={"rep": rep})  # the host owns Rep from here on (and a fresh optimizer)

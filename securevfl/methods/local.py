@@ -15,4 +15,6 @@ class Local(Method):
     sends = frozenset()
 
     def fit(self, fed: Federation) -> None:
-        self.trainer = self.finetune(fed, fed.active.data.label_ids)
+        label_ids = fed.active.data.label_ids
+        assert label_ids is not None  # the active party's data always carries its labels
+        self.trainer = self.finetune(fed, label_ids)

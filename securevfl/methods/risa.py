@@ -64,7 +64,7 @@ passive party sees only its own IDs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -145,7 +145,8 @@ def imputation_vector(data: PartyData, ids: np.ndarray, mode: str) -> np.ndarray
 def use_view(party: Party, view: ImputingView | None) -> None:
     """Install (or, with ``None``, remove) a party's imputing view of its own rows."""
     base = party.data.base if isinstance(party.data, ImputingView) else party.data
-    party.use_data(base if view is None else view)
+    # an ImputingView stands in for the PartyData it wraps (everything else delegates to it)
+    party.use_data(cast(PartyData, base if view is None else view))
 
 
 class EvidentialHeads(nn.Module):
@@ -178,7 +179,8 @@ class RisaTrainer(SplitTrainer):
         self.anneal = int(params["anneal_epochs"])
         self._droppable = droppable
         self._kept: np.ndarray | None = None
-        self._u_sum = self._u_cnt = None
+        self._u_sum: np.ndarray | None = None
+        self._u_cnt: np.ndarray | None = None
         self.drops: list[dict] = []
 
     def labels(self, ids: np.ndarray) -> torch.Tensor:
@@ -212,6 +214,7 @@ class RisaTrainer(SplitTrainer):
     def _record_uncertainty(self, ids: np.ndarray, u: torch.Tensor) -> None:
         if self._u_sum is None:
             return
+        assert self._u_cnt is not None  # _u_sum and _u_cnt are set together (epoch_ids)
         pos = self._row_index.positions(ids)
         np.add.at(self._u_sum, pos, u.numpy())
         np.add.at(self._u_cnt, pos, 1)
@@ -225,6 +228,8 @@ class RisaTrainer(SplitTrainer):
             self._drop_mask = np.isin(ids, self._droppable)
             self._u_sum, self._u_cnt = np.zeros(len(ids)), np.zeros(len(ids))
         elif self.drop_every > 0 and epoch % self.drop_every == 0:
+            # set with _kept on this fit's first epoch
+            assert self._u_sum is not None and self._u_cnt is not None
             tau = uncertainty_threshold(epoch, self.cfg.epochs, self.tau_final)
             seen = self._u_cnt > 0
             mean_u = np.divide(self._u_sum, self._u_cnt, out=np.zeros_like(self._u_sum), where=seen)
@@ -248,6 +253,8 @@ class _RowSets:
     @classmethod
     def of(cls, fed: Federation) -> _RowSets:
         a = fed.active
+        # RISA runs after alignment; the active party's data always carries its labels
+        assert a.aligned_ids is not None and a.data.label_ids is not None
         own_unaligned = np.setdiff1d(a.data.train_ids, a.aligned_ids)
         return cls(a.aligned_ids, labeled_aligned_ids(fed), own_unaligned,
                    np.intersect1d(own_unaligned, a.data.label_ids))
@@ -295,6 +302,7 @@ class RISA(Method):
     def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
         for p in fed.passives:
+            assert p.aligned_ids is not None  # RISA runs after alignment
             p.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, np.setdiff1d(p.data.train_ids, p.aligned_ids))
         return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT) for p in fed.passives}
 

@@ -25,7 +25,7 @@ constraint, ``vflhlp-p`` only the passive initialisation.
 from __future__ import annotations
 
 import copy
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -65,9 +65,10 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
     the epoch with the lowest loss on 10 % of its labeled rows held out for that purpose."""
     torch.manual_seed(seed)
     encoder = reset_parameters(copy.deepcopy(active.bottom), include_root=False)
-    local_head = build_head(encoder.out_dim, n_classes, model_cfg)
+    local_head = build_head(cast(int, encoder.out_dim), n_classes, model_cfg)  # bottom encoders set an int out_dim
     opt = torch.optim.Adam([*encoder.parameters(), *local_head.parameters()], lr=lr)
     rng = np.random.default_rng(seed)
+    assert active.data.label_ids is not None  # the active party's data always carries its labels
     ids = rng.permutation(active.data.label_ids)
     n_val = max(1, len(ids) // 10)
     val, ids = ids[:n_val], ids[n_val:]
@@ -90,6 +91,8 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
             val_loss = float(F.cross_entropy(local_head(encoder(X_val)), y_val))
         if val_loss < best:
             best, best_state = val_loss, (copy.deepcopy(encoder.state_dict()), copy.deepcopy(local_head.state_dict()))
+    # None only when no epoch ran or no validation loss was finite: there is no model to keep
+    assert best_state is not None, "VFL-HLP pre-training gave no finite validation loss"
     encoder.load_state_dict(best_state[0])
     local_head.load_state_dict(best_state[1])
     theta1 = [w.detach().clone() for w in encoder.parameters()]
@@ -122,6 +125,7 @@ class VFLHLP(Method):
                 f"{self.name} with adam: Adam's normalised steps defeat the β·L_cons constraint to the pre-trained "
                 "model; use --optimizer sgd")
         if self.use_active:
+            assert a.data.label_ids is not None  # the active party's data always carries its labels
             if len(a.data.label_ids) <= len(labeled_aligned_ids(fed)):
                 raise UserError(f"{self.name} needs the active party's labels on its unaligned rows "
                                 "(partition.active_labels_unaligned: true)")
@@ -137,7 +141,7 @@ class VFLHLP(Method):
                     layer.weight[:, : encoder.out_dim] = theta0.weight
                     layer.weight[:, encoder.out_dim:] = 0.0
                     layer.bias.copy_(theta0.bias)
-            beta, own_dim = float(params["beta"]), a.bottom.out_dim
+            beta, own_dim = float(params["beta"]), cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
             terms.append(lambda: beta * consistency_loss(a.bottom, a.head, theta1, theta0, own_dim))
         if self.use_passive:
             cfg = ssl_config(params, "scarf")
