@@ -111,9 +111,11 @@ class ActiveEnd(ABC):
         self.endpoint, self.passive, self.hooks = own.endpoint, passive, own.hooks
 
     @abstractmethod
-    def finish_forward(self) -> torch.Tensor:
+    def finish_forward(self, training: bool) -> torch.Tensor:
         """Last forward step, at the active party.
 
+        Args:
+            training: whether this step trains (an end may then keep what its backward pass needs).
         Returns:
             The tensor the active party feeds to its head for this passive party (a leaf that
             requires grad during training)."""
@@ -182,7 +184,8 @@ class CutLayer(ABC):
         return head(torch.cat([own, *received], dim=1))
 
     def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
-        return a_end.finish_forward()
+        # training steps run with autograd on; evaluation runs under torch.no_grad()
+        return a_end.finish_forward(torch.is_grad_enabled())
 
     def complete_backward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
         return p_end.finish_backward()
@@ -201,7 +204,7 @@ class PlainPassiveEnd(PassiveEnd):
 
 
 class PlainActiveEnd(ActiveEnd):
-    def finish_forward(self) -> torch.Tensor:
+    def finish_forward(self, training: bool) -> torch.Tensor:
         return self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION)
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
@@ -222,6 +225,7 @@ class InteractivePassiveEnd(PassiveEnd):
 
     def finish_backward(self) -> torch.Tensor:
         grad_t = self.endpoint.recv_tensor(self.active, MessageKind.GRADIENT)
+        assert self._t is not None  # a backward pass follows a training send_forward, which kept t
         out, self._t = tanh_backward(self._t, grad_t), None
         return out
 
@@ -236,9 +240,10 @@ class InteractiveActiveEnd(ActiveEnd):
         self.b: np.ndarray | None = None
         self._t: np.ndarray | None = None
 
-    def finish_forward(self) -> torch.Tensor:
+    def finish_forward(self, training: bool) -> torch.Tensor:
         t = self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION).double().numpy()
         if self.W is None:  # W_P(0) = X·Y, both factors from the run seed's streams (see interactive.py)
+            assert self.head_shape is not None  # the active party wires head_shape into its ends
             h, fan_in = self.head_shape()
             x, y = init_factors(Drbg.derived(self.seed, f"{self.passive}/X"),
                                 Drbg.derived(self.seed, f"{self.passive}/Y"), t.shape[1], h, fan_in)
@@ -247,6 +252,8 @@ class InteractiveActiveEnd(ActiveEnd):
         return torch.from_numpy(t @ self.W).float()
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
+        # a backward pass follows finish_forward, which set W, b and t; the owning party wires hparams
+        assert self.W is not None and self.b is not None and self._t is not None and self.hparams is not None
         g = clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy())
         self.endpoint.send_tensor(self.passive, MessageKind.GRADIENT, torch.from_numpy(g @ self.W.T).float())
         lr, mu, wd = self.hparams()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -18,7 +19,7 @@ from securevfl.data import psi
 from securevfl.data.partition import Partition, PartyData
 from securevfl.hooks import PartyHook
 from securevfl.models import ModelConfig, build_bottom, build_head
-from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.parties import ActiveParty, OptimizerFactory, PassiveParty
 from securevfl.settings import setting
 
 
@@ -44,12 +45,20 @@ def effective_lr(cfg: OptimConfig) -> float:
 
 
 def make_optimizer(params: list[torch.nn.Parameter], cfg: OptimConfig) -> torch.optim.Optimizer:
-    lr = effective_lr(cfg) if cfg.optimizer in DEFAULT_LR else None
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=effective_lr(cfg), weight_decay=cfg.weight_decay)
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=cfg.weight_decay)
+        return torch.optim.SGD(params, lr=effective_lr(cfg), momentum=0.9, weight_decay=cfg.weight_decay)
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}")
+
+
+class PartyWiring(TypedDict):
+    """What every party of a federation is built with besides its data, endpoint, hooks and models."""
+
+    optimizer: OptimizerFactory
+    cut: CutLayer
+    seed: int
+    interactive_lr: float | None
 
 
 @dataclass
@@ -140,7 +149,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
     passive_data = partition.passives if with_passives else []
     built = models(partition, model, cut, seed, passive_data)
     optimizer = functools.partial(make_optimizer, cfg=optim)
-    wiring = {"optimizer": optimizer, "cut": cut, "seed": seed, "interactive_lr": optim.interactive_lr}
+    wiring: PartyWiring = {"optimizer": optimizer, "cut": cut, "seed": seed, "interactive_lr": optim.interactive_lr}
     a = partition.active
     active = ActiveParty(a, channel.endpoint(a.name), hooks, built.bottoms[a.name], built.head,
                          passive_names=[p.name for p in passive_data], passive_widths=built.passive_widths,
@@ -163,6 +172,7 @@ def align(fed: Federation, mode: str, given: np.ndarray | None = None,
     train = _intersect(fed, mode, "train_ids", given)
     test = a.data.test_ids if given_test is None else _intersect(fed, mode, "test_ids", given_test)
     a.learn_alignment(train, test)
+    assert a.aligned_ids is not None  # learn_alignment just took ``train``
     return a.aligned_ids
 
 

@@ -44,7 +44,7 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -260,7 +260,10 @@ class PlainActiveStep(ActiveStep):
                   ) -> StepGradients:
         loss = objective.check(objective.mean())
         loss.backward()
-        return StepGradients(loss, [q.grad for q in params], [r.grad for r in received])
+        # every received input is a leaf that requires grad in training (ActiveParty.receive) and
+        # feeds the head, so backward set its gradient
+        rows = cast(list[torch.Tensor], [r.grad for r in received])
+        return StepGradients(loss, [q.grad for q in params], rows)
 
 
 class PassiveStep(PartyHook):

@@ -18,7 +18,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import numpy as np
 import torch
@@ -181,10 +181,15 @@ class Party:
         of those that declare they carry an ε, ``PartyHook.carries_epsilon``)."""
         return [r for h in self.hooks if (h.carries_epsilon or not accounted_only) and (r := h.privacy()) is not None]
 
+    def _built_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer over this party's models."""
+        assert self.optimizer is not None  # _finish builds it at the end of construction
+        return self.optimizer
+
     def snapshot(self) -> dict:
         """Copy of this party's trainable state (models and optimizer), e.g. for a learning-rate search."""
-        state = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
-        state["_optimizer"] = copy.deepcopy(self.optimizer.state_dict())
+        state: dict[str, Any] = {k: copy.deepcopy(m.state_dict()) for k, m in self.modules_to_snapshot().items()}
+        state["_optimizer"] = copy.deepcopy(self._built_optimizer().state_dict())
         state["_cut"] = [copy.deepcopy(e.state_dict()) for e in self.cut_end_list()]
         if self.local_step is not None:  # the party's own update rule has state too (momentum, history)
             state["_local_step"] = copy.deepcopy(self.local_step.state_dict())
@@ -193,14 +198,14 @@ class Party:
     def restore(self, state: dict) -> None:
         for k, m in self.modules_to_snapshot().items():
             m.load_state_dict(state[k])
-        self.optimizer.load_state_dict(state["_optimizer"])
+        self._built_optimizer().load_state_dict(state["_optimizer"])
         for end, s in zip(self.cut_end_list(), state.get("_cut", []), strict=False):
             end.load_state_dict(s)
         if self.local_step is not None and "_local_step" in state:
             self.local_step.load_state_dict(copy.deepcopy(state["_local_step"]))
 
     def set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
+        for group in self._built_optimizer().param_groups:
             group["lr"] = lr
 
     def _extra_loss(self, view: StepView) -> torch.Tensor | None:
@@ -223,7 +228,8 @@ class PassiveParty(Party):
         self._z: torch.Tensor | None = None
         self._ids: np.ndarray | None = None
         self._x: torch.Tensor | None = None
-        self._rule: PassiveStep = find_hook(self.hooks, PassiveStep) or PlainPassiveStep()
+        # find_hook returns a hook of the kind it is given
+        self._rule: PassiveStep = cast("PassiveStep | None", find_hook(self.hooks, PassiveStep)) or PlainPassiveStep()
         self._finish()
 
     def cut_end_list(self) -> list:
@@ -251,7 +257,9 @@ class PassiveParty(Party):
     def backward(self, grad: torch.Tensor) -> None:
         """Apply ∂L/∂z (as received through the cut layer), through this party's step rule, and step
         the local optimizer."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self._built_optimizer().zero_grad(set_to_none=True)
+        # a backward pass follows a training send_output, which kept its output, rows and inputs
+        assert self._z is not None and self._ids is not None and self._x is not None
         params = self.parameters()
         extra = self._extra_loss(StepView(self._ids, self._x, self._z)) if self._losses else None
         for q, g in zip(params, self._rule.gradients(self._z, grad, extra, params, self._ids), strict=True):
@@ -259,7 +267,7 @@ class PassiveParty(Party):
         if self.local_step is not None:
             self.local_step(self.parameters())
         else:
-            self.optimizer.step()
+            self._built_optimizer().step()
         self._z = self._ids = self._x = None
         self.step += 1
 
@@ -307,12 +315,14 @@ class ActiveParty(Party):
         # originals; the step rule decides how a batch's losses become an update and a release
         for t in hooks_of(self.hooks, LabelTransform):
             self._transform_labels(t, n_classes)
-        self._rule: ActiveStep = find_hook(self.hooks, ActiveStep) or PlainActiveStep()
+        # find_hook returns a hook of the kind it is given
+        self._rule: ActiveStep = cast("ActiveStep | None", find_hook(self.hooks, ActiveStep)) or PlainActiveStep()
         self._finish()
 
     def _transform_labels(self, transform: LabelTransform, n_classes: int) -> None:
         if self.data.y_labels is None:
             return
+        assert self.data.label_ids is not None  # labels come with the IDs of their rows (PartyData)
         try:
             own = self.data.rows(self.data.label_ids, "train")
         except KeyError:  # labels on rows this party holds no features for (active_labels_all)
@@ -416,13 +426,21 @@ class ActiveParty(Party):
         """
         if self._losses:  # this party's own label-free terms join the objective
             view = self._view
-            objective = objective.plus(lambda: self._extra_loss(view))
+
+            def extra() -> torch.Tensor:
+                # logits() kept this training step's view, and with loss terms their sum is a tensor
+                assert view is not None
+                loss = self._extra_loss(view)
+                assert loss is not None
+                return loss
+
+            objective = objective.plus(extra)
         params = self.parameters()
-        self.optimizer.zero_grad(set_to_none=True)
+        self._built_optimizer().zero_grad(set_to_none=True)
         out = self._rule.gradients(objective, params, self.received)
         for q, g in zip(params, out.params, strict=True):
             q.grad = g
-        self.optimizer.step()
+        self._built_optimizer().step()
         self._view = None
         self._send_gradients(out.rows, ids)
         return out.loss

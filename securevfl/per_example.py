@@ -158,7 +158,7 @@ class PerExampleActiveStep(_Traced, ActiveStep):
         summed, released = self.release(per, rows, objective.batch_size, example_ids)
         free_grads = (torch.autograd.grad(free, params, allow_unused=True) if free.requires_grad
                       else [None] * len(params))
-        grads = [s if f is None else s + f for s, f in zip(summed, free_grads, strict=True)]
+        grads: list[torch.Tensor | None] = [s if f is None else s + f for s, f in zip(summed, free_grads, strict=True)]
         return StepGradients(loss, grads, [r[:len(g)] for r, g in zip(released, received, strict=True)])
 
 

@@ -130,7 +130,8 @@ class SplitTrainer:
 
     def _sum_loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         loss = self.loss(out, ids)
-        for term in [*self.loss_terms, *self.label_terms]:
+        terms: list[Callable[[], torch.Tensor]] = [*self.loss_terms, *self.label_terms]
+        for term in terms:
             loss = loss + term()
         return loss
 
@@ -202,6 +203,7 @@ class SplitTrainer:
             probs = np.empty((len(ids), self.fed.n_classes), dtype=np.float32)
             probs[mask] = self.predict_proba(ids[mask], "test")
             probs[~mask] = self.predict_proba_alone(ids[~mask], "test")
+        assert y is not None  # the active party holds the test labels
         out = utility(probs, y, self.fed.n_classes)
         if not mask.all():
             keep = ("auc", "logloss", "accuracy")
