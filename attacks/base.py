@@ -11,8 +11,9 @@ adversary's own and the ground truth to score against, both from the simulator.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -22,7 +23,6 @@ from securevfl.roles import passive_name
 from securevfl.spec import check_nonnegative, check_params, parse_args, split_name
 
 if TYPE_CHECKING:  # types only: attacks import the core's contracts, never its modules at run time
-    from securevfl.data.partition import Partition
     from securevfl.federation import Federation
     from securevfl.methods.base import Method
 
@@ -65,13 +65,26 @@ class AttackResult:
         return {**out, **self.details}
 
 
+class GroundTruth(Protocol):
+    """What attacks read of the simulator's partition (labels and rows to score against); a
+    structural type, so attacks never import the data package."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def parties(self) -> Sequence[Any]: ...
+
+    def true_labels(self, ids: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass
 class AttackTarget:
     """What the harness hands an attack: the trained federation, the adversary's name, and the
     simulator's ground truth (for auxiliary labels and scoring only)."""
 
     federation: Federation
-    partition: Partition
+    partition: GroundTruth
     adversary: str = passive_name(1)
     exposes: frozenset[str] = frozenset()
     ssl_epochs: int | None = None

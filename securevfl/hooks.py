@@ -88,8 +88,9 @@ class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abs
     """What the hook may read (a subset of :data:`OBSERVABLES`)."""
     carries_epsilon: ClassVar[bool] = False
     """Whether :meth:`privacy` reports an accounted ε (a true upper bound over the whole run)."""
-    acts_on: ClassVar[frozenset[str]] = frozenset()
-    """Message kinds (:class:`securevfl.channel.MessageKind`) whose content the hook changes."""
+    acts_on: frozenset[str] = frozenset()
+    """Message kinds (:class:`securevfl.channel.MessageKind`) whose content the hook changes (a class
+    default; a hook whose kinds depend on its parameters, e.g. ISO's ``lam_p``, sets its own)."""
     needs_aligned_batches: ClassVar[bool] = False
     """True when the hook's guarantee assumes each released row belongs to one labeled example of
     a batch all parties share (e.g. the label-DP accountant); methods without aligned batches
