@@ -72,11 +72,6 @@ class Defense(PartyHook):
         self.generator = torch.Generator().manual_seed(private_seed() if seed is None else seed)
         self.validate()
 
-    @property
-    def private(self) -> bool:
-        """Whether the noise is unpredictable (no mechanism seed was fixed)."""
-        return self.seed is None
-
     def mechanism_rng(self, stream: int) -> np.random.Generator:
         """A numpy generator for one of this defense's own draws (e.g. a private selection): from the
         OS CSPRNG, or derived from the fixed mechanism seed."""
