@@ -20,9 +20,11 @@ SAME_MACHINE = (GOLDEN / "fingerprint.json").exists() and json.loads(
 
 
 def compare(got: object, want: object, tol: float, path: str = "") -> list[str]:
-    """Differences between two results, as readable paths (empty when they agree)."""
+    """Differences between two results, as readable paths (empty when they agree). Keys the result
+    gained are allowed (a new setting at its default, a new report field): the recorded numbers
+    still have to match, which is what catches a change of behaviour. A lost key is a difference."""
     if isinstance(want, dict) and isinstance(got, dict):
-        out = [f"{path}: keys {sorted(set(got) ^ set(want))} differ"] if set(got) != set(want) else []
+        out = [f"{path}: keys {sorted(set(want) - set(got))} missing"] if set(want) - set(got) else []
         return out + [d for k in sorted(set(got) & set(want)) for d in compare(got[k], want[k], tol, f"{path}.{k}")]
     if isinstance(want, list) and isinstance(got, list):
         if len(got) != len(want):
