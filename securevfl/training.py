@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from securevfl.errors import TrainingDiverged
 from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.hooks import Objective
+from securevfl.ids import member
 from securevfl.metrics import utility
 from securevfl.settings import setting
 from securevfl.threads import fit_to_work
@@ -197,9 +198,9 @@ class SplitTrainer:
         ids, y = a.data.test_ids, a.data.y_test
         if not self.fed.passives or a.aligned_test_ids is None or len(a.aligned_test_ids) == len(ids):
             probs = self.predict_proba(ids, "test")
-            mask = np.ones(len(ids), dtype=bool) if a.aligned_test_ids is None else np.isin(ids, a.aligned_test_ids)
+            mask = np.ones(len(ids), dtype=bool) if a.aligned_test_ids is None else member(ids, a.aligned_test_ids)
         else:
-            mask = np.isin(ids, a.aligned_test_ids)
+            mask = member(ids, a.aligned_test_ids)
             probs = np.empty((len(ids), self.fed.n_classes), dtype=np.float32)
             probs[mask] = self.predict_proba(ids[mask], "test")
             probs[~mask] = self.predict_proba_alone(ids[~mask], "test")

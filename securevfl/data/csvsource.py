@@ -38,6 +38,7 @@ from securevfl.data.partition import Partition, PartitionSpec, PartyData, party_
 from securevfl.data.registry import DATASETS, DatasetEntry
 from securevfl.data.tabular import encode_party, hash_values
 from securevfl.errors import UserError
+from securevfl.ids import difference, member
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -273,20 +274,20 @@ def _split(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarray, s
     n_labeled = len(candidates) if spec.n_labeled is None else spec.n_labeled
     if n_labeled > len(candidates):
         raise UserError(f"--labeled {n_labeled} exceeds the {len(candidates)} aligned labeled training rows")
-    return _Split(test_ids, aligned[~np.isin(aligned, test_ids)], candidates[:n_labeled])
+    return _Split(test_ids, aligned[~member(aligned, test_ids)], candidates[:n_labeled])
 
 
 def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray, aligned: np.ndarray,
                 split: _Split, cfg: DataConfig, labels: _ActiveLabels | None) -> tuple[PartyData, dict]:
     """One party's encoded rows (with ``labels``: the active party's, labeled) and what was read."""
     index = pd.Index(own)
-    train_ids = own[~np.isin(own, split.test_ids)]
+    train_ids = own[~member(own, split.test_ids)]
     tr, te = index.get_indexer(train_ids), index.get_indexer(split.test_ids)
     drop = [id_col, cfg.label_column, *cfg.drop_columns]
     num, cat, num_cols, cat_cols, missing = _features(df, path, drop, cfg)
     if num.shape[1] + cat.shape[1] == 0:
         raise UserError(f"party file {path}: no feature columns besides the ID")
-    matched = int(np.isin(own, aligned).sum())
+    matched = int(member(own, aligned).sum())
     info = {"file": str(path), "id_column": id_col, "rows_read": int(len(df)),
             "rows_matched": matched, "rows_unmatched": int(len(df)) - matched,
             "numeric_columns": [str(c) for c in num_cols], "categorical_columns": [str(c) for c in cat_cols],
@@ -300,7 +301,7 @@ def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.nd
     if labels is not None:
         lab = split.labeled_ids
         if labels.on_unaligned:
-            lab = np.concatenate([lab, np.setdiff1d(train_ids[labels.has_label[tr]], split.train_aligned)])
+            lab = np.concatenate([lab, difference(train_ids[labels.has_label[tr]], split.train_aligned)])
         label_fields = {"label_ids": lab, "y_labels": labels.y[index.get_indexer(lab)], "y_test": labels.y[te]}
     party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **label_fields,
                       n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols))

@@ -38,6 +38,7 @@ import pandas as pd
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
+from securevfl.ids import difference
 from securevfl.roles import party_names
 from securevfl.settings import setting
 
@@ -432,6 +433,6 @@ def _active_labels(ds: Dataset, spec: PartitionSpec, seed: int, labeled_pos: np.
             own = own[np.sort(keep[: int(round(spec.unaligned_label_fraction * len(own)))])]
         parts.append(own)
     if spec.active_labels_all:
-        parts.append(np.setdiff1d(rest, own_unaligned))
+        parts.append(difference(rest, own_unaligned))
     lab_pos = np.concatenate(parts)
     return {"label_ids": ds.ids[lab_pos], "y_labels": ds.y[lab_pos], "y_test": ds.y[test_pos]}

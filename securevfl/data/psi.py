@@ -14,6 +14,7 @@ import numpy as np
 import private_set_intersection.python as psi
 
 from securevfl.channel import Endpoint, MessageKind
+from securevfl.ids import intersect
 
 FPR = 1e-9  # Bloom/GCS false-positive rate of the server setup; reveal_intersection mode is exact
 
@@ -52,5 +53,5 @@ def plain_intersection(id_sets: list[np.ndarray]) -> np.ndarray:
     """The non-private fallback (only when explicitly requested)."""
     out = np.asarray(id_sets[0])
     for ids in id_sets[1:]:
-        out = np.intersect1d(out, ids)
+        out = intersect(out, ids)
     return np.sort(out)

@@ -13,6 +13,7 @@ from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.federation import Federation, OptimConfig, PartyModels, align, build_federation, standard_models
 from securevfl.hooks import PartyHook
+from securevfl.ids import intersect
 from securevfl.models import ModelConfig
 from securevfl.registry import Registry
 from securevfl.spec import check_nonnegative, check_params
@@ -206,7 +207,7 @@ def labeled_aligned_ids(fed: Federation) -> np.ndarray:
     a = fed.active
     # called after alignment; the active party's data always carries its labels
     assert a.data.label_ids is not None and a.aligned_ids is not None
-    return np.intersect1d(a.data.label_ids, a.aligned_ids)
+    return intersect(a.data.label_ids, a.aligned_ids)
 
 
 METHODS: Registry[type[Method]] = Registry("method")

@@ -64,6 +64,7 @@ from securevfl.federation import (
     seed_for,
 )
 from securevfl.hooks import Objective
+from securevfl.ids import intersect
 from securevfl.methods.base import METHODS, Method
 from securevfl.models import ModelConfig, soft_cross_entropy
 from securevfl.parties import PassiveParty
@@ -271,7 +272,7 @@ class EntityAugmentation(Method):
         if not isinstance(a.bottom, NoFeatures):
             if shared is None:
                 assert a.data.label_ids is not None  # the active party's data always carries its labels
-                host_sampler = EntitySampler(np.intersect1d(a.data.train_ids, a.data.label_ids),
+                host_sampler = EntitySampler(intersect(a.data.train_ids, a.data.label_ids),
                                              np.random.default_rng(seed_for(self.ctx.seed, 0) + STREAM_ENTITY_ORDER))
             else:
                 assert a.aligned_ids is not None  # fit runs after alignment

@@ -35,6 +35,7 @@ from torch import nn
 
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_FEDUD_REP, STREAM_FEDUD_UNALIGNED, Federation, seed_for
+from securevfl.ids import difference
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty
@@ -114,9 +115,9 @@ class FedUD(Method):
         aligned = labeled_aligned_ids(fed)
         # fit runs after alignment; the active party's data always carries its labels
         assert a.data.label_ids is not None and a.aligned_ids is not None
-        unaligned = np.setdiff1d(a.data.label_ids, a.aligned_ids)
+        unaligned = difference(a.data.label_ids, a.aligned_ids)
         # cast: every party learnt its aligned IDs before fit (alignment)
-        if any(len(np.setdiff1d(q.data.train_ids, cast(np.ndarray, q.aligned_ids))) for q in fed.passives):
+        if any(len(difference(q.data.train_ids, cast(np.ndarray, q.aligned_ids))) for q in fed.passives):
             fed.meta.setdefault("warnings", []).append(
                 "fedud's guest holds rows outside the aligned set, which FedUD never uses; the paper's setting is "
                 "--unaligned active (partition.unaligned: active)")

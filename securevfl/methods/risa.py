@@ -75,6 +75,7 @@ from securevfl.channel import MessageKind
 from securevfl.data.partition import IdIndex, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
+from securevfl.ids import difference, intersect, member
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.evidential import (
     alpha_from_opinion,
@@ -225,7 +226,7 @@ class RisaTrainer(SplitTrainer):
         if self._kept is None:  # first epoch of this fit
             self._row_index = IdIndex(ids)
             self._kept = np.ones(len(ids), dtype=bool)
-            self._drop_mask = np.isin(ids, self._droppable)
+            self._drop_mask = member(ids, self._droppable)
             self._u_sum, self._u_cnt = np.zeros(len(ids)), np.zeros(len(ids))
         elif self.drop_every > 0 and epoch % self.drop_every == 0:
             # set with _kept on this fit's first epoch
@@ -255,9 +256,9 @@ class _RowSets:
         a = fed.active
         # RISA runs after alignment; the active party's data always carries its labels
         assert a.aligned_ids is not None and a.data.label_ids is not None
-        own_unaligned = np.setdiff1d(a.data.train_ids, a.aligned_ids)
+        own_unaligned = difference(a.data.train_ids, a.aligned_ids)
         return cls(a.aligned_ids, labeled_aligned_ids(fed), own_unaligned,
-                   np.intersect1d(own_unaligned, a.data.label_ids))
+                   intersect(own_unaligned, a.data.label_ids))
 
 
 # ---------------------------------------------------------------------------------------- method
@@ -303,7 +304,7 @@ class RISA(Method):
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
         for p in fed.passives:
             assert p.aligned_ids is not None  # RISA runs after alignment
-            p.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, np.setdiff1d(p.data.train_ids, p.aligned_ids))
+            p.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, difference(p.data.train_ids, p.aligned_ids))
         return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT) for p in fed.passives}
 
     def _pair_randomly(self, fed: Federation, own: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -365,10 +366,10 @@ class RISA(Method):
         """Step 2, self-training on the labeled aligned rows → pseudo-labels for the unlabeled rows.
         Returns every training row's ID and (pseudo-)label: ``id_parts`` / ``y_parts`` and the new ones."""
         if self.params["self_training"]:
-            candidates = np.setdiff1d(rows.aligned, rows.labeled_aligned)
+            candidates = difference(rows.aligned, rows.labeled_aligned)
             if self._imputes:
                 passive_only = self._announce_unaligned(fed)
-                candidates = np.concatenate([candidates, np.setdiff1d(rows.own_unaligned, rows.own_labeled),
+                candidates = np.concatenate([candidates, difference(rows.own_unaligned, rows.own_labeled),
                                              *passive_only.values()])
             if len(candidates):
                 ids_pl, y_pl, st = self._self_train(fed, rows.labeled_aligned, candidates)
@@ -396,7 +397,7 @@ class RISA(Method):
             for party in fed.parties:
                 party.set_lr(lr)
         self.trainer = RisaTrainer(fed, self.ctx.train, self.ctx.seed, (label_ids, label_y),
-                                   droppable=np.setdiff1d(label_ids, rows.labeled_aligned), evidential=evidential,
+                                   droppable=difference(label_ids, rows.labeled_aligned), evidential=evidential,
                                    params=self.params, progress=self.ctx.progress)
         self.trainer.fit(label_ids)
         info["drops"] = self.trainer.drops
