@@ -74,12 +74,14 @@ def _add_train(sub) -> None:
 
 def _build_config(args: argparse.Namespace):
     from securevfl.config import RunConfig, apply_dict, load_config_file
+    from securevfl.cutlayer import refuse_test_fixtures
     from securevfl.settings import apply_flags
 
     cfg = RunConfig()
     if args.config:
         apply_dict(cfg, load_config_file(args.config))
     apply_flags(cfg, args)
+    refuse_test_fixtures(cfg.he_params, "--he-param" if not args.config else "--he-param / config he_params")
     if args.id_column:  # once: the column of every file; more: one per file
         if len(args.id_column) == 1:
             cfg.data.id_column = args.id_column[0]

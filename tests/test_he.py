@@ -307,3 +307,23 @@ def test_ckks_matches_plaintext_on_fashion_mnist():
     on, u_on, _ = losses_and_utility(cfg("ckks"))
     assert np.max(np.abs(on - off) / np.abs(off)) < 1e-3 and abs(u_on - u_off) <= 0.005
     assert u_off > 0.2  # learning, well above chance (0.1), in the 32 steps kept below the divergence horizon
+
+
+def test_seeded_shares_is_refused_from_user_input(tmp_path, capsys):
+    """``seeded_shares`` lets the active party derive the passive party's secret share from the public
+    seed; only the Python API (test fixtures) may set it, never the CLI, a config or a sweep file."""
+    import yaml
+
+    from securevfl.cli import main
+
+    conf, sweep = tmp_path / "c.yaml", tmp_path / "s.yaml"
+    conf.write_text(yaml.safe_dump({"dataset": "digits", "he": "ckks", "he_params": {"seeded_shares": True}}))
+    sweep.write_text(yaml.safe_dump({"name": "t", "dataset": {"name": "digits"}, "methods": ["splitnn"],
+                                     "defenses": ["none"], "seeds": [0], "he": [{"ckks": {"seeded_shares": True}}]}))
+    for argv in (["train", "--dataset", "digits", "--he", "ckks", "--he-param", "seeded_shares=true"],
+                 ["train", "--config", str(conf)],
+                 ["sweep", str(sweep), "--store", str(tmp_path / "s.sqlite"), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "seeded_shares is a test fixture" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "s.sqlite").exists()

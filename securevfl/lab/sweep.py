@@ -367,7 +367,7 @@ def _apply_data_point(cfg: RunConfig, data_swept: dict) -> None:
 
 def _he_modes(value: object) -> list[tuple[str, dict]]:
     """``he``: a scheme, or a list of schemes each a name or ``{paillier: {key_bits: 2048}}``."""
-    from securevfl.cutlayer import CUT_LAYERS
+    from securevfl.cutlayer import CUT_LAYERS, refuse_test_fixtures
 
     out = []
     for i, h in enumerate(_as_list(value, "he")):
@@ -383,6 +383,7 @@ def _he_modes(value: object) -> list[tuple[str, dict]]:
             raise _fail(key, f"{name!r} is not available; available: {', '.join(CUT_LAYERS.names())}")
         if params and name == "off":
             raise _fail(key, "off takes no parameters")
+        refuse_test_fixtures(params, f"sweep file: key {key!r}")
         out.append((name, params))
     return out
 
