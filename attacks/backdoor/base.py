@@ -11,11 +11,19 @@ honestly and still adds the trigger at inference (tests and ``benchmarks/RESULTS
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from attacks.base import Attack, AttackResult, AttackTarget, GroundTruth, PassiveTamper, adversary_party, check_adversary
+from attacks.base import (
+    Attack,
+    AttackResult,
+    AttackTarget,
+    GroundTruth,
+    PassiveTamper,
+    adversary_party,
+    check_adversary,
+)
 from securevfl.errors import UserError
 
 if TYPE_CHECKING:
@@ -32,7 +40,7 @@ class Backdoor(Attack, PassiveTamper):
     threat_model = "passive"
     during_training = True
     requires = frozenset({"bottom_model", "received_gradients", "own_rows", "aux_labels"})
-    defaults: dict[str, object] = {"target": 0, "poison": 0.01, "n_known": 10, "adversary": "passive1"}
+    defaults: ClassVar[dict[str, object]] = {"target": 0, "poison": 0.01, "n_known": 10, "adversary": "passive1"}
     """``target``: the class triggered rows should get; ``poison``: the fraction of the adversary's
     training rows it poisons (0: the control, honest training, trigger at inference only);
     ``n_known``: rows of the target class whose labels the adversary knows; ``adversary``: which
