@@ -167,6 +167,8 @@ def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: i
     built = []
     for cls, params in attack_specs:
         attack = cls(exposes, seed=seed, **params)
+        if "adversary" in attack.config:  # a party this federation lacks is a one-line error before training
+            attack_lib.adversary_party(fed, str(attack.config["adversary"]))
         if attack.during_training:
             attack.prepare(fed, ADVERSARY, partition)
         built.append(attack)
