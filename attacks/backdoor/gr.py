@@ -1,4 +1,4 @@
-"""``backdoor-gr``: the gradient-replacement backdoor (Liu & Lyu, "Backdoor attacks and defenses in
+"""``backdoor-gr``: the gradient-replacement backdoor (Liu, Yi & Chen, "Backdoor attacks and defenses in
 feature-partitioned collaborative learning", 2020; SecretFlow ``GradReplaceAttack``).
 
 The adversary is a passive party that knows the labels of a few of its training rows of the target
@@ -42,7 +42,7 @@ def patch_trigger(party: Any, size: int) -> tuple[np.ndarray, torch.Tensor]:
 
 @ATTACKS.register
 class GradientReplacement(Backdoor):
-    """Liu & Lyu's gradient-replacement backdoor by a passive party (module docstring)."""
+    """Liu, Yi & Chen's gradient-replacement backdoor by a passive party (module docstring)."""
 
     name = "backdoor-gr"
     defaults = {**Backdoor.defaults, "gamma": 10.0, "trigger_size": 4}
