@@ -213,6 +213,13 @@ class PassiveTamper:
         return grad
 
 
+def numeric_cells(data: Any) -> int:
+    """How many leading cells of a party's flattened rows hold feature values an attacker can perturb:
+    every pixel of an image, the standardised numeric columns of a tabular block (its categorical
+    codes that follow are embedding indices, not values)."""
+    return int(data.n_numeric) if data.cardinalities else int(np.prod(data.X_train.shape[1:]))
+
+
 def check_adversary(owner: str, config: dict) -> None:
     """An ``adversary`` parameter names a passive party (``passive1``, ``passive2``, ...)."""
     if not re.fullmatch(r"passive[1-9][0-9]*", str(config["adversary"])):

@@ -29,6 +29,7 @@ from attacks.base import (
     PassiveTamper,
     adversary_party,
     check_adversary,
+    numeric_cells,
 )
 from securevfl.errors import UserError
 
@@ -89,8 +90,7 @@ class NoisySample(Untargeted):
         if len(rows) == 0:
             return x
         flat = x.reshape(len(x), -1).clone()
-        data = self.party.data
-        cells = data.n_numeric if data.cardinalities else flat.shape[1]  # numeric cells (images: all)
+        cells = numeric_cells(self.party.data)
         noise = self.rng.standard_normal((len(rows), cells)).astype(np.float32)
         flat[torch.from_numpy(rows), :cells] += float(self.config["noise_lambda"]) * torch.from_numpy(noise)
         return flat.reshape(x.shape)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from attacks.backdoor.base import Backdoor
-from attacks.base import ATTACKS
+from attacks.base import ATTACKS, numeric_cells
 from securevfl.errors import UserError
 
 
@@ -30,8 +30,7 @@ def patch_trigger(party: Any, size: int) -> tuple[np.ndarray, torch.Tensor]:
     """The flattened cells a feature trigger sets and their values: the party's last ``size`` numeric
     (or, on images, pixel) cells, alternately at their training maximum and minimum."""
     flat = party.data.X_train.reshape(len(party.data.X_train), -1)
-    # tabular blocks hold standardised numeric columns, then categorical codes (not perturbable)
-    n_cells = party.data.n_numeric if party.data.cardinalities else flat.shape[1]
+    n_cells = numeric_cells(party.data)
     if n_cells == 0:
         raise UserError(f"the adversary {party.name} holds no numeric feature to put a trigger on")
     cells = np.arange(max(0, n_cells - size), n_cells)
