@@ -62,6 +62,7 @@ class Villain(Backdoor):
         self.grads: np.ndarray | None = None  # last returned gradient of every own training row
         self.embeds: np.ndarray | None = None  # last sent embedding of every own training row
         self.seen = np.zeros(len(ids), dtype=np.int64)  # gradients received per row
+        self.sent = np.zeros(len(ids), dtype=bool)  # rows whose embedding it has sent in training
         self.poisoned: np.ndarray | None = None  # chosen once inference ends
         self.dims: np.ndarray | None = None  # the trigger's embedding dimensions
         self.poisoned_steps = 0
@@ -80,6 +81,7 @@ class Villain(Backdoor):
             self.embeds = np.zeros((len(self.ids), flat.shape[1]), dtype=np.float32)
         ok = slots >= 0
         self.embeds[slots[ok]] = flat[ok]  # what it sends honestly, the trigger's scale
+        self.sent[slots[ok]] = True
         rows = np.flatnonzero(np.isin(ids, self.poisoned)) if self.poisoned is not None else np.zeros(0, np.int64)
         if len(rows) == 0:
             return z
@@ -97,7 +99,7 @@ class Villain(Backdoor):
         digits their spread rose 0.05 → 0.66 over 10 epochs), so δ follows them rather than
         freezing at the value where inference ended."""
         assert self.embeds is not None and self.dims is not None  # set once inference ends
-        delta = float(self.embeds[:, self.dims].std(0).mean())
+        delta = float(self.embeds[self.sent][:, self.dims].std(0).mean())
         stripe = np.where(np.arange(len(self.dims)) % 4 < 2, delta, -delta)
         pattern = np.zeros(self.embeds.shape[1], dtype=np.float32)
         pattern[self.dims] = float(self.config["beta"]) * stripe
@@ -108,26 +110,37 @@ class Villain(Backdoor):
             return grad
         slots = self.slots(ids)
         ok = slots >= 0
+        slots = slots[ok]
+        if (self.seen[slots] >= int(self.config["infer_epochs"])).any():
+            # a row comes back for one epoch more than the inference reads: its epochs are over (rows
+            # the method never trains on, e.g. unlabeled ones, are never seen and never chosen)
+            self.infer()
+            return grad
         flat = grad.detach().reshape(len(grad), -1).numpy()
         if self.grads is None:
             self.grads = np.zeros((len(self.ids), flat.shape[1]), dtype=np.float32)
-        self.grads[slots[ok]] = flat[ok]
-        self.seen[slots[ok]] += 1
-        if self.seen.min() >= int(self.config["infer_epochs"]):  # every row seen as often as asked
-            self.infer()
+        self.grads[slots] = flat[ok]
+        self.seen[slots] += 1
         return grad
 
     def infer(self) -> None:
         """Choose the rows to poison (the most target-like gradients) and build the trigger."""
         assert self.grads is not None and self.embeds is not None  # filled during the inference phase
+        seen = self.seen > 0
         known = self.slots(self.known)
-        ref = self.grads[known].mean(0)
-        norms = np.linalg.norm(self.grads, axis=1) * np.linalg.norm(ref) + 1e-12
-        score = self.grads @ ref / norms
-        score[known] = np.inf  # the rows it knows are target rows come first
-        self.poisoned = np.sort(self.ids[np.argsort(-score, kind="stable")[:self.n_poison]])
+        known = known[seen[known]]
+        if len(known) == 0:  # none of its known rows came up in training: nothing to compare with
+            self.poisoned = np.zeros(0, dtype=self.ids.dtype)
+        else:
+            ref = self.grads[known].mean(0)
+            norms = np.linalg.norm(self.grads, axis=1) * np.linalg.norm(ref) + 1e-12
+            score = self.grads @ ref / norms
+            score[~seen] = -np.inf  # rows it never trained on tell it nothing
+            score[known] = np.inf  # the rows it knows are target rows come first
+            n = min(self.n_poison, int(seen.sum()))
+            self.poisoned = np.sort(self.ids[np.argsort(-score, kind="stable")[:n]])
         m = int(self.config["trigger_dims"]) or self.embeds.shape[1]
-        self.dims = np.argsort(-self.embeds.std(0), kind="stable")[:m]
+        self.dims = np.argsort(-self.embeds[self.sent].std(0), kind="stable")[:m]
 
     def run(self, target: AttackTarget) -> AttackResult:
         result = super().run(target)
@@ -135,4 +148,5 @@ class Villain(Backdoor):
             truth = target.truth(self.poisoned)
             result.details["inference_precision"] = float((truth == int(self.config["target"])).mean())
         result.details["poisoning_started"] = self.poisoned is not None
+        result.details["poisoned_sends"] = self.poisoned_steps
         return result
