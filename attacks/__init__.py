@@ -1,11 +1,14 @@
 """Attacks against a trained federation, organised by family: label inference by a passive party
-(model completion, gradient scoring) and feature reconstruction by the active party.
+(model completion, gradient scoring), feature reconstruction by the active party, backdoors a
+passive party plants during training, and robustness attacks a passive party makes at inference.
 
 Only securevfl's composition layer (``securevfl.lab``, the CLI) imports this package."""
 
-from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, attack_spec, parse_attack
+from attacks import robustness  # noqa: F401  (registration)
+from attacks.backdoor import gr, villain  # noqa: F401  (registration)
+from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, adversary_party, attack_spec, parse_attack
 from attacks.feature import fr  # noqa: F401  (registration)
 from attacks.gradient import scoring  # noqa: F401  (registration)
 from attacks.model_completion import mc  # noqa: F401  (registration)
 
-__all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "attack_spec", "parse_attack"]
+__all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "adversary_party", "attack_spec", "parse_attack"]

@@ -10,12 +10,14 @@ adversary's own and the ground truth to score against, both from the simulator.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
+import torch
 
 from securevfl.errors import UserError
 from securevfl.registry import Registry
@@ -35,6 +37,10 @@ NEEDS = {
     "transcript": "the recorded messages (run with --record)",
 }
 """What each observation an attack can require means, in the user's terms (for the refusal)."""
+
+
+KINDS = frozenset({"label_inference", "feature_reconstruction", "backdoor", "untargeted"})
+"""Attack types (:attr:`Attack.kind`): scores take the worst case over the attacks of one type."""
 
 
 @dataclass
@@ -118,6 +124,8 @@ class Attack(ABC):
     """What the attack must observe, keys of :data:`NEEDS` plus ``own_rows`` and ``aux_labels``
     (e.g. ``bottom_model``, ``received_gradients``, ``transcript``, ``binary_task``); construction
     refuses, with a one-line error, a federation that does not expose all of them."""
+    kind: ClassVar[str] = ""
+    """What the attack is, for scoring by type (:data:`KINDS`)."""
     during_training: ClassVar[bool] = False
     """True when the attack must act while the federation trains (it gets :meth:`prepare`)."""
     defaults: ClassVar[dict[str, object]] = {}
@@ -161,12 +169,14 @@ class Attack(ABC):
         UserError naming the bad one."""
         check_nonnegative(f"attack {cls.name}", config)
 
-    def prepare(self, federation: object, adversary: str) -> None:  # noqa: B027 - optional
+    def prepare(self, federation: object, adversary: str,  # noqa: B027 - optional
+                partition: GroundTruth | None = None) -> None:
         """Act before training (only for ``during_training`` attacks).
 
         Args:
             federation: the built, untrained federation.
             adversary: the attacking party's name; the attack may touch only that party's objects.
+            partition: the simulator's ground truth (only for the labeled rows the adversary knows).
         """
 
     @abstractmethod
@@ -183,6 +193,47 @@ class Attack(ABC):
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")
 """Every attack by name; an attack module registers its class with ``@ATTACKS.register``."""
+
+
+class PassiveTamper:
+    """A malicious passive party's deviations from the protocol (:class:`securevfl.parties.Tamper`),
+    honest by default: a backdoor or robustness attack overrides what it changes and installs itself
+    with the adversary's own ``use_tamper``."""
+
+    def features(self, x: torch.Tensor, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
+        """What the party feeds its bottom model for ``ids`` (its own rows ``x``)."""
+        return x
+
+    def output(self, z: torch.Tensor, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
+        """What the party sends for ``ids`` (its bottom output ``z``, with its graph in training)."""
+        return z
+
+    def gradient(self, grad: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
+        """What the party applies of the gradient ``grad`` it received for ``ids``."""
+        return grad
+
+
+def numeric_cells(data: Any) -> int:
+    """How many leading cells of a party's flattened rows hold feature values an attacker can perturb:
+    every pixel of an image, the standardised numeric columns of a tabular block (its categorical
+    codes that follow are embedding indices, not values)."""
+    return int(data.n_numeric) if data.cardinalities else int(np.prod(data.X_train.shape[1:]))
+
+
+def check_adversary(owner: str, config: dict) -> None:
+    """An ``adversary`` parameter names a passive party (``passive1``, ``passive2``, ...)."""
+    if not re.fullmatch(r"passive[1-9][0-9]*", str(config["adversary"])):
+        raise UserError(f"{owner}: adversary must name a passive party (passive1, passive2, ...), "
+                        f"got {config['adversary']!r}")
+
+
+def adversary_party(federation: Federation, name: str) -> Any:
+    """The adversary's own party object; a one-line error when the federation has no such party."""
+    found = [p for p in federation.passives if p.name == name]
+    if not found:
+        names = ", ".join(p.name for p in federation.passives) or "none"
+        raise UserError(f"adversary {name}: this federation has no such passive party (it has {names})")
+    return found[0]
 
 
 def parse_attack(entry: object) -> tuple[type[Attack], dict]:

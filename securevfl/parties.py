@@ -61,6 +61,18 @@ class LocalStep(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+class Tamper(Protocol):
+    """A malicious passive party's own deviations from the protocol (a backdoor or robustness attack
+    acting as that party, :meth:`PassiveParty.use_tamper`): what it feeds its bottom model, what it
+    sends, and what it applies of the gradient it received. Each sees only the party's own tensors."""
+
+    def features(self, x: torch.Tensor, ids: np.ndarray, split: str, training: bool) -> torch.Tensor: ...
+
+    def output(self, z: torch.Tensor, ids: np.ndarray, split: str, training: bool) -> torch.Tensor: ...
+
+    def gradient(self, grad: torch.Tensor, ids: np.ndarray) -> torch.Tensor: ...
+
+
 class Party:
     role: ClassVar[str]
     """The role whose hooks this party installs (``runs_at``)."""
@@ -230,7 +242,12 @@ class PassiveParty(Party):
         self._x: torch.Tensor | None = None
         # find_hook returns a hook of the kind it is given
         self._rule: PassiveStep = cast("PassiveStep | None", find_hook(self.hooks, PassiveStep)) or PlainPassiveStep()
+        self.tamper: Tamper | None = None  # set by the party itself when it turns malicious (use_tamper)
         self._finish()
+
+    def use_tamper(self, tamper: Tamper | None) -> None:
+        """This party deviates from the protocol as ``tamper`` says from now on (None: honest again)."""
+        self.tamper = tamper
 
     def cut_end_list(self) -> list:
         return [self.cut_end]
@@ -248,8 +265,12 @@ class PassiveParty(Party):
         if training:
             self._rule.arm([self.bottom])
         x = self.features(ids, split)
+        if self.tamper is not None:
+            x = self.tamper.features(x, ids, split, training)
         with torch.set_grad_enabled(training):
             z = self.bottom(x)
+            if self.tamper is not None:
+                z = self.tamper.output(z, ids, split, training)
         self._z, self._ids, self._x = (z, ids, x) if training else (None, None, None)
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
@@ -261,6 +282,8 @@ class PassiveParty(Party):
         # a backward pass follows a training send_output, which kept its output, rows and inputs
         assert self._z is not None and self._ids is not None and self._x is not None
         params = self.parameters()
+        if self.tamper is not None:
+            grad = self.tamper.gradient(grad, self._ids)
         extra = self._extra_loss(StepView(self._ids, self._x, self._z)) if self._losses else None
         for q, g in zip(params, self._rule.gradients(self._z, grad, extra, params, self._ids), strict=True):
             q.grad = g

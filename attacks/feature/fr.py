@@ -206,6 +206,7 @@ class FeatureAttack(Attack):
     """Shared set-up and scoring of the active party's feature-reconstruction attacks."""
 
     threat_model = "active"
+    kind = "feature_reconstruction"
 
     def split_rows(self, target: AttackTarget) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
         """(aux, scored, test) IDs: the same draw for every feature attack of a run."""

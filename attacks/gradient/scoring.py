@@ -68,6 +68,7 @@ def _batch_request(payload: bytes) -> tuple[str, bool] | None:
 
 
 class GradientScoring(Attack):
+    kind = "label_inference"
     requires = frozenset({"transcript", "binary_task"})
     defaults = {"n_aux": 40}
 

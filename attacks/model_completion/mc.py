@@ -95,6 +95,7 @@ SSL stage, ``ssl_epochs`` of fedhssl / fedlocal-*)."""
 @ATTACKS.register
 class ModelCompletion(Attack):
     name = "mc"
+    kind = "label_inference"
     requires = frozenset({"bottom_model", "own_rows", "aux_labels"})
     # Budget (Fu et al. 2022, their public code FuChong-cyber/label-inference-attacks,
     # Code/model_completion.py): Adam lr 2e-3, MixMatch T 0.8, α 0.75, λ_u 50, EMA 0.999, head
@@ -332,7 +333,7 @@ class ModelCompletionActive(ModelCompletion):
         if not 0 <= config["momentum"] < 1:
             raise UserError(f"attack {cls.name}: momentum must be in [0, 1), got {config['momentum']}")
 
-    def prepare(self, federation, adversary: str) -> None:
+    def prepare(self, federation, adversary: str, partition=None) -> None:
         party = federation.party(adversary)
         fixed = float(self.config["mal_lr"])
 

@@ -69,7 +69,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     fed = method.build(partition, cut)
-    attacks = prepare_attacks(attack_specs, fed, cfg.seed)
+    attacks = prepare_attacks(attack_specs, fed, cfg.seed, partition)
     method.train(fed)
     utility = method.evaluate(fed)
     seconds = time.perf_counter() - t0
@@ -158,15 +158,19 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
                         "(partition.active_features: false) works with entity-aug")
 
 
-def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: int) -> list[attack_lib.Attack]:
+def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: int,
+                    partition: Partition | None = None) -> list[attack_lib.Attack]:
     """Construct each attack against what the built federation exposes to its adversary (a missing
-    observation fails here, before training); attacks that act during training install themselves."""
+    observation fails here, before training); attacks that act during training install themselves
+    (with the simulator's ground truth, for the few labeled rows of their own they know)."""
     exposes = frozenset(adversary_exposes(fed))
     built = []
     for cls, params in attack_specs:
         attack = cls(exposes, seed=seed, **params)
+        if "adversary" in attack.config:  # a party this federation lacks is a one-line error before training
+            attack_lib.adversary_party(fed, str(attack.config["adversary"]))
         if attack.during_training:
-            attack.prepare(fed, ADVERSARY)
+            attack.prepare(fed, ADVERSARY, partition)
         built.append(attack)
     return built
 

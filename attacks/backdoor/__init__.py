@@ -1,0 +1,1 @@
+"""Backdoors planted by a malicious passive party during training."""
