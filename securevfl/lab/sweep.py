@@ -17,7 +17,9 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   a list value sweeps that parameter (``{mc: {n_aux: [20, 80]}}``: one cell per value, the swept key
   shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them, each optionally
   with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
-  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config; ``record``,
+  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config (a list given
+  for a scalar ``model`` key sweeps it like a strength, e.g. ``model: {cut: [1, 2, 3]}``, shown as
+  ``model.cut``); ``record``,
   ``mechanism_seed`` (:data:`RUN_KEYS`): top-level run settings.
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
@@ -315,6 +317,10 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
     for section in ("train", "model", "optim"):
         if section in data:
             fixed[section] = data[section]
+    if isinstance(fixed.get("model"), dict):  # a list for a scalar model key (the cut position) is an axis
+        for k, v in list(fixed["model"].items()):
+            if isinstance(v, list) and not isinstance(getattr(base.model, k, None), tuple | list):
+                axes[f"model.{k}"] = _as_list(fixed["model"].pop(k), f"model.{k}")
     try:
         apply_dict(base, {k: data[k] for k in RUN_KEYS if k in data})
     except UserError as e:
@@ -358,8 +364,11 @@ def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> l
 def _apply_data_point(cfg: RunConfig, data_swept: dict) -> None:
     """Set one point of the swept dataset keys on a cell's configuration."""
     for k, v in data_swept.items():
-        section = cfg.data if k in _DATA_KEYS else cfg.partition
+        section = cfg.model if k.startswith("model.") else cfg.data if k in _DATA_KEYS else cfg.partition
         try:
+            if k.startswith("model."):
+                apply_dict(section, {k.removeprefix("model."): v}, "model.")
+                continue
             apply_dict(section, {_PARTITION_ALIASES.get(k, k): v}, "dataset.")
         except UserError as e:
             raise UserError(f"sweep file: {e}") from None
