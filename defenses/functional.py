@@ -113,7 +113,7 @@ def distance_correlation(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     a, b = _centered_distances(x.flatten(1).float()), _centered_distances(z.flatten(1).float())
     dcov2_xz = (a * b).mean()
     denom = ((a * a).mean() * (b * b).mean()).sqrt()
-    if float(denom) <= 0.0:
+    if float(denom.detach()) <= 0.0:
         return (dcov2_xz * 0.0).clamp_min(0.0)
     # dCov² ≥ 0 in exact arithmetic; clamp round-off before the square root (and its gradient)
     return (dcov2_xz.clamp_min(0.0) / denom).clamp_min(1e-30).sqrt()
