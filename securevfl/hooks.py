@@ -82,8 +82,9 @@ class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abs
     """What every hook declares (see the module docstring)."""
 
     name: ClassVar[str] = "hook"
-    runs_at: ClassVar[frozenset[str]] = frozenset({ACTIVE, PASSIVE})
-    """Roles whose parties install this hook."""
+    runs_at: frozenset[str] = frozenset({ACTIVE, PASSIVE})
+    """Roles whose parties install this hook (a class default; a defense at zero strength sets its own,
+    empty: installed nowhere, so the run is bit-identical to no defense)."""
     observes: ClassVar[frozenset[str]] = frozenset()
     """What the hook may read (a subset of :data:`OBSERVABLES`)."""
     carries_epsilon: ClassVar[bool] = False

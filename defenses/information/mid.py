@@ -71,7 +71,8 @@ class MID(Defense, ModelWrap, ExtraLoss):
     def validate(self) -> None:
         _finite("mid lam", self.config["lam"])
         if not 0 < self.config["scale"] <= 4:
-            raise UserError(f"mid scale (bottleneck width / delivery width) must be in (0, 4], got {self.config['scale']}")
+            raise UserError(f"mid scale (bottleneck width / delivery width) must be in (0, 4], "
+                            f"got {self.config['scale']}")
         if self.config["lam"] == 0:  # the undefended control: installed nowhere, bit-identical
             self.runs_at = frozenset()
         self.layers: list[Bottleneck] = []
