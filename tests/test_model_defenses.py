@@ -146,3 +146,12 @@ def test_cae_refuses_what_cannot_train_on_soft_labels(change, needle):
     cfg.train.lr_grid = change.get("lr_grid", [])
     with pytest.raises(UserError, match=needle):
         execute(cfg, progress=False)
+
+
+def test_cut_at_its_default_keeps_existing_run_ids():
+    from securevfl.lab.sweep import run_id
+
+    cfg = RunConfig(dataset="digits").to_dict()
+    before = {**cfg, "model": {k: v for k, v in cfg["model"].items() if k != "cut"}}  # a store from before --cut
+    assert run_id(cfg) == run_id(before)
+    assert run_id({**cfg, "model": {**cfg["model"], "cut": 1}}) != run_id(before)  # control: a set cut is hashed
