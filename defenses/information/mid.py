@@ -13,8 +13,8 @@ prediction; the noise ε comes from the defense's own generator. ``mid:0`` is th
 (no layer; VFLAIR's λ = 0 keeps an untrained-for-privacy bottleneck, a different architecture).
 
 Party: active. Composes with HE (the layer sits on a_P = t·W_P, which the active party holds in the
-clear), with every method that trains through the active party's head, and is inert without a head
-(an agg head has no delivery to wrap).
+clear), with every method that trains through the active party's head, and with an agg head (the
+layer then sits on each passive party's logits before the sum).
 """
 
 from __future__ import annotations
