@@ -3,6 +3,8 @@ layer imports this package."""
 
 from defenses.base import DEFENSES, Defense, defense_names, parse_defense
 from defenses.compression import sparsify  # noqa: F401  (registration)
+from defenses.encoding import cae  # noqa: F401  (registration)
+from defenses.information import dcor, mid  # noqa: F401  (registration)
 from defenses.perturbation import embedding, iso, label_dp, rr  # noqa: F401  (registration)
 
 __all__ = ["DEFENSES", "Defense", "defense_names", "parse_defense"]

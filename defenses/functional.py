@@ -95,3 +95,38 @@ def rr_with_prior(labels: np.ndarray, priors: np.ndarray, eps: float, rng: np.ra
     """RRWithPrior for every row (``priors``: n × K, computed without these labels)."""
     return np.array([rng.choice(priors.shape[1], p=rr_with_prior_probs(p, int(y), eps))
                      for y, p in zip(labels, priors, strict=True)], dtype=np.asarray(labels).dtype)
+
+
+def _centered_distances(t: torch.Tensor) -> torch.Tensor:
+    """Double-centred pairwise Euclidean distance matrix of the rows of ``t`` (B, d)."""
+    sq = (t.unsqueeze(1) - t.unsqueeze(0)).pow(2).sum(-1)
+    # sqrt has an infinite slope at 0 (the diagonal, duplicate rows): take it only where sq > 0
+    pos = sq > 0
+    d = torch.where(pos, sq.clamp_min(1e-30).sqrt(), torch.zeros_like(sq))
+    return d - d.mean(0, keepdim=True) - d.mean(1, keepdim=True) + d.mean()
+
+
+def distance_correlation(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Sample distance correlation dCor(x, z) ∈ [0, 1] between two batches of rows (Székely et al.
+    2007; NoPeek's leakage measure, Vepakomma et al. 2020), differentiable in both. Rows are
+    flattened; a batch with constant rows on either side has dCor 0."""
+    a, b = _centered_distances(x.flatten(1).float()), _centered_distances(z.flatten(1).float())
+    dcov2_xz = (a * b).mean()
+    denom = ((a * a).mean() * (b * b).mean()).sqrt()
+    if float(denom.detach()) <= 0.0:
+        return (dcov2_xz * 0.0).clamp_min(0.0)
+    # dCov² ≥ 0 in exact arithmetic; clamp round-off before the square root (and its gradient)
+    return (dcov2_xz.clamp_min(0.0) / denom).clamp_min(1e-30).sqrt()
+
+
+def discretize(t: torch.Tensor, bins: int) -> torch.Tensor:
+    """Discrete SGD's quantisation (Dryden et al. 2016 as used against label leakage by VFLAIR's
+    DiscreteSGD): round every entry to the nearest multiple of the step 2σ / ⌊(bins + 1) / 2⌋, σ the
+    standard deviation of the message. Reading: σ is taken per message (VFLAIR fixes it at the
+    first batch)."""
+    levels = (bins + 1) // 2
+    std = float(t.float().std()) if t.numel() > 1 else 0.0
+    if levels < 1 or std == 0.0 or not math.isfinite(std):
+        return t
+    step = 2.0 * std / levels
+    return (torch.round(t / step) * step).to(t.dtype)

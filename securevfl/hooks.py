@@ -82,8 +82,9 @@ class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abs
     """What every hook declares (see the module docstring)."""
 
     name: ClassVar[str] = "hook"
-    runs_at: ClassVar[frozenset[str]] = frozenset({ACTIVE, PASSIVE})
-    """Roles whose parties install this hook."""
+    runs_at: frozenset[str] = frozenset({ACTIVE, PASSIVE})
+    """Roles whose parties install this hook (a class default; a defense at zero strength sets its own,
+    empty: installed nowhere, so the run is bit-identical to no defense)."""
     observes: ClassVar[frozenset[str]] = frozenset()
     """What the hook may read (a subset of :data:`OBSERVABLES`)."""
     carries_epsilon: ClassVar[bool] = False
@@ -95,6 +96,9 @@ class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abs
     """True when the hook's guarantee assumes each released row belongs to one labeled example of
     a batch all parties share (e.g. the label-DP accountant); methods without aligned batches
     (entity-aug) refuse such hooks."""
+    soft_labels: ClassVar[bool] = False
+    """True when the hook's label transform yields class-probability rows (CAE's confused labels);
+    methods that read training labels as classes, and a learning-rate search, refuse it."""
     bounds_features: ClassVar[bool] = False
     """True when the hook bounds what the supervised loop releases about passive features; methods
     that use those features outside the loop (pre-training, SSL, imputation) refuse it."""
@@ -314,7 +318,8 @@ class LabelTransform(PartyHook):
     @abstractmethod
     def transform_labels(self, labels: np.ndarray, n_classes: int, features: np.ndarray | None = None
                          ) -> np.ndarray:
-        """The training labels to train on (same order and dtype).
+        """The training labels to train on (same order and dtype; with :attr:`PartyHook.soft_labels`,
+        one float32 row of class probabilities per label).
 
         Args:
             labels: the party's training labels.

@@ -23,6 +23,11 @@ class ModelConfig:
     head_hidden: tuple[int, ...] = setting(factory=tuple, ge=1, doc="""
         Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g).""")
     emb_dim: int = setting(8, ge=1, doc="Embedding width per categorical field (tabular data; VFLHLP uses 8).")
+    cut: int | None = setting(None, flag="--cut", ge=1, doc="""
+        Cut-layer position: how many of the MLP bottom model's layers stay at each party (its output
+        layer included); the other ``hidden`` layers move to the head, before ``head_hidden``, so the
+        total depth is fixed. ``None`` = all of them (``len(hidden) + 1``, the default architecture).
+        Swept like a defense's strength (a deeper head leaves less of the model at the passive party).""")
     preset: str | None = setting(None, flag="--model-preset", doc="""
         A paper's architecture (:data:`MODEL_PRESETS`: ``vflhlp-avazu``, ``vflhlp-criteo``, ``fedud``): it
         sets the fields it names, overriding them.""")
@@ -109,31 +114,44 @@ def set_mode(module: nn.Module, training: bool) -> None:
         module.train(training)
 
 
+def split_layers(cfg: ModelConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The hidden widths of the MLP bottom model and of the head at cut position ``cfg.cut``."""
+    if cfg.cut is None:
+        return cfg.hidden, cfg.head_hidden
+    if cfg.cut > len(cfg.hidden) + 1:
+        raise UserError(f"--cut {cfg.cut}: the bottom model has only {len(cfg.hidden) + 1} layers (hidden "
+                        f"{list(cfg.hidden)} and its output layer)")
+    return cfg.hidden[: cfg.cut - 1], cfg.hidden[cfg.cut - 1:] + cfg.head_hidden
+
+
 def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig, n_numeric: int | None = None,
                  cardinalities: tuple[int, ...] = ()) -> nn.Module:
     """A party's bottom model for its feature block. Tabular blocks with categorical fields get a
     :class:`TabularEncoder`."""
+    hidden = split_layers(cfg)[0]
     if cardinalities:
-        return TabularEncoder(n_numeric or 0, cardinalities, cfg.emb_dim, cfg.hidden, cfg.cut_dim)
+        return TabularEncoder(n_numeric or 0, cardinalities, cfg.emb_dim, hidden, cfg.cut_dim)
     kind = cfg.bottom
     if kind == "auto":
         kind = "cnn" if len(feature_shape) == 2 and feature_shape[0] >= 16 else "mlp"
     if kind == "cnn":
         if len(feature_shape) != 2:
             raise ValueError("the cnn bottom model needs image slices")
+        if cfg.cut is not None:
+            raise UserError("--cut moves MLP layers between the bottom model and the head; use --bottom mlp")
         return ConvEncoder(feature_shape, cfg.cnn_channels, cfg.cut_dim)
     if kind == "mlp":
         in_dim = 1
         for s in feature_shape:
             in_dim *= s
-        return MLPEncoder(in_dim, cfg.hidden, cfg.cut_dim)
+        return MLPEncoder(in_dim, hidden, cfg.cut_dim)
     raise ValueError(f"unknown bottom model {cfg.bottom!r}")
 
 
 def build_head(in_dim: int, n_classes: int, cfg: ModelConfig) -> nn.Module:
     layers: list[nn.Module] = []
     d = in_dim
-    for h in cfg.head_hidden:
+    for h in split_layers(cfg)[1]:
         layers += [nn.Linear(d, h), nn.ReLU()]
         d = h
     layers.append(nn.Linear(d, n_classes))

@@ -140,6 +140,12 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
         if hook.bounds_features and m.passive_features_outside_loop:
             raise UserError(f"defense {hook.name} bounds what the supervised loop releases about passive features, but "
                             f"method {cfg.method} also uses them outside it (pre-training, SSL or imputation)")
+        if hook.soft_labels and not m.soft_label_training:
+            raise UserError(f"defense {hook.name} trains on soft (class-probability) labels, which method "
+                            f"{cfg.method} cannot train on (splitnn can)")
+        if hook.soft_labels and len(cfg.train.lr_grid) > 1:
+            raise UserError(f"defense {hook.name} trains on confused soft labels, so a learning-rate search cannot "
+                            "score candidates against them; give one learning rate")
         if hook.needs_aligned_batches and not m.aligned_batches:
             raise UserError(f"defense {hook.name} accounts per labeled example of an aligned batch, but method "
                             f"{cfg.method} trains on unaligned batches (rows mix several entities' labels)")

@@ -17,7 +17,9 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   a list value sweeps that parameter (``{mc: {n_aux: [20, 80]}}``: one cell per value, the swept key
   shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them, each optionally
   with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
-  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config; ``record``,
+  ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config (a list given
+  for a scalar ``model`` key sweeps it like a strength, e.g. ``model: {cut: [1, 2, 3]}``, shown as
+  ``model.cut``); ``record``,
   ``mechanism_seed`` (:data:`RUN_KEYS`): top-level run settings.
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
@@ -79,9 +81,25 @@ class Sweep:
     swept_keys: list[str]
 
 
+HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None}
+"""Settings added after stores and golden results were recorded (path in the config dict → default):
+left out of the run id while at their default, so existing run ids, and the mechanism seeds derived
+from them, stay as they were; a non-default value is hashed like any other."""
+
+
 def run_id(config: dict) -> str:
     """Hash of the resolved configuration: equal configs share a row, whatever the sweep file."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    hashed = dict(config)
+    for path, default in HASH_EXEMPT_DEFAULTS.items():
+        parent = hashed
+        for key in path[:-1]:  # copy the dicts along the path: the caller's config is not changed
+            if not isinstance(parent.get(key), dict):
+                break
+            parent[key] = parent = dict(parent[key])
+        else:
+            if parent.get(path[-1], default) == default:
+                parent.pop(path[-1], None)
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def _fail(key: str, problem: str) -> UserError:
@@ -315,6 +333,10 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
     for section in ("train", "model", "optim"):
         if section in data:
             fixed[section] = data[section]
+    if isinstance(fixed.get("model"), dict):  # a list for a scalar model key (the cut position) is an axis
+        for k, v in list(fixed["model"].items()):
+            if isinstance(v, list) and not isinstance(getattr(base.model, k, None), tuple | list):
+                axes[f"model.{k}"] = _as_list(fixed["model"].pop(k), f"model.{k}")
     try:
         apply_dict(base, {k: data[k] for k in RUN_KEYS if k in data})
     except UserError as e:
@@ -358,8 +380,11 @@ def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> l
 def _apply_data_point(cfg: RunConfig, data_swept: dict) -> None:
     """Set one point of the swept dataset keys on a cell's configuration."""
     for k, v in data_swept.items():
-        section = cfg.data if k in _DATA_KEYS else cfg.partition
+        section = cfg.model if k.startswith("model.") else cfg.data if k in _DATA_KEYS else cfg.partition
         try:
+            if k.startswith("model."):
+                apply_dict(section, {k.removeprefix("model."): v}, "model.")
+                continue
             apply_dict(section, {_PARTITION_ALIASES.get(k, k): v}, "dataset.")
         except UserError as e:
             raise UserError(f"sweep file: {e}") from None

@@ -69,6 +69,9 @@ class Method(ABC):
     passive_features_outside_loop: ClassVar[bool] = False
     """True when passive parties use their features outside the supervised loop (local pre-training,
     cross-party SSL, imputation statistics): a feature-level DP defense cannot bound that."""
+    soft_label_training: ClassVar[bool] = False
+    """True when every loss on the training labels is the shared trainer's cross-entropy, which takes
+    class-probability rows too; defenses with ``soft_labels`` (CAE) refuse other methods."""
     he_refusal: ClassVar[str] = "reads the passive parties' representations in plaintext, which the HE cut layer hides"
     """Why ``--he`` is refused (when ``supports_he`` is False), for the one-line error."""
 

@@ -8,6 +8,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 class SplitNN(Method):
     name = "splitnn"
     summary = "supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)"
+    soft_label_training = True
 
     def fit(self, fed: Federation) -> None:
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))

@@ -1,0 +1,1 @@
+"""Defenses that encode the labels before they touch training (confusional autoencoders)."""

@@ -1,0 +1,1 @@
+"""Defenses that limit what a representation carries (information bottleneck, decorrelation)."""
