@@ -141,7 +141,12 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> _Parser:
+    from securevfl.provenance import git_commit, version
+
     parser = _Parser(prog="securevfl", description=__doc__)
+    commit = git_commit()
+    parser.add_argument("--version", action="version",
+                        version=f"securevfl {version()}" + (f" (commit {commit[:12]})" if commit else ""))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_train(sub)
     d = sub.add_parser("datasets", help="list datasets and where each is found, or why not")

@@ -18,8 +18,10 @@ What the reader decides, and tells (``partition.ingest`` in the run JSON, and a 
   categorical; a column that is mostly numbers with some text is an error naming the file, column,
   line and value (``categorical`` / ``numeric`` override that). Numeric columns are standardised,
   categorical ones encoded, both fitted per party on training rows.
-- The label is classes: integer codes or text class names. A fractional or many-valued (more than
-  ``MAX_CLASSES`` distinct values) label is refused: securevfl trains classifiers.
+- The label is classes (integer codes or text class names) or, with ``task: regression`` or a
+  fractional label under ``task: auto`` (said on stderr), a continuous target, standardised on the
+  active party's training labels. A many-valued (more than ``MAX_CLASSES`` distinct values) integer
+  label is refused unless ``task: regression`` says so.
 """
 
 from __future__ import annotations
@@ -125,17 +127,30 @@ def _looks_like_row_counter(values: np.ndarray) -> bool:
         and v.max() - v.min() + 1 == len(v)
 
 
-def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """Class index per row (−1 where unlabeled), the labeled mask and the class values."""
+def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification"
+            ) -> tuple[np.ndarray, np.ndarray, list]:
+    """Class index per row (−1 where unlabeled), the labeled mask and the class values; for a
+    regression (``task``, or ``auto`` with a fractional label) the float target (NaN where unlabeled)
+    and no classes."""
     miss = _missing(raw)
     values = raw.astype(str).str.strip()
     parsed = pd.to_numeric(values.where(~miss), errors="coerce").to_numpy()
-    if np.isfinite(parsed[~miss]).all():  # numeric codes
+    numeric = bool(np.isfinite(parsed[~miss]).all())
+    if task == "regression" and not numeric:
+        bad = values[~miss][~np.isfinite(parsed[~miss])].iloc[0]
+        raise UserError(f"party file {path}: label column {column!r}: value {bad!r} is not a number (--task regression)")
+    if numeric:  # numeric codes, or a continuous target
         present = parsed[~miss]
-        if (present != np.round(present)).any():
+        fractional = bool((present != np.round(present)).any())
+        if task == "auto" and fractional:
+            print(f"note: label column {column!r} has fractional values: training a regression (MSE; R² as utility); "
+                  "--task classification refuses such a label, --task regression makes this explicit", file=sys.stderr)
+        if task == "regression" or (task == "auto" and fractional):
+            return np.where(miss, np.nan, parsed).astype(np.float64), ~miss, []
+        if fractional:
             x = present[present != np.round(present)][0]
             raise UserError(f"party file {path}: label column {column!r} has fractional values (e.g. {x:g}): it looks "
-                            "continuous; securevfl trains classifiers — bin it into classes first")
+                            "continuous; use --task regression, or bin it into classes")
         keys = np.where(miss, np.nan, parsed)
         classes = np.unique(present).astype(np.int64).tolist()
     else:
@@ -144,7 +159,7 @@ def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.nda
         classes = sorted(set(values[~miss]))
     if len(classes) > MAX_CLASSES:
         raise UserError(f"party file {path}: label column {column!r} has {len(classes)} distinct values (more than "
-                        f"{MAX_CLASSES}): it looks continuous or like an ID; securevfl trains classifiers")
+                        f"{MAX_CLASSES}): it looks continuous or like an ID; --task regression if it is a target")
     if len(classes) < 2:
         raise UserError(f"party file {path}: label column {column!r} needs at least two classes")
     index = {c: i for i, c in enumerate(classes)}
@@ -208,7 +223,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     if len(aligned) == 0:
         raise UserError(f"the party files share no IDs (columns {', '.join(dict.fromkeys(id_cols))}); IDs are "
                         "compared as exact strings unless numeric_ids is set")
-    y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column)
+    y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column, cfg.task)
+    regression = not classes
     split = _split(aligned, ids[0], has_label, spec, seed)
     names = party_names(len(paths))
     parties, ingest = [], []
@@ -219,11 +235,13 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         ingest.append(info)
     # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
     spec = dataclasses.replace(spec, alignment="plain" if spec.alignment == "plain" else "psi")
-    part = Partition("csv", spec, seed, len(classes), "tabular", parties, split.train_aligned, split.labeled_ids,
-                     truth_ids=ids[0][has_label], truth_y=y_all[has_label])
+    part = Partition("csv", spec, seed, 1 if regression else len(classes), "tabular", parties, split.train_aligned,
+                     split.labeled_ids, truth_ids=ids[0][has_label], truth_y=y_all[has_label], regression=regression)
     _print_ingest(names, ingest)  # tell the user what was read, before training starts
     part.meta = {"aligned_by": spec.alignment, "psi_bytes": psi_bytes,
                  "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}
+    if regression:
+        part.meta["task"] = "regression"
     return part
 
 
@@ -301,7 +319,12 @@ def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.nd
         lab = split.labeled_ids
         if labels.on_unaligned:
             lab = np.concatenate([lab, np.setdiff1d(train_ids[labels.has_label[tr]], split.train_aligned)])
-        label_fields = {"label_ids": lab, "y_labels": labels.y[index.get_indexer(lab)], "y_test": labels.y[te]}
+        y_lab = labels.y[index.get_indexer(lab)]
+        label_fields = {"label_ids": lab, "y_labels": y_lab, "y_test": labels.y[te]}
+        if labels.y.dtype.kind == "f":  # regression: the active party's label scaler, on its training labels
+            y_lab = y_lab.astype(np.float32)
+            label_fields.update(y_labels=y_lab, y_test=labels.y[te].astype(np.float32),
+                                label_scale=(float(y_lab.mean()), float(y_lab.std()) or 1.0))
     party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **label_fields,
                       n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols))
     return party, info

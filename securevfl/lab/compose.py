@@ -20,7 +20,7 @@ from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
-from securevfl.hooks import PartyHook
+from securevfl.hooks import LabelTransform, PartyHook
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
@@ -65,6 +65,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
+    check_task(cfg, partition.regression, method, defenses, attack_specs)
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -153,9 +154,37 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
                         "sweeps a parameter)")
     if sum(cls.during_training for cls, _ in attack_specs) > 1:
         raise UserError("at most one attack may act during training (each replaces the adversary's optimizer)")
+    if cfg.data.task == "regression":  # said up front: refuse before any data is read
+        check_task(cfg, True, method, defenses, attack_specs)
     if not cfg.partition.active_features and not m.label_only_host:
         raise UserError(f"method {cfg.method} needs features at the active party; a label-only host "
                         "(partition.active_features: false) works with entity-aug")
+
+
+def check_task(cfg: RunConfig, regression: bool, method: Method, defenses: Sequence[PartyHook],
+               attack_specs: Sequence[AttackSpec]) -> None:
+    """A regression (continuous label) runs with the methods, defenses and attacks that do not need
+    classes: label-inference attacks (``threat_model`` passive: they guess a class) and label
+    transforms (randomized response re-draws a class) are refused; feature attacks and the defenses
+    on messages and gradients (including label DP-SGD, which clips per-example losses of any kind) run.
+
+    Raises:
+        UserError: one line naming what a continuous label rules out."""
+    if cfg.data.task == "regression" and not regression:
+        raise UserError(f"--task regression: dataset {cfg.dataset} has class labels; a continuous target comes "
+                        "from your own files (--dataset csv)")
+    if not regression:
+        return
+    if not type(method).supports_regression:
+        raise UserError(f"method {cfg.method} trains on class labels outside the supervised loss, so it does not "
+                        "run on a regression task (continuous label); splitnn, fedlocal-*, fedhssl and local do")
+    for hook in defenses:
+        if isinstance(hook, LabelTransform):
+            raise UserError(f"defense {hook.name} re-draws class labels; a regression task has a continuous label")
+    for cls, _ in attack_specs:
+        if cls.threat_model == "passive":
+            raise UserError(f"attack {cls.name} infers class labels; on a regression task (continuous label) that "
+                            "is a different attack, not implemented here (feature attacks such as fr run)")
 
 
 def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: int) -> list[attack_lib.Attack]:
