@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,7 @@ from securevfl.data import psi
 from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import Partition, PartitionSpec, PartyData, party_names
 from securevfl.data.registry import DATASETS, DatasetEntry
-from securevfl.data.tabular import encode_party, hash_values
+from securevfl.data.tabular import encode_party, encode_rows, hash_values
 from securevfl.errors import UserError
 
 
@@ -97,14 +98,13 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
         miss = _missing(df[c])
         if miss.any():
             missing[str(c)] = int(miss.sum())
-        parsed = pd.to_numeric(df[c].where(~miss), errors="coerce")
-        not_num = ~miss & parsed.isna().to_numpy()
+        parsed, not_num = _numbers(df[c])
         present = int((~miss).sum())
         if c in cfg.categorical:
             cat_cols.append(c)
         elif c in cfg.numeric or not not_num.any():
             num_cols.append(c)
-            num_values.append(parsed.to_numpy(np.float64))
+            num_values.append(parsed)
             if _looks_like_row_counter(num_values[-1]):
                 print(f"warning: party file {path}: column {c!r} looks like a row counter (unique consecutive "
                       f"integers); it is used as a feature — pass --drop-columns {c} if it is not one", file=sys.stderr)
@@ -116,9 +116,21 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
         else:
             cat_cols.append(c)
     num = np.column_stack(num_values) if num_cols else np.zeros((len(df), 0))
-    cat = np.column_stack([hash_values(np.where(_missing(df[c]), "", df[c].astype(str).to_numpy()))
-                           for c in cat_cols]) if cat_cols else np.zeros((len(df), 0), dtype=np.int64)
-    return num, cat, num_cols, cat_cols, missing
+    return num, _category_codes(df, cat_cols), num_cols, cat_cols, missing
+
+
+def _numbers(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A column's cells as float64 (NaN where missing or not a number) and where a present cell is not a number."""
+    miss = _missing(values)
+    parsed = pd.to_numeric(values.where(~miss), errors="coerce")
+    return parsed.to_numpy(np.float64), ~miss & parsed.isna().to_numpy()
+
+
+def _category_codes(df: pd.DataFrame, columns: list) -> np.ndarray:
+    """The raw-value hashes of categorical ``columns`` (a missing cell hashes as "")."""
+    if not columns:
+        return np.zeros((len(df), 0), dtype=np.int64)
+    return np.column_stack([hash_values(np.where(_missing(df[c]), "", df[c].astype(str).to_numpy())) for c in columns])
 
 
 def _looks_like_row_counter(values: np.ndarray) -> bool:
@@ -138,7 +150,8 @@ def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification
     numeric = bool(np.isfinite(parsed[~miss]).all())
     if task == "regression" and not numeric:
         bad = values[~miss][~np.isfinite(parsed[~miss])].iloc[0]
-        raise UserError(f"party file {path}: label column {column!r}: value {bad!r} is not a number (--task regression)")
+        raise UserError(f"party file {path}: label column {column!r}: value {bad!r} is not a number "
+                        "(--task regression)")
     if numeric:  # numeric codes, or a continuous target
         present = parsed[~miss]
         fractional = bool((present != np.round(present)).any())
@@ -312,9 +325,13 @@ def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.nd
             "missing_cells": missing}
     if labels is not None:
         info["unlabeled_rows"] = int((~labels.has_label).sum())
+    fitted: dict = {}
     X_tr, X_te, card = encode_party(num[tr], num[te], cat[tr], cat[te], log=False, min_freq=cfg.min_freq,
-                                    hash_buckets=cfg.hash_buckets)
-    label_fields = {}
+                                    hash_buckets=cfg.hash_buckets, fitted=fitted)
+    prep = {"id_column": id_col, "numeric_columns": [str(c) for c in num_cols],
+            "categorical_columns": [str(c) for c in cat_cols], "ignored_columns": [str(c) for c in drop[1:]
+                                                                                  if c in df.columns], **fitted}
+    label_fields: dict[str, Any] = {}
     if labels is not None:
         lab = split.labeled_ids
         if labels.on_unaligned:
@@ -326,7 +343,8 @@ def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.nd
             label_fields.update(y_labels=y_lab, y_test=labels.y[te].astype(np.float32),
                                 label_scale=(float(y_lab.mean()), float(y_lab.std()) or 1.0))
     party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **label_fields,
-                      n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols))
+                      n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols),
+                      preprocessing=prep)
     return party, info
 
 
@@ -337,6 +355,41 @@ def _print_ingest(names: list[str], ingest: list[dict]) -> None:
         print(f"{names[k]}: {info['file']}: {info['rows_read']} rows read, {info['rows_matched']} matched, "
               f"{info['rows_unmatched']} unmatched{extra}; {len(info['numeric_columns'])} numeric + "
               f"{len(info['categorical_columns'])} categorical columns; {miss} missing cells", file=sys.stderr)
+
+
+def read_party_file(path: str | Path) -> pd.DataFrame:
+    """One party's file, read as training reads it (CSV cells as text; Parquet as stored)."""
+    return _read_table(Path(path))
+
+
+def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """A party's new rows (a frame of its file) through the preprocessing it fitted in training
+    (``PartyData.preprocessing``): (IDs, X). The file must hold exactly the columns training used
+    (extra columns training ignored, e.g. the label, may stay).
+
+    Raises:
+        UserError: missing or unexpected columns, or text in a numeric column (one line)."""
+    path = Path(path)
+    need = [prep["id_column"], *prep["numeric_columns"], *prep["categorical_columns"]]
+    have = [str(c) for c in df.columns]
+    missing = [c for c in need if c not in have]
+    extra = [c for c in have if c not in need and c not in prep["ignored_columns"]]
+    if missing or extra:
+        what = "; ".join(s for s in (f"missing {', '.join(map(repr, missing))}" if missing else "",
+                                     f"unexpected {', '.join(map(repr, extra))}" if extra else "") if s)
+        raise UserError(f"party file {path}: columns do not match the saved model's manifest ({what})")
+    ids = _ids(df, path, prep["id_column"], numeric_ids)
+    num_values = []
+    for c in prep["numeric_columns"]:
+        parsed, bad = _numbers(df[c])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {df[c].iloc[i]!r} is not a number "
+                            "(the saved model reads this column as numeric)")
+        num_values.append(parsed)
+    num = np.column_stack(num_values) if num_values else np.zeros((len(df), 0))
+    return ids, encode_rows(num, _category_codes(df, prep["categorical_columns"]), prep)
 
 
 DATASETS.register(DatasetEntry("csv", "your own data: one CSV/Parquet file per party (--party-file), PSI-aligned",

@@ -202,6 +202,9 @@ class PartyData:
     # Active party of a regression task: (mean, std) of its training labels; the head learns the
     # standardised target and predictions are mapped back (its own preprocessing state, like a scaler).
     label_scale: tuple[float, float] | None = None
+    # File-based parties: how this party turns its file's rows into X (columns, fitted scaler and
+    # vocabularies; :func:`securevfl.data.csvsource.encode_file_rows`), kept to score new rows later.
+    preprocessing: dict | None = None
     _train_index: IdIndex = field(init=False, repr=False)
     _test_index: IdIndex = field(init=False, repr=False)
     _label_index: IdIndex | None = field(init=False, repr=False)
