@@ -9,6 +9,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -36,7 +37,8 @@ MIN_STEPS = 50
 AttackSpec = tuple[type[attack_lib.Attack], dict]
 
 
-def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None) -> RunResult:
+def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None,
+            save: str | Path | None = None) -> RunResult:
     """Train ``cfg.method`` under ``cfg.defense`` (and ``cfg.he``), evaluate it, then run ``cfg.attacks``.
 
     Args:
@@ -46,13 +48,15 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
             observe or alter cut-layer tensors).
         progress: show progress bars and print warnings (``None``: when attached to a terminal;
             sweeps pass ``False`` and keep warnings in the result).
+        save: a folder: each party writes its own part of the trained federation into its own
+            sub-folder (``securevfl predict`` scores new rows with it; :mod:`securevfl.lab.predict`).
 
     Returns:
         The finished run; ``to_json()`` is what ``train --json`` prints.
 
     Raises:
         UserError: a bad value or an incompatible combination, before any data is read."""
-    defenses = [*defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed), *hooks]
+    defenses = [*defense_hooks(cfg), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
     # an active adversary reads the passive messages it received from its channel view: the federation
@@ -66,6 +70,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
     check_task(cfg, partition.regression, method, defenses, attack_specs)
+    if save is not None:
+        check_savable(cfg, method, partition)
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -80,8 +86,31 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
                                                                  **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
+    if save is not None:  # before the attacks, which may probe (not change) the trained models
+        from securevfl.lab.predict import save_run
+
+        save_run(result, Path(save))
     result.attacks = run_attacks(attacks, result)
     return result
+
+
+def defense_hooks(cfg: RunConfig) -> list[PartyHook]:
+    """The hooks of ``cfg.defense`` (a saved model is rebuilt with the same ones to predict)."""
+    return list(defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed))
+
+
+def check_savable(cfg: RunConfig, method: Method, partition: Partition) -> None:
+    """``--save`` keeps what ``securevfl predict`` can rebuild: file-based parties, the standard models
+    and the plain split predictor, with at least one passive party.
+
+    Raises:
+        UserError: before training, naming what cannot be saved."""
+    if any(p.preprocessing is None for p in partition.parties):
+        raise UserError(f"--save: dataset {cfg.dataset} is not read from per-party files; new rows can be scored "
+                        "only for --dataset csv")
+    if not type(method).savable or not type(method).uses_passives:
+        raise UserError(f"--save: method {cfg.method} is not supported (it ends with other models or predicts another "
+                        "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
 
 
 # ----------------------------------------------------------------------------------------- stages

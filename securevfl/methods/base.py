@@ -68,6 +68,9 @@ class Method(ABC):
     passive_features_outside_loop: ClassVar[bool] = False
     """True when passive parties use their features outside the supervised loop (local pre-training,
     cross-party SSL, imputation statistics): a feature-level DP defense cannot bound that."""
+    savable: ClassVar[bool] = True
+    """Whether ``train --save`` can keep the trained federation: it ends with the standard models
+    (:func:`securevfl.federation.standard_models`) and predicts with the plain :class:`SplitTrainer`."""
     supports_regression: ClassVar[bool] = True
     """False for methods whose training uses class labels outside the shared loop's loss (pre-training
     heads, soft labels, pseudo-labels, evidential heads): a continuous label is refused."""
