@@ -65,9 +65,9 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no warnings on stderr (= --no-progress)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no warnings on stderr")
     p.add_argument("--save", metavar="DIR",
-                   help="each party writes its trained part into DIR/<party>/ (securevfl predict --model DIR)")
+                   help="each party writes its trained part into DIR/<party>/ (for securevfl predict)")
 
 
 def _add_train(sub) -> None:
