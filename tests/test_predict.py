@@ -7,12 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from sklearn.datasets import load_breast_cancer, make_regression
 
 from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.lab.compose import execute
+from securevfl.lab.engine import run_sweep
 from securevfl.lab.predict import predict
+from securevfl.lab.store import Store
+from securevfl.lab.sweep import parse_sweep
 from securevfl.provenance import git_commit, version
 
 
@@ -158,3 +162,42 @@ def test_version_and_quiet_json(tmp_path, capsys):
     cap = capsys.readouterr()
     assert len(cap.out.strip().splitlines()) == 1 and json.loads(cap.out)["versions"]["securevfl"] == version()
     assert "warning" not in cap.err  # --quiet: no progress and no warnings, even with --progress
+
+
+@pytest.mark.slow
+def test_he_save_predict_keeps_shares_apart_and_no_keys(tmp_path):
+    """Under CKKS each party saves its own weight share (never a key); predict makes fresh keys and
+    the shares still give the end of training's scores (up to CKKS noise)."""
+    fg, fh, guest, host = breast_files(tmp_path, n=160)
+    cfg = csv_cfg(fg, fh, epochs=1)
+    cfg.he = "ckks"
+    res = execute(cfg, progress=False, save=tmp_path / "m")
+    test_ids = res.partition.active.test_ids
+    expected = res.method.trainer.predict_proba(test_ids, "test")
+    predict(tmp_path / "m", [str(fg), str(fh)], tmp_path / "p.csv")
+    got = pd.read_csv(tmp_path / "p.csv", dtype={"id": str}).set_index("id").loc[test_ids, ["proba_0", "proba_1"]]
+    assert np.allclose(got.to_numpy(), expected, atol=1e-3)
+    sa = torch.load(tmp_path / "m" / "active" / "model.pt", weights_only=True)
+    sp = torch.load(tmp_path / "m" / "passive1" / "model.pt", weights_only=True)
+    assert [set(e) for e in sa["cut_ends"]] == [{"V", "b"}] and [set(e) for e in sp["cut_ends"]] == [{"R", "b"}]
+    for folder in ("active", "passive1"):
+        text = "".join((tmp_path / "m" / folder / f).read_text() for f in ("manifest.json", "preprocessing.json"))
+        assert "secret" not in text.lower() and "key" not in text.lower()
+
+
+def test_sweep_save_key_saves_the_chosen_cells(tmp_path):
+    fg, fh, *_ = breast_files(tmp_path, n=120)
+    data = {"name": "s", "dataset": {"name": "csv", "party_files": [str(fg), str(fh)], "label_column": "y"},
+            "methods": ["splitnn", "local"], "train": {"epochs": 1}, "save": {"dir": str(tmp_path / "models"),
+                                                                              "methods": ["splitnn"]}}
+    cells = parse_sweep(data).cells
+    assert [c.save is not None for c in cells] == [True, False]  # only the chosen cells save
+    assert cells[0].run_id == parse_sweep({**data, "save": None}).cells[0].run_id  # saving is no new run
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump(data))
+    counts = run_sweep(str(sweep), str(tmp_path / "s.sqlite"), 1, "local", progress=False)
+    assert counts["ok"] == 2
+    saved = tmp_path / "models" / cells[0].run_id
+    assert sorted(p.name for p in saved.iterdir()) == ["active", "passive1"]
+    rows = Store(tmp_path / "s.sqlite").rows()
+    assert {r["version"] for r in rows} == {version()}  # the version is a store column

@@ -19,6 +19,8 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
   ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config; ``record``,
   ``mechanism_seed`` (:data:`RUN_KEYS`): top-level run settings.
+- ``save``: ``DIR`` or ``{dir: DIR, methods: [...], seeds: [...]}``: the chosen cells' parties save the
+  trained federation into ``DIR/<run id>/<party>/`` (as ``train --save``; ``securevfl predict`` scores with it).
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
@@ -42,9 +44,9 @@ from securevfl.errors import UserError
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
-              "label_column"}
+              "label_column", "task"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
-_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim"}
+_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim", "save"}
 # top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
 # new top-level setting is a sweep key without an edit here
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
@@ -66,6 +68,9 @@ class Cell:
     config: dict
     """``RunConfig.to_dict()`` of the run; its hash is the run id."""
     swept: dict = field(default_factory=dict)
+    save: str | None = None
+    """Where the cell's parties save the trained federation (the sweep's ``save`` key), or None; not
+    part of the run id (saving does not change the run)."""
 
     @property
     def run_id(self) -> str:
@@ -251,6 +256,8 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     cells = _expand_cells(base, data_axes, _Grid(methods, defenses, he_modes, attack_variants, seeds))
     if data.get("mechanism_seed") is not None:
         cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
+    if data.get("save") is not None:
+        cells = _with_save(cells, data["save"])
     return Sweep(name, cells, list(data_axes) + list(attack_variants[0][1]))
 
 
@@ -266,6 +273,18 @@ def _with_mechanism_seed(cell: Cell, sweep_seed: int) -> Cell:
     digest = hashlib.sha256(f"{sweep_seed}/{run_id(cell.config)}".encode()).digest()
     config = {**cell.config, "mechanism_seed": int.from_bytes(digest[:4], "little") % 2**31}
     return Cell(cell.method, cell.defense, cell.family, cell.strength, cell.seed, cell.he, config, cell.swept)
+
+
+def _with_save(cells: list[Cell], value: object) -> list[Cell]:
+    """``save: DIR`` (every cell) or ``save: {dir: DIR, methods: [...], seeds: [...]}`` (the chosen
+    cells): each chosen cell's parties save into ``DIR/<run id>/<party>/`` (``train --save``)."""
+    spec = {"dir": value} if isinstance(value, str) else value
+    if not isinstance(spec, dict) or not isinstance(spec.get("dir"), str) or set(spec) - {"dir", "methods", "seeds"}:
+        raise _fail("save", "expected a folder, or a mapping with dir and optionally methods and seeds")
+    methods = None if spec.get("methods") is None else [str(m) for m in _as_list(spec["methods"], "save.methods")]
+    seeds = None if spec.get("seeds") is None else _seeds(spec["seeds"])
+    return [dataclasses.replace(c, save=str(Path(spec["dir"]) / c.run_id))
+            if (methods is None or c.method in methods) and (seeds is None or c.seed in seeds) else c for c in cells]
 
 
 def _check_top_level(data: object, source: str) -> str:
