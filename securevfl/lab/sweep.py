@@ -84,9 +84,25 @@ class Sweep:
     swept_keys: list[str]
 
 
+HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("data", "task"): "auto"}
+"""Settings added after stores and golden results were recorded (path in the config dict → default):
+left out of the run id while at their default, so existing run ids, and the mechanism seeds derived
+from them, stay as they were; a non-default value is hashed like any other."""
+
+
 def run_id(config: dict) -> str:
     """Hash of the resolved configuration: equal configs share a row, whatever the sweep file."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    hashed = dict(config)
+    for path, default in HASH_EXEMPT_DEFAULTS.items():
+        parent = hashed
+        for key in path[:-1]:  # copy the dicts along the path: the caller's config is not changed
+            if not isinstance(parent.get(key), dict):
+                break
+            parent[key] = parent = dict(parent[key])
+        else:
+            if parent.get(path[-1], default) == default:
+                parent.pop(path[-1], None)
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def _fail(key: str, problem: str) -> UserError:
