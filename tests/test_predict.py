@@ -187,7 +187,7 @@ def test_he_save_predict_keeps_shares_apart_and_no_keys(tmp_path):
 
 def test_sweep_save_key_saves_the_chosen_cells(tmp_path):
     fg, fh, *_ = breast_files(tmp_path, n=120)
-    data = {"name": "s", "dataset": {"name": "csv", "party_files": [str(fg), str(fh)], "label_column": "y"},
+    data = {"name": "s", "dataset": {"name": "csv", "party_files": [[str(fg), str(fh)]], "label_column": "y"},
             "methods": ["splitnn", "local"], "train": {"epochs": 1}, "save": {"dir": str(tmp_path / "models"),
                                                                               "methods": ["splitnn"]}}
     cells = parse_sweep(data).cells
