@@ -87,11 +87,28 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
     if save is not None:  # before the attacks, which may probe (not change) the trained models
-        from securevfl.lab.predict import save_run
-
         save_run(result, Path(save))
     result.attacks = run_attacks(attacks, result)
     return result
+
+
+def save_run(result: RunResult, folder: Path) -> list[Path]:
+    """Each party of ``result``'s federation writes its own part into ``folder / <party name>``
+    (:meth:`securevfl.parties.Party.save_own`), handed only the public facts of the run: its position,
+    the task, its own slice of the configuration (its own file), and to the active party the class
+    names. ``securevfl predict`` (:mod:`securevfl.lab.predict`) scores new rows with them."""
+    fed, part, cfg = result.federation, result.partition, result.config
+    config = cfg.to_dict()
+    files = list(config["data"].pop("party_files"))
+    out = []
+    for k, party in enumerate(fed.parties):
+        own = {**config, "data": {**config["data"], "party_files": [files[k]]}}  # no other party's file
+        run = {"index": k, "n_parties": len(fed.parties), "task": part.task, "n_classes": part.n_classes,
+               "interactive": fed.cut.interactive, "config": own}
+        if k == 0:  # the class names are the active party's (its label column)
+            run["classes"] = list(part.meta.get("classes", []))
+        out.append(party.save_own(folder / party.name, run))
+    return out
 
 
 def defense_hooks(cfg: RunConfig) -> list[PartyHook]:

@@ -1,8 +1,5 @@
-"""Saved federations and ``securevfl predict``.
-
-:func:`save_run` asks each party of a trained run to write its own part into ``DIR/<party name>/``
-(:meth:`securevfl.parties.Party.save_own`); it hands every party only the public facts of the run
-(its position, the task, its own slice of the configuration), and the active party the class names.
+"""``securevfl predict``: scores new rows with a federation ``train --save`` kept
+(:func:`securevfl.lab.compose.save_run`).
 
 :func:`predict` rebuilds the federation from the saved folders: each party reads its own new file
 through the preprocessing it saved, the parties align their IDs by PSI through a counted channel as
@@ -23,25 +20,9 @@ from securevfl.data.csvsource import _align, encode_file_rows, read_party_file
 from securevfl.data.partition import Partition, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import build_federation
-from securevfl.result import RunResult
+from securevfl.lab.compose import defense_hooks  # the composition layer owns the defense registry
 from securevfl.saved import MANIFEST, read_manifest, read_party_folder
 from securevfl.training import SplitTrainer
-
-
-def save_run(result: RunResult, folder: Path) -> list[Path]:
-    """Each party of ``result``'s federation writes its own part into ``folder / <party name>``."""
-    fed, part, cfg = result.federation, result.partition, result.config
-    config = cfg.to_dict()
-    files = list(config["data"].pop("party_files"))
-    out = []
-    for k, party in enumerate(fed.parties):
-        own = {**config, "data": {**config["data"], "party_files": [files[k]]}}  # no other party's file
-        run = {"index": k, "n_parties": len(fed.parties), "task": part.task, "n_classes": part.n_classes,
-               "interactive": fed.cut.interactive, "config": own}
-        if k == 0:  # the class names are the active party's (its label column)
-            run["classes"] = list(part.meta.get("classes", []))
-        out.append(party.save_own(folder / party.name, run))
-    return out
 
 
 def _party_folders(model_dir: Path) -> list[Path]:
@@ -88,8 +69,6 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
     regression = active_manifest["task"] == "regression"
     partition = Partition("csv", cfg.partition, cfg.seed, int(active_manifest["n_classes"]), "tabular", parties,
                           aligned, aligned[:0], regression=regression)
-    from securevfl.lab.compose import defense_hooks  # the composition layer owns the defense registry
-
     cut = make_cut_layer(cfg.he, interactive=bool(active_manifest["interactive"]), **cfg.he_params)
     fed = build_federation(partition, cfg.model, cfg.optim, cfg.seed, cut, defense_hooks(cfg))
     for party, folder in zip(fed.parties, folders, strict=True):
