@@ -65,6 +65,9 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no warnings on stderr")
+    p.add_argument("--save", metavar="DIR",
+                   help="each party writes its trained part into DIR/<party>/ (for securevfl predict)")
 
 
 def _add_train(sub) -> None:
@@ -99,7 +102,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
     from securevfl.lab.compose import execute
 
-    r = execute(_build_config(args), progress=args.progress).to_json()
+    if args.save is not None:
+        _check_writable_dir(args.save, "--save")
+    progress = False if args.quiet else args.progress
+    r = execute(_build_config(args), progress=progress, save=args.save).to_json()
+    if args.save is not None and not args.quiet:
+        print(f"saved: each party's part in {args.save}/<party>/ (securevfl predict --model {args.save})",
+              file=sys.stderr)
     if args.json:
         print(json.dumps(r))
         return 0
@@ -143,7 +152,12 @@ def cmd_methods(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> _Parser:
+    from securevfl.provenance import git_commit, version
+
     parser = _Parser(prog="securevfl", description=__doc__)
+    commit = git_commit()
+    parser.add_argument("--version", action="version",
+                        version=f"securevfl {version()}" + (f" (commit {commit[:12]})" if commit else ""))
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_train(sub)
     d = sub.add_parser("datasets", help="list datasets and where each is found, or why not")
@@ -156,6 +170,12 @@ def make_parser() -> _Parser:
                     help="cells run in parallel (local processes or Ray tasks); auto: one per idle core")
     sw.add_argument("--engine", default="local", help="local (default) or ray (optional extra)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    pr = sub.add_parser("predict", help="score new rows with a federation saved by train --save")
+    pr.add_argument("--model", required=True, metavar="DIR", help="the train --save folder")
+    pr.add_argument("--party-file", action="append", required=True, metavar="FILE",
+                    help="one new file per party, in the training order (active party first)")
+    pr.add_argument("--out", required=True, help="predictions file: .csv, or .parquet")
+    pr.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
     rp.add_argument("store")
     rp.add_argument("--out", required=True, help="output directory")
@@ -174,6 +194,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     elsewhere = f", {c['elsewhere']} being run by another sweep on this store" if c.get("elsewhere") else ""
     print(f"sweep: {c['cells']} cells: {c['ok']} ran ok, {c['failed']} failed, {c['skipped']} already done"
           f"{elsewhere} → {c['store']}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from securevfl.lab.predict import predict
+
+    summary = predict(args.model, args.party_file, args.out)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"predict: {summary['rows_scored']} rows scored → {summary['out']}")
     return 0
 
 
@@ -199,7 +230,7 @@ def _check_writable_dir(path: str, what: str) -> None:
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "sweep": cmd_sweep,
-            "report": cmd_report}
+            "report": cmd_report, "predict": cmd_predict}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         args = make_parser().parse_args(argv)
-        if args.command in ("train", "sweep"):  # this process's thread share (securevfl/threads.py)
+        if args.command in ("train", "sweep", "predict"):  # this process's thread share (securevfl/threads.py)
             from securevfl import threads
 
             threads.configure()

@@ -69,6 +69,8 @@ class Federation:
     cut: CutLayer
     n_classes: int
     meta: dict = field(default_factory=dict)
+    regression: bool = False
+    """A continuous label: the head has one output, trained with MSE (``n_classes`` is 1)."""
 
     @property
     def parties(self) -> list:
@@ -156,7 +158,7 @@ def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfi
                          n_classes=partition.n_classes, **wiring)
     passives = [PassiveParty(d, channel.endpoint(d.name), hooks, built.bottoms[d.name], **wiring)
                 for d in passive_data]
-    return Federation(channel, active, passives, cut, partition.n_classes)
+    return Federation(channel, active, passives, cut, partition.n_classes, regression=partition.regression)
 
 
 def align(fed: Federation, mode: str, given: np.ndarray | None = None,

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol, cast
 
@@ -28,6 +29,7 @@ from securevfl.channel import Endpoint, MessageKind
 from securevfl.channel.codec import decode_batch_request, encode_batch_request
 from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.data.partition import PartyData
+from securevfl.errors import UserError
 from securevfl.hooks import (
     ActiveStep,
     ExtraLoss,
@@ -46,6 +48,7 @@ from securevfl.hooks import (
 from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
 from securevfl.roles import ACTIVE, PASSIVE
+from securevfl.saved import read_party_folder, restored, write_party_folder
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 """Builds a party's optimizer over its trainable parameters (the federation's optimizer choice)."""
@@ -216,6 +219,44 @@ class Party:
         if self.local_step is not None and "_local_step" in state:
             self.local_step.load_state_dict(copy.deepcopy(state["_local_step"]))
 
+    # ---- a saved model: each party writes and reads only its own folder (securevfl/saved.py)
+    def save_own(self, folder: Path, run: dict) -> Path:
+        """Write this party's own part into ``folder``: its models and cut-layer ends' state (e.g. its
+        HE weight share; never a key), its preprocessing and a manifest (``run``: the public run facts
+        the caller hands every party, plus what this party is and expects).
+
+        Raises:
+            UserError: the party's data came from no file (nothing to score new rows of)."""
+        if self.data.preprocessing is None:
+            raise UserError(f"--save: party {self.name} read no file, so new rows cannot be scored (--dataset csv)")
+        state = {"modules": {k: m.state_dict() for k, m in self.modules_to_snapshot().items()},
+                 "cut_ends": [e.state_dict() for e in self.cut_end_list()]}
+        manifest = {**run, "party": self.name, "role": self.role,
+                    "model": {"feature_shape": list(self.data.feature_shape), "n_numeric": self.data.n_numeric,
+                              "cardinalities": list(self.data.cardinalities)}, **self._own_manifest()}
+        return write_party_folder(folder, state, self.data.preprocessing, manifest)
+
+    def _own_manifest(self) -> dict:
+        """What only this role records about itself in its manifest."""
+        return {}
+
+    def load_own(self, folder: Path) -> None:
+        """Load this party's models and cut-layer ends' state from its own saved folder.
+
+        Raises:
+            UserError: the folder is another party's, altered, or made for other models."""
+        manifest, state, _ = read_party_folder(folder)
+        if manifest["party"] != self.name:
+            raise UserError(f"--model: {folder} holds party {manifest['party']}, not {self.name}")
+        try:
+            for k, m in self.modules_to_snapshot().items():
+                m.load_state_dict(state["modules"][k])
+            for end, s in zip(self.cut_end_list(), state["cut_ends"], strict=True):
+                end.load_state_dict(restored(s, numpy=True))
+        except (KeyError, RuntimeError, ValueError) as e:
+            raise UserError(f"--model: {folder}: the saved models do not fit this configuration "
+                            f"({str(e).splitlines()[0]})") from None
+
     def set_lr(self, lr: float) -> None:
         for group in self._built_optimizer().param_groups:
             group["lr"] = lr
@@ -341,6 +382,11 @@ class ActiveParty(Party):
         # find_hook returns a hook of the kind it is given
         self._rule: ActiveStep = cast("ActiveStep | None", find_hook(self.hooks, ActiveStep)) or PlainActiveStep()
         self._finish()
+
+    def _own_manifest(self) -> dict:
+        # the label scaler (regression) and the parties this head reads, in order
+        return {"label_scale": self.data.label_scale, "passives": list(self.passive_names),
+                "passive_widths": list(self.passive_widths)}
 
     def _transform_labels(self, transform: LabelTransform, n_classes: int) -> None:
         if self.data.y_labels is None:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from securevfl import __version__
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
 from securevfl.federation import Federation
+from securevfl.provenance import git_commit, version
 
 if TYPE_CHECKING:  # the methods package imports this module's callers; types only
     from securevfl.methods.base import Method
@@ -61,7 +61,7 @@ class RunResult:
             "partition": self.partition.summary(),
             "method_info": self.method_info,
             "warnings": self.warnings,
-            "versions": {"securevfl": __version__, "torch": torch.__version__},
+            "versions": {"securevfl": version(), "commit": git_commit(), "torch": torch.__version__},
             "config": cfg.to_dict(),
         })
 

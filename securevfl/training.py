@@ -118,8 +118,18 @@ class SplitTrainer:
                          free=lambda: sum((term() for term in self.loss_terms), torch.zeros(())))
 
     def example_losses(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
-        """Each row's loss on the head's output for ``ids``: cross-entropy against the active party's labels."""
-        return F.cross_entropy(out, torch.from_numpy(self.fed.active.data.labels(ids)), reduction="none")
+        """Each row's loss on the head's output for ``ids``: cross-entropy against the active party's labels
+        (regression: squared error against its standardised labels)."""
+        y = torch.from_numpy(self.fed.active.data.labels(ids))
+        if self.fed.regression:
+            mean, std = self._label_scale()
+            return (out[:, 0] - (y.float() - mean) / std) ** 2
+        return F.cross_entropy(out, y, reduction="none")
+
+    def _label_scale(self) -> tuple[float, float]:
+        """The active party's label standardisation (regression): its own preprocessing state."""
+        scale = self.fed.active.data.label_scale
+        return (0.0, 1.0) if scale is None else scale
 
     def loss(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         """The objective on the head's output for ``ids``: the mean of :meth:`example_losses`."""
@@ -143,7 +153,10 @@ class SplitTrainer:
         return loss
 
     def proba(self, out: torch.Tensor) -> torch.Tensor:
-        """Class probabilities from the head's output."""
+        """Class probabilities from the head's output (regression: the prediction on the label's scale)."""
+        if self.fed.regression:
+            mean, std = self._label_scale()
+            return out * std + mean
         return torch.softmax(out, dim=1)
 
     def epoch_ids(self, epoch: int, ids: np.ndarray) -> np.ndarray:

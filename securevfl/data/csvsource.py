@@ -18,8 +18,10 @@ What the reader decides, and tells (``partition.ingest`` in the run JSON, and a 
   categorical; a column that is mostly numbers with some text is an error naming the file, column,
   line and value (``categorical`` / ``numeric`` override that). Numeric columns are standardised,
   categorical ones encoded, both fitted per party on training rows.
-- The label is classes: integer codes or text class names. A fractional or many-valued (more than
-  ``MAX_CLASSES`` distinct values) label is refused: securevfl trains classifiers.
+- The label is classes (integer codes or text class names) or, with ``task: regression`` or a
+  fractional label under ``task: auto`` (said on stderr), a continuous target, standardised on the
+  active party's training labels. A many-valued (more than ``MAX_CLASSES`` distinct values) integer
+  label is refused unless ``task: regression`` says so.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -36,7 +39,7 @@ from securevfl.data import psi
 from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import Partition, PartitionSpec, PartyData, party_names
 from securevfl.data.registry import DATASETS, DatasetEntry
-from securevfl.data.tabular import encode_party, hash_values
+from securevfl.data.tabular import encode_party, encode_rows, hash_values
 from securevfl.errors import UserError
 from securevfl.ids import difference, member
 
@@ -96,14 +99,13 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
         miss = _missing(df[c])
         if miss.any():
             missing[str(c)] = int(miss.sum())
-        parsed = pd.to_numeric(df[c].where(~miss), errors="coerce")
-        not_num = ~miss & parsed.isna().to_numpy()
+        parsed, not_num = _numbers(df[c])
         present = int((~miss).sum())
         if c in cfg.categorical:
             cat_cols.append(c)
         elif c in cfg.numeric or not not_num.any():
             num_cols.append(c)
-            num_values.append(parsed.to_numpy(np.float64))
+            num_values.append(parsed)
             if _looks_like_row_counter(num_values[-1]):
                 print(f"warning: party file {path}: column {c!r} looks like a row counter (unique consecutive "
                       f"integers); it is used as a feature — pass --drop-columns {c} if it is not one", file=sys.stderr)
@@ -115,9 +117,21 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
         else:
             cat_cols.append(c)
     num = np.column_stack(num_values) if num_cols else np.zeros((len(df), 0))
-    cat = np.column_stack([hash_values(np.where(_missing(df[c]), "", df[c].astype(str).to_numpy()))
-                           for c in cat_cols]) if cat_cols else np.zeros((len(df), 0), dtype=np.int64)
-    return num, cat, num_cols, cat_cols, missing
+    return num, _category_codes(df, cat_cols), num_cols, cat_cols, missing
+
+
+def _numbers(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """A column's cells as float64 (NaN where missing or not a number) and where a present cell is not a number."""
+    miss = _missing(values)
+    parsed = pd.to_numeric(values.where(~miss), errors="coerce")
+    return parsed.to_numpy(np.float64), ~miss & parsed.isna().to_numpy()
+
+
+def _category_codes(df: pd.DataFrame, columns: list) -> np.ndarray:
+    """The raw-value hashes of categorical ``columns`` (a missing cell hashes as "")."""
+    if not columns:
+        return np.zeros((len(df), 0), dtype=np.int64)
+    return np.column_stack([hash_values(np.where(_missing(df[c]), "", df[c].astype(str).to_numpy())) for c in columns])
 
 
 def _looks_like_row_counter(values: np.ndarray) -> bool:
@@ -126,17 +140,31 @@ def _looks_like_row_counter(values: np.ndarray) -> bool:
         and v.max() - v.min() + 1 == len(v)
 
 
-def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """Class index per row (−1 where unlabeled), the labeled mask and the class values."""
+def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification"
+            ) -> tuple[np.ndarray, np.ndarray, list]:
+    """Class index per row (−1 where unlabeled), the labeled mask and the class values; for a
+    regression (``task``, or ``auto`` with a fractional label) the float target (NaN where unlabeled)
+    and no classes."""
     miss = _missing(raw)
     values = raw.astype(str).str.strip()
     parsed = pd.to_numeric(values.where(~miss), errors="coerce").to_numpy()
-    if np.isfinite(parsed[~miss]).all():  # numeric codes
+    numeric = bool(np.isfinite(parsed[~miss]).all())
+    if task == "regression" and not numeric:
+        bad = values[~miss][~np.isfinite(parsed[~miss])].iloc[0]
+        raise UserError(f"party file {path}: label column {column!r}: value {bad!r} is not a number "
+                        "(--task regression)")
+    if numeric:  # numeric codes, or a continuous target
         present = parsed[~miss]
-        if (present != np.round(present)).any():
+        fractional = bool((present != np.round(present)).any())
+        if task == "auto" and fractional:
+            print(f"note: label column {column!r} has fractional values: training a regression (MSE; R² as utility); "
+                  "--task classification refuses such a label, --task regression makes this explicit", file=sys.stderr)
+        if task == "regression" or (task == "auto" and fractional):
+            return np.where(miss, np.nan, parsed).astype(np.float64), ~miss, []
+        if fractional:
             x = present[present != np.round(present)][0]
             raise UserError(f"party file {path}: label column {column!r} has fractional values (e.g. {x:g}): it looks "
-                            "continuous; securevfl trains classifiers — bin it into classes first")
+                            "continuous; use --task regression, or bin it into classes")
         keys = np.where(miss, np.nan, parsed)
         classes = np.unique(present).astype(np.int64).tolist()
     else:
@@ -145,7 +173,7 @@ def _labels(raw: pd.Series, path: Path, column: str) -> tuple[np.ndarray, np.nda
         classes = sorted(set(values[~miss]))
     if len(classes) > MAX_CLASSES:
         raise UserError(f"party file {path}: label column {column!r} has {len(classes)} distinct values (more than "
-                        f"{MAX_CLASSES}): it looks continuous or like an ID; securevfl trains classifiers")
+                        f"{MAX_CLASSES}): it looks continuous or like an ID; --task regression if it is a target")
     if len(classes) < 2:
         raise UserError(f"party file {path}: label column {column!r} needs at least two classes")
     index = {c: i for i, c in enumerate(classes)}
@@ -209,7 +237,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     if len(aligned) == 0:
         raise UserError(f"the party files share no IDs (columns {', '.join(dict.fromkeys(id_cols))}); IDs are "
                         "compared as exact strings unless numeric_ids is set")
-    y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column)
+    y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column, cfg.task)
+    regression = not classes
     split = _split(aligned, ids[0], has_label, spec, seed)
     names = party_names(len(paths))
     parties, ingest = [], []
@@ -220,11 +249,13 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
         ingest.append(info)
     # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
     spec = dataclasses.replace(spec, alignment="plain" if spec.alignment == "plain" else "psi")
-    part = Partition("csv", spec, seed, len(classes), "tabular", parties, split.train_aligned, split.labeled_ids,
-                     truth_ids=ids[0][has_label], truth_y=y_all[has_label])
+    part = Partition("csv", spec, seed, 1 if regression else len(classes), "tabular", parties, split.train_aligned,
+                     split.labeled_ids, truth_ids=ids[0][has_label], truth_y=y_all[has_label], regression=regression)
     _print_ingest(names, ingest)  # tell the user what was read, before training starts
     part.meta = {"aligned_by": spec.alignment, "psi_bytes": psi_bytes,
                  "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}
+    if regression:
+        part.meta["task"] = "regression"
     return part
 
 
@@ -295,16 +326,26 @@ def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.nd
             "missing_cells": missing}
     if labels is not None:
         info["unlabeled_rows"] = int((~labels.has_label).sum())
+    fitted: dict = {}
     X_tr, X_te, card = encode_party(num[tr], num[te], cat[tr], cat[te], log=False, min_freq=cfg.min_freq,
-                                    hash_buckets=cfg.hash_buckets)
-    label_fields = {}
+                                    hash_buckets=cfg.hash_buckets, fitted=fitted)
+    prep = {"id_column": id_col, "numeric_columns": [str(c) for c in num_cols],
+            "categorical_columns": [str(c) for c in cat_cols], "ignored_columns": [str(c) for c in drop[1:]
+                                                                                  if c in df.columns], **fitted}
+    label_fields: dict[str, Any] = {}
     if labels is not None:
         lab = split.labeled_ids
         if labels.on_unaligned:
             lab = np.concatenate([lab, difference(train_ids[labels.has_label[tr]], split.train_aligned)])
-        label_fields = {"label_ids": lab, "y_labels": labels.y[index.get_indexer(lab)], "y_test": labels.y[te]}
+        y_lab = labels.y[index.get_indexer(lab)]
+        label_fields = {"label_ids": lab, "y_labels": y_lab, "y_test": labels.y[te]}
+        if labels.y.dtype.kind == "f":  # regression: the active party's label scaler, on its training labels
+            y_lab = y_lab.astype(np.float32)
+            label_fields.update(y_labels=y_lab, y_test=labels.y[te].astype(np.float32),
+                                label_scale=(float(y_lab.mean()), float(y_lab.std()) or 1.0))
     party = PartyData(name, np.arange(X_tr.shape[1]), train_ids, X_tr, split.test_ids, X_te, **label_fields,
-                      n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols))
+                      n_numeric=len(num_cols), cardinalities=card, column_names=tuple(num_cols + cat_cols),
+                      preprocessing=prep)
     return party, info
 
 
@@ -315,6 +356,41 @@ def _print_ingest(names: list[str], ingest: list[dict]) -> None:
         print(f"{names[k]}: {info['file']}: {info['rows_read']} rows read, {info['rows_matched']} matched, "
               f"{info['rows_unmatched']} unmatched{extra}; {len(info['numeric_columns'])} numeric + "
               f"{len(info['categorical_columns'])} categorical columns; {miss} missing cells", file=sys.stderr)
+
+
+def read_party_file(path: str | Path) -> pd.DataFrame:
+    """One party's file, read as training reads it (CSV cells as text; Parquet as stored)."""
+    return _read_table(Path(path))
+
+
+def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids: bool = False
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """A party's new rows (a frame of its file) through the preprocessing it fitted in training
+    (``PartyData.preprocessing``): (IDs, X). The file must hold exactly the columns training used
+    (extra columns training ignored, e.g. the label, may stay).
+
+    Raises:
+        UserError: missing or unexpected columns, or text in a numeric column (one line)."""
+    path = Path(path)
+    need = [prep["id_column"], *prep["numeric_columns"], *prep["categorical_columns"]]
+    have = [str(c) for c in df.columns]
+    missing = [c for c in need if c not in have]
+    extra = [c for c in have if c not in need and c not in prep["ignored_columns"]]
+    if missing or extra:
+        what = "; ".join(s for s in (f"missing {', '.join(map(repr, missing))}" if missing else "",
+                                     f"unexpected {', '.join(map(repr, extra))}" if extra else "") if s)
+        raise UserError(f"party file {path}: columns do not match the saved model's manifest ({what})")
+    ids = _ids(df, path, prep["id_column"], numeric_ids)
+    num_values = []
+    for c in prep["numeric_columns"]:
+        parsed, bad = _numbers(df[c])
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {df[c].iloc[i]!r} is not a number "
+                            "(the saved model reads this column as numeric)")
+        num_values.append(parsed)
+    num = np.column_stack(num_values) if num_values else np.zeros((len(df), 0))
+    return ids, encode_rows(num, _category_codes(df, prep["categorical_columns"]), prep)
 
 
 DATASETS.register(DatasetEntry("csv", "your own data: one CSV/Parquet file per party (--party-file), PSI-aligned",

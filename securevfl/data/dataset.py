@@ -48,6 +48,10 @@ class DataConfig:
     numeric: list[str] = setting(factory=list, flag="--numeric", cli="comma", doc="""
         ``csv`` source: columns to treat as numeric; cells that are not numbers become missing values; on
         the command line comma-separated.""")
+    task: str = setting("auto", flag="--task", choices=("auto", "classification", "regression"), doc="""
+        ``csv`` source: what the label is. ``regression``: a continuous target (MSE loss; MSE, MAE and R²
+        as utility); ``classification``: classes; ``auto``: regression when the label has fractional
+        values (said on stderr), classes otherwise.""")
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,12 @@ class PartyData:
     n_numeric: int = 0
     cardinalities: tuple[int, ...] = ()
     column_names: tuple[str, ...] = ()
+    # Active party of a regression task: (mean, std) of its training labels; the head learns the
+    # standardised target and predictions are mapped back (its own preprocessing state, like a scaler).
+    label_scale: tuple[float, float] | None = None
+    # File-based parties: how this party turns its file's rows into X (columns, fitted scaler and
+    # vocabularies; :func:`securevfl.data.csvsource.encode_file_rows`), kept to score new rows later.
+    preprocessing: dict | None = None
     _train_index: IdIndex = field(init=False, repr=False)
     _test_index: IdIndex = field(init=False, repr=False)
     _label_index: IdIndex | None = field(init=False, repr=False)
@@ -256,6 +262,8 @@ class Partition:
     truth_y: np.ndarray | None = None
     """Ground-truth labels of training entities, for the simulator only (attack evaluation and
     auxiliary-label draws); never handed to a party."""
+    regression: bool = False
+    """A continuous label (``n_classes`` is then 1: the head's one output)."""
 
     def true_labels(self, ids: np.ndarray) -> np.ndarray:
         """Ground truth for ``ids`` (training or test entities); -1 where unknown."""
@@ -284,6 +292,8 @@ class Partition:
 
     @property
     def task(self) -> str:
+        if self.regression:
+            return "regression"
         return "binary" if self.n_classes == 2 else "multiclass"
 
     def fingerprint(self) -> str:

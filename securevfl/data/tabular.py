@@ -79,11 +79,12 @@ def _column(a: np.ndarray | Gather, j: int) -> np.ndarray:
 
 
 def encode_party(num_tr: np.ndarray | Gather, num_te: np.ndarray | Gather, cat_tr: np.ndarray | Gather,
-                 cat_te: np.ndarray | Gather, *, log: bool, min_freq: int,
-                 hash_buckets: int) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+                 cat_te: np.ndarray | Gather, *, log: bool, min_freq: int, hash_buckets: int,
+                 fitted: dict | None = None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
     """Fit on the training rows, transform both splits; returns (X_train, X_test, cardinalities).
     Outputs are allocated once and filled in place; :class:`Gather` inputs are read column by column,
-    so the transient memory is a few columns, not the party's block."""
+    so the transient memory is a few columns, not the party's block. ``fitted`` (array inputs only)
+    receives what was fitted, for :func:`encode_rows` on new rows (a saved model's preprocessing)."""
     n_num, n_cat = num_tr.shape[1], cat_tr.shape[1]
     X_tr = np.empty((num_tr.shape[0], n_num + n_cat), dtype=np.float32)
     X_te = np.empty((num_te.shape[0], n_num + n_cat), dtype=np.float32)
@@ -99,6 +100,10 @@ def encode_party(num_tr: np.ndarray | Gather, num_te: np.ndarray | Gather, cat_t
         stats = fit_numeric(num_tr.astype(np.float64), log)
         X_tr[:, :n_num] = transform_numeric(num_tr.astype(np.float64), stats)
         X_te[:, :n_num] = transform_numeric(num_te.astype(np.float64), stats)
+        if fitted is not None:
+            fitted["numeric"] = stats
+    if fitted is not None:
+        fitted.update(hash_buckets=hash_buckets, vocab=[])
     for j in range(n_cat):
         c_tr, c_te = _column(cat_tr, j), _column(cat_te, j)
         if hash_buckets > 0:
@@ -107,7 +112,22 @@ def encode_party(num_tr: np.ndarray | Gather, num_te: np.ndarray | Gather, cat_t
         else:
             vocab = fit_vocab(c_tr, min_freq)
             tr, te, c = encode_vocab(c_tr, vocab), encode_vocab(c_te, vocab), len(vocab) + 1
+            if fitted is not None:
+                fitted["vocab"].append(vocab)
         X_tr[:, n_num + j] = tr
         X_te[:, n_num + j] = te
         card.append(int(c))
     return X_tr, X_te, tuple(card)
+
+
+def encode_rows(num: np.ndarray, cat: np.ndarray, fitted: dict) -> np.ndarray:
+    """New rows through the preprocessing :func:`encode_party` fitted (its ``fitted`` dict): the same
+    values a training or test row with these cells got."""
+    X = np.empty((num.shape[0], num.shape[1] + cat.shape[1]), dtype=np.float32)
+    if num.shape[1]:
+        X[:, :num.shape[1]] = transform_numeric(num.astype(np.float64), fitted["numeric"])
+    for j in range(cat.shape[1]):
+        buckets = fitted["hash_buckets"]
+        X[:, num.shape[1] + j] = encode_hash(cat[:, j], buckets) if buckets > 0 else encode_vocab(cat[:, j],
+                                                                                                 fitted["vocab"][j])
+    return X

@@ -9,6 +9,7 @@ import dataclasses
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
@@ -20,7 +21,7 @@ from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
-from securevfl.hooks import PartyHook
+from securevfl.hooks import LabelTransform, PartyHook
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
@@ -36,7 +37,8 @@ MIN_STEPS = 50
 AttackSpec = tuple[type[attack_lib.Attack], dict]
 
 
-def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None) -> RunResult:
+def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None,
+            save: str | Path | None = None) -> RunResult:
     """Train ``cfg.method`` under ``cfg.defense`` (and ``cfg.he``), evaluate it, then run ``cfg.attacks``.
 
     Args:
@@ -46,13 +48,15 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
             observe or alter cut-layer tensors).
         progress: show progress bars and print warnings (``None``: when attached to a terminal;
             sweeps pass ``False`` and keep warnings in the result).
+        save: a folder: each party writes its own part of the trained federation into its own
+            sub-folder (``securevfl predict`` scores new rows with it; :mod:`securevfl.lab.predict`).
 
     Returns:
         The finished run; ``to_json()`` is what ``train --json`` prints.
 
     Raises:
         UserError: a bad value or an incompatible combination, before any data is read."""
-    defenses = [*defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed), *hooks]
+    defenses = [*defense_hooks(cfg), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
     # an active adversary reads the passive messages it received from its channel view: the federation
@@ -65,6 +69,9 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
+    check_task(cfg, partition.regression, method, defenses, attack_specs)
+    if save is not None:
+        check_savable(cfg, method, partition)
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -79,8 +86,48 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
                                                                  **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
+    if save is not None:  # before the attacks, which may probe (not change) the trained models
+        save_run(result, Path(save))
     result.attacks = run_attacks(attacks, result)
     return result
+
+
+def save_run(result: RunResult, folder: Path) -> list[Path]:
+    """Each party of ``result``'s federation writes its own part into ``folder / <party name>``
+    (:meth:`securevfl.parties.Party.save_own`), handed only the public facts of the run: its position,
+    the task, its own slice of the configuration (its own file), and to the active party the class
+    names. ``securevfl predict`` (:mod:`securevfl.lab.predict`) scores new rows with them."""
+    fed, part, cfg = result.federation, result.partition, result.config
+    config = cfg.to_dict()
+    files = list(config["data"].pop("party_files"))
+    out = []
+    for k, party in enumerate(fed.parties):
+        own = {**config, "data": {**config["data"], "party_files": [files[k]]}}  # no other party's file
+        run = {"index": k, "n_parties": len(fed.parties), "task": part.task, "n_classes": part.n_classes,
+               "interactive": fed.cut.interactive, "config": own}
+        if k == 0:  # the class names are the active party's (its label column)
+            run["classes"] = list(part.meta.get("classes", []))
+        out.append(party.save_own(folder / party.name, run))
+    return out
+
+
+def defense_hooks(cfg: RunConfig) -> list[PartyHook]:
+    """The hooks of ``cfg.defense`` (a saved model is rebuilt with the same ones to predict)."""
+    return list(defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed))
+
+
+def check_savable(cfg: RunConfig, method: Method, partition: Partition) -> None:
+    """``--save`` keeps what ``securevfl predict`` can rebuild: file-based parties, the standard models
+    and the plain split predictor, with at least one passive party.
+
+    Raises:
+        UserError: before training, naming what cannot be saved."""
+    if any(p.preprocessing is None for p in partition.parties):
+        raise UserError(f"--save: dataset {cfg.dataset} is not read from per-party files; new rows can be scored "
+                        "only for --dataset csv")
+    if not type(method).savable or not type(method).uses_passives:
+        raise UserError(f"--save: method {cfg.method} is not supported (it ends with other models or predicts another "
+                        "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
 
 
 # ----------------------------------------------------------------------------------------- stages
@@ -159,9 +206,37 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
                         "sweeps a parameter)")
     if sum(cls.during_training for cls, _ in attack_specs) > 1:
         raise UserError("at most one attack may act during training (each replaces the adversary's optimizer)")
+    if cfg.data.task == "regression":  # said up front: refuse before any data is read
+        check_task(cfg, True, method, defenses, attack_specs)
     if not cfg.partition.active_features and not m.label_only_host:
         raise UserError(f"method {cfg.method} needs features at the active party; a label-only host "
                         "(partition.active_features: false) works with entity-aug")
+
+
+def check_task(cfg: RunConfig, regression: bool, method: Method, defenses: Sequence[PartyHook],
+               attack_specs: Sequence[AttackSpec]) -> None:
+    """A regression (continuous label) runs with the methods, defenses and attacks that do not need
+    classes: label-inference attacks (``threat_model`` passive: they guess a class) and label
+    transforms (randomized response re-draws a class) are refused; feature attacks and the defenses
+    on messages and gradients (including label DP-SGD, which clips per-example losses of any kind) run.
+
+    Raises:
+        UserError: one line naming what a continuous label rules out."""
+    if cfg.data.task == "regression" and not regression:
+        raise UserError(f"--task regression: dataset {cfg.dataset} has class labels; a continuous target comes "
+                        "from your own files (--dataset csv)")
+    if not regression:
+        return
+    if not type(method).supports_regression:
+        raise UserError(f"method {cfg.method} trains on class labels outside the supervised loss, so it does not "
+                        "run on a regression task (continuous label); splitnn, fedlocal-*, fedhssl and local do")
+    for hook in defenses:
+        if isinstance(hook, LabelTransform):
+            raise UserError(f"defense {hook.name} re-draws class labels; a regression task has a continuous label")
+    for cls, _ in attack_specs:
+        if cls.threat_model == "passive":
+            raise UserError(f"attack {cls.name} infers class labels; on a regression task (continuous label) that "
+                            "is a different attack, not implemented here (feature attacks such as fr run)")
 
 
 def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: int,

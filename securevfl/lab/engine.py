@@ -37,7 +37,7 @@ def run_cell(cell: Cell, sweep: str) -> dict:
            "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
            "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
     try:
-        r = execute(config_from_dict(cell.config), progress=False).to_json()
+        r = execute(config_from_dict(cell.config), progress=False, save=cell.save).to_json()
     except UserError as e:  # includes TrainingDiverged: the configuration, not the code, failed
         return {**row, "status": "failed", "error": _one_line(f"{type(e).__name__}: {e}")}
     except Exception as e:  # noqa: BLE001  (a cell's bug must not stop the sweep; keep the trace)
@@ -46,7 +46,8 @@ def run_cell(cell: Cell, sweep: str) -> dict:
     return {**row, "status": "ok", "error": None, "result_json": r, "utility": r["utility"]["test"],
             "utility_metric": r["utility"]["metric"], "epsilon": r["privacy"].get("epsilon"),
             "privacy_status": r["privacy"].get("status"),
-            "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"]}
+            "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"],
+            "version": r["versions"]["securevfl"]}
 
 
 class Engine(ABC):

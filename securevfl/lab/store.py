@@ -44,6 +44,7 @@ COLUMNS = {
     "seconds": "REAL",
     "bytes_sent": "INTEGER",
     "versions_json": "TEXT",
+    "version": "TEXT",  # the securevfl version that ran the cell (versions_json has the commit)
     "finished_at": "REAL",
 }
 

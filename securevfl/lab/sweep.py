@@ -21,6 +21,8 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   for a scalar ``model`` key sweeps it like a strength, e.g. ``model: {cut: [1, 2, 3]}``, shown as
   ``model.cut``); ``record``,
   ``mechanism_seed`` (:data:`RUN_KEYS`): top-level run settings.
+- ``save``: ``DIR`` or ``{dir: DIR, methods: [...], seeds: [...]}``: the chosen cells' parties save the
+  trained federation into ``DIR/<run id>/<party>/`` (as ``train --save``; ``securevfl predict`` scores with it).
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
@@ -44,9 +46,9 @@ from securevfl.errors import UserError
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
-              "label_column"}
+              "label_column", "task"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
-_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim"}
+_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim", "save"}
 # top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
 # new top-level setting is a sweep key without an edit here
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
@@ -68,6 +70,9 @@ class Cell:
     config: dict
     """``RunConfig.to_dict()`` of the run; its hash is the run id."""
     swept: dict = field(default_factory=dict)
+    save: str | None = None
+    """Where the cell's parties save the trained federation (the sweep's ``save`` key), or None; not
+    part of the run id (saving does not change the run)."""
 
     @property
     def run_id(self) -> str:
@@ -81,7 +86,7 @@ class Sweep:
     swept_keys: list[str]
 
 
-HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None}
+HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None, ("data", "task"): "auto"}
 """Settings added after stores and golden results were recorded (path in the config dict → default):
 left out of the run id while at their default, so existing run ids, and the mechanism seeds derived
 from them, stay as they were; a non-default value is hashed like any other."""
@@ -269,6 +274,8 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     cells = _expand_cells(base, data_axes, _Grid(methods, defenses, he_modes, attack_variants, seeds))
     if data.get("mechanism_seed") is not None:
         cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
+    if data.get("save") is not None:
+        cells = _with_save(cells, data["save"])
     return Sweep(name, cells, list(data_axes) + list(attack_variants[0][1]))
 
 
@@ -284,6 +291,18 @@ def _with_mechanism_seed(cell: Cell, sweep_seed: int) -> Cell:
     digest = hashlib.sha256(f"{sweep_seed}/{run_id(cell.config)}".encode()).digest()
     config = {**cell.config, "mechanism_seed": int.from_bytes(digest[:4], "little") % 2**31}
     return Cell(cell.method, cell.defense, cell.family, cell.strength, cell.seed, cell.he, config, cell.swept)
+
+
+def _with_save(cells: list[Cell], value: object) -> list[Cell]:
+    """``save: DIR`` (every cell) or ``save: {dir: DIR, methods: [...], seeds: [...]}`` (the chosen
+    cells): each chosen cell's parties save into ``DIR/<run id>/<party>/`` (``train --save``)."""
+    spec = {"dir": value} if isinstance(value, str) else value
+    if not isinstance(spec, dict) or not isinstance(spec.get("dir"), str) or set(spec) - {"dir", "methods", "seeds"}:
+        raise _fail("save", "expected a folder, or a mapping with dir and optionally methods and seeds")
+    methods = None if spec.get("methods") is None else [str(m) for m in _as_list(spec["methods"], "save.methods")]
+    seeds = None if spec.get("seeds") is None else _seeds(spec["seeds"])
+    return [dataclasses.replace(c, save=str(Path(spec["dir"]) / c.run_id))
+            if (methods is None or c.method in methods) and (seeds is None or c.seed in seeds) else c for c in cells]
 
 
 def _check_top_level(data: object, source: str) -> str:

@@ -72,6 +72,12 @@ class Method(ABC):
     soft_label_training: ClassVar[bool] = False
     """True when every loss on the training labels is the shared trainer's cross-entropy, which takes
     class-probability rows too; defenses with ``soft_labels`` (CAE) refuse other methods."""
+    savable: ClassVar[bool] = True
+    """Whether ``train --save`` can keep the trained federation: it ends with the standard models
+    (:func:`securevfl.federation.standard_models`) and predicts with the plain :class:`SplitTrainer`."""
+    supports_regression: ClassVar[bool] = True
+    """False for methods whose training uses class labels outside the shared loop's loss (pre-training
+    heads, soft labels, pseudo-labels, evidential heads): a continuous label is refused."""
     he_refusal: ClassVar[str] = "reads the passive parties' representations in plaintext, which the HE cut layer hides"
     """Why ``--he`` is refused (when ``supports_he`` is False), for the one-line error."""
 

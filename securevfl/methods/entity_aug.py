@@ -225,6 +225,8 @@ class EntityAugTrainer(SplitTrainer):
 @METHODS.register
 class EntityAugmentation(Method):
     name = "entity-aug"
+    savable = False  # other models or another predictor than the plain split model
+    supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
     defaults = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
     partition_defaults = {"active_labels_unaligned": True, "active_labels_all": True}

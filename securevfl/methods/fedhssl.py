@@ -178,6 +178,7 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
 @METHODS.register
 class FedHSSL(Method):
     name = "fedhssl"
+    savable = False  # other models or another predictor than the plain split model
     summary = "cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)"
     passive_features_outside_loop = True  # cross-party and local SSL on raw features
     use_local: ClassVar[bool] = True

@@ -94,6 +94,8 @@ class UnalignedTerm(LabelTerm):
 @METHODS.register
 class FedUD(Method):
     name = "fedud"
+    savable = False  # other models or another predictor than the plain split model
+    supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
     partition_defaults = {"active_labels_unaligned": True, "test_aligned_fraction": "train"}
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host

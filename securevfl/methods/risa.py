@@ -265,6 +265,8 @@ class _RowSets:
 @METHODS.register
 class RISA(Method):
     name = "risa"
+    savable = False  # other models or another predictor than the plain split model
+    supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
     passive_features_outside_loop = True  # imputation statistics of the passive block
     partition_defaults = {"active_labels_unaligned": True}

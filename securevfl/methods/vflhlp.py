@@ -103,6 +103,7 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
 @METHODS.register
 class VFLHLP(Method):
     name = "vflhlp"
+    supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     summary = "active supervised pre-training as a constraint + passive SCARF initialisation (VFLHLP)"
     passive_features_outside_loop = True  # passive SCARF pre-training on raw features
     use_active: ClassVar[bool] = True

@@ -1,0 +1,117 @@
+"""``securevfl predict``: scores new rows with a federation ``train --save`` kept
+(:func:`securevfl.lab.compose.save_run`).
+
+:func:`predict` rebuilds the federation from the saved folders: each party reads its own new file
+through the preprocessing it saved, the parties align their IDs by PSI through a counted channel as
+training did, every party loads its own folder, and the active party's head scores the aligned rows
+through the same message exchange (and cut-layer protocol) as evaluation at the end of training."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from securevfl.config import RunConfig, apply_dict
+from securevfl.cutlayer import make_cut_layer
+from securevfl.data.csvsource import _align, encode_file_rows, read_party_file
+from securevfl.data.partition import Partition, PartyData
+from securevfl.errors import UserError
+from securevfl.federation import build_federation
+from securevfl.lab.compose import defense_hooks  # the composition layer owns the defense registry
+from securevfl.saved import MANIFEST, read_manifest, read_party_folder
+from securevfl.training import SplitTrainer
+
+
+def _party_folders(model_dir: Path) -> list[Path]:
+    if not model_dir.is_dir():
+        raise UserError(f"--model {model_dir}: no such directory")
+    folders = sorted(p for p in model_dir.iterdir() if (p / MANIFEST).is_file())
+    if not folders:
+        raise UserError(f"--model {model_dir}: no saved party folders (train with --save {model_dir})")
+    return sorted(folders, key=lambda p: int(read_manifest(p)["index"]))
+
+
+def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> dict:
+    """Score the rows every party file shares with the saved federation in ``model_dir``.
+
+    Args:
+        model_dir: the ``train --save`` folder (one sub-folder per party).
+        party_files: one new file per party, in the training order (active party first).
+        out: the predictions file (``.parquet``/``.pq``: Parquet, else CSV): the ID column, then
+            ``prediction`` and, for classes, one ``proba_<class>`` column per class.
+
+    Returns:
+        A summary (rows read, scored, output path).
+
+    Raises:
+        UserError: a folder or file that does not match, in one line."""
+    folders = _party_folders(Path(model_dir))
+    if len(party_files) != len(folders):
+        raise UserError(f"--model {model_dir} holds {len(folders)} parties but {len(party_files)} --party-file were "
+                        "given (one per party, active party first)")
+    loaded = [read_party_folder(f) for f in folders]
+    active_manifest = loaded[0][0]
+    cfg = RunConfig()
+    apply_dict(cfg, active_manifest["config"])
+    id_sets, rows = [], []
+    for (_, _, prep), path in zip(loaded, party_files, strict=True):
+        ids, X = encode_file_rows(read_party_file(path), path, prep, cfg.data.numeric_ids)
+        id_sets.append(ids)
+        rows.append(X)
+    aligned, _ = _align(id_sets, "plain" if cfg.partition.alignment == "plain" else "psi")
+    if len(aligned) == 0:
+        raise UserError("the party files share no IDs")
+    parties = [_party_data(manifest, prep, ids, X, aligned)
+               for (manifest, _, prep), ids, X in zip(loaded, id_sets, rows, strict=True)]
+    regression = active_manifest["task"] == "regression"
+    partition = Partition("csv", cfg.partition, cfg.seed, int(active_manifest["n_classes"]), "tabular", parties,
+                          aligned, aligned[:0], regression=regression)
+    cut = make_cut_layer(cfg.he, interactive=bool(active_manifest["interactive"]), **cfg.he_params)
+    fed = build_federation(partition, cfg.model, cfg.optim, cfg.seed, cut, defense_hooks(cfg))
+    for party, folder in zip(fed.parties, folders, strict=True):
+        party.load_own(folder)
+    order = aligned[np.argsort(pd.Index(id_sets[0]).get_indexer(aligned))]  # the active file's row order
+    scores = SplitTrainer(fed, cfg.train, cfg.seed, progress=False).predict_proba(order, "test")
+    frame = _predictions(active_manifest, loaded[0][2]["id_column"], order, scores)
+    _write(frame, Path(out))
+    unmatched = len(id_sets[0]) - len(order)
+    if unmatched:
+        print(f"note: {unmatched} rows of {party_files[0]} are not in every party file and were not scored",
+              file=sys.stderr)
+    return {"rows_read": [len(i) for i in id_sets], "rows_scored": len(order), "out": str(out)}
+
+
+def _party_data(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray) -> PartyData:
+    """One party's new rows: the aligned ones, as its test split (what evaluation reads)."""
+    pos = pd.Index(ids).get_indexer(aligned)
+    scale = manifest.get("label_scale")
+    return PartyData(manifest["party"], np.arange(X.shape[1]), ids[:0], X[:0], aligned, X[pos],
+                     n_numeric=int(manifest["model"]["n_numeric"]),
+                     cardinalities=tuple(manifest["model"]["cardinalities"]),
+                     label_scale=None if scale is None else (float(scale[0]), float(scale[1])), preprocessing=prep)
+
+
+def _predictions(manifest: dict, id_column: str, ids: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
+    frame = pd.DataFrame({id_column: ids})
+    if manifest["task"] == "regression":
+        frame["prediction"] = scores[:, 0]
+        return frame
+    classes = list(manifest["classes"])
+    frame["prediction"] = np.asarray(classes, dtype=object)[scores.argmax(1)]
+    for j, c in enumerate(classes):
+        frame[f"proba_{c}"] = scores[:, j]
+    return frame
+
+
+def _write(frame: pd.DataFrame, out: Path) -> None:
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix.lower() in (".parquet", ".pq"):
+            frame.to_parquet(out, index=False)
+        else:
+            frame.to_csv(out, index=False, float_format="%.9g")
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write ({e.strerror or e})") from None
