@@ -137,24 +137,25 @@ def with_performance(attacks: pd.DataFrame) -> pd.DataFrame:
 
 
 def worst_case(attacks: pd.DataFrame, by: str = "ap") -> pd.DataFrame:
-    """Per (cell, attack), the search try whose mean ``by`` over seeds is largest: one row each with
-    ``try``, its ``params``, the mean ``ap``/``ap_norm``/``utility`` over that try's seeds and how
-    many tries there were. The attacker picks a parameter setting, not a seed."""
+    """Per (cell, attack), the searched parameter point whose mean ``by`` over seeds is largest: one
+    row each with its ``params``, the first ``try`` that ran it, the mean ``ap``/``ap_norm``/``utility``
+    over its runs, and how many distinct points were tried. The attacker picks parameters, not a
+    seed; tries that repeat an attack's parameters (the search varied another attack) are pooled, so
+    the max is never taken over noise alone."""
     a = with_performance(attacks) if "ap" not in attacks else attacks
     if a.empty:
         return pd.DataFrame(columns=[*CELL, "attack", "type", "try", "params", "ap", "ap_norm", "utility", "tries"])
-    a = a.assign(search_try=a["search_try"] if "search_try" in a else 0)
-    per_try = a.groupby([*CELL, "attack", "search_try"], dropna=False).agg(
-        type=("type", "first"), params=("set_params" if "set_params" in a else "params", "first"),
-        ap=("ap", "mean"), ap_norm=("ap_norm", "mean"),
+    a = a.assign(search_try=a["search_try"] if "search_try" in a else 0,
+                 point=a["set_params"] if "set_params" in a else a["params"])
+    per_point = a.groupby([*CELL, "attack", "point"], dropna=False).agg(
+        type=("type", "first"), search_try=("search_try", "min"), ap=("ap", "mean"), ap_norm=("ap_norm", "mean"),
         utility=("utility", "mean"), seeds=("seed", "nunique")).reset_index()
     rows = []
-    for _, g in per_try.groupby([*CELL, "attack"], dropna=False):
-        score = g[by].fillna(-np.inf)
+    for _, g in per_point.groupby([*CELL, "attack"], dropna=False):
+        score = g[by].astype(float).fillna(-np.inf)
         best = g.loc[score.idxmax()]
-        rows.append({**{k: best[k] for k in [*CELL, "attack", "type", "params", "ap", "ap_norm", "utility",
-                                              "seeds"]},
-                     "try": int(best.search_try), "tries": len(g)})
+        rows.append({**{k: best[k] for k in [*CELL, "attack", "type", "ap", "ap_norm", "utility", "seeds"]},
+                     "params": best.point, "try": int(best.search_try), "tries": len(g)})
     return pd.DataFrame(rows)
 
 

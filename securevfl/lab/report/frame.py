@@ -19,7 +19,7 @@ from securevfl.lab.store import Store
 
 _GROUP = ["dataset", "method", "defense", "family", "strength", "he", "swept"]
 _ATTACK_STATS = ("value", "value_std", "prior", "baseline", "control", "control_std", "leakage", "leakage_std",
-                 "attack_seeds", "inverted")
+                 "attack_seeds", "inverted", "ap", "ap_std")
 
 
 def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -149,11 +149,14 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
         okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage", "inverted")})
         okat = _winning_tries(okat)
+        okat = okat.assign(ap=[scores.attack_performance(m, v) for m, v in zip(okat.attack_metric, okat.value,
+                                                                              strict=True)])
         ag = okat.groupby(_GROUP + ["attack"], dropna=False).agg(
             value=("value", "mean"), value_std=("value", "std"), prior=("prior", "mean"),
             baseline=("baseline", "mean"), control=("control", "mean"), control_std=("control", "std"),
             leakage=("leakage", "mean"), leakage_std=("leakage", "std"), attack_seeds=("seed", "nunique"),
-            attack_metric=("attack_metric", "first"), inverted=("inverted", "mean")).reset_index()
+            attack_metric=("attack_metric", "first"), inverted=("inverted", "mean"), ap=("ap", "mean"),
+            ap_std=("ap", "std")).reset_index()
         wide = ag.pivot_table(index=_GROUP, columns="attack", values=list(_ATTACK_STATS), dropna=False)
         wide.columns = [f"{a}_{s}" for s, a in wide.columns]
         out = out.merge(wide.reset_index(), on=_GROUP, how="left")
@@ -165,8 +168,10 @@ def _winning_tries(okat: pd.DataFrame) -> pd.DataFrame:
     """Only the runs of each (cell, attack)'s worst-case search try (largest mean AP over seeds)."""
     if okat.empty or "search_try" not in okat or okat.search_try.nunique() < 2:
         return okat
-    won = scores.worst_case(okat)[[*_GROUP, "attack", "try"]].rename(columns={"try": "search_try"})
-    return okat.merge(won, on=[*_GROUP, "attack", "search_try"])
+    won = scores.worst_case(okat)[[*_GROUP, "attack", "params"]].rename(columns={"params": "set_params"})
+    kept = okat.merge(won, on=[*_GROUP, "attack", "set_params"])
+    # one row per seed: tries that repeat the winning point (another attack was searched) add no seed
+    return kept.sort_values("search_try").drop_duplicates([*_GROUP, "attack", "seed"])
 
 
 def _utility_prior(summary: pd.DataFrame, attacks: pd.DataFrame) -> pd.Series:
@@ -217,8 +222,10 @@ def defense_effects(d: pd.DataFrame, attack: str) -> pd.DataFrame:
         if ref.empty or pd.isna(r[f"{attack}_value"]):
             continue
         ref = ref.iloc[0]
-        noise = max(_num(r[f"{attack}_value_std"]), _num(ref[f"{attack}_value_std"]))
-        delta = r[f"{attack}_value"] - ref[f"{attack}_value"]
+        # on AP, the informative side of a binary score: an AUC going 0.17 → 0.55 leaks less, not more
+        col = f"{attack}_ap" if f"{attack}_ap" in d else f"{attack}_value"
+        noise = max(_num(r[f"{col}_std"]), _num(ref[f"{col}_std"]))
+        delta = r[col] - ref[col]
         rows.append({"method": r.method, "defense": r.defense, "he": r.he, "delta": delta, "noise": noise,
                      "utility_cost": ref.utility - r.utility, "clear": bool(noise > 0 and abs(delta) > 2 * noise)})
     return pd.DataFrame(rows, columns=["method", "defense", "he", "delta", "noise", "utility_cost", "clear"])

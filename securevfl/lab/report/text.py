@@ -44,13 +44,18 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
     spread = d[score].max() - d[score].min()
     noise = d[f"{score}_std"].mean()
     full, d = d, scores.eligible(d)  # "best" picks only among cells above chance and above local
-    out = honesty_lines(full, summary, dataset)
+    out = []
+    if len(d) < len(full):
+        left = full[~full.index.isin(d.index)]
+        out.append(f"The picks below choose among the {len(d)} cells above chance and above the active party "
+                   f"alone; left out: {_cells(left)}.")
     if d.empty:
         return out + ["No cell is above chance and above the active party alone, so no best trade-off is picked."]
     best = d.loc[d.utility.idxmax()]
     if clear.empty:
         why = (f"the {'leakage' if has_leak else 'attack'} values of all cells lie within {spread:.3f} of each "
-               f"other (typical std over {seeds} seeds: {noise:.3f})")
+               + (f"other (typical std over {seeds} seeds: {noise:.3f})" if seeds > 1 else
+                  "other (n = 1: a single seed, so no seed noise to compare with)"))
         out.append(f"**Caution: no defense setting moves the {attack} attack by more than twice its seed std**; "
                    f"{why}. No setting here leaks clearly less than another, so no least-leakage pick is made.")
         out.append(f"Best utility: {name(best, bold=False)} — {metric} {best.utility:.4f}, {attack} attack "
