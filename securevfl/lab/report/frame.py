@@ -60,7 +60,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {}),
-                     "versions": r["versions_json"]})
+                     "versions": r["versions_json"], "finished_at": r["finished_at"]})
         for name, a in (res.get("attacks") or {}).items():
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
                             "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),

@@ -212,7 +212,8 @@ def _provenance_blocks(runs: pd.DataFrame, store_path: str | Path, command: str 
     lines = [f"Report made by securevfl {provenance.version()}, git commit {commit or 'none (not a git checkout)'}, "
              f"with `{command or f'securevfl report {store_path} --out DIR'}`.",
              f"Store `{Path(store_path).name}`: {len(runs)} runs; seeds {seeds}"
-             + (f"; securevfl versions in the runs: {', '.join(versions)}" if versions else "") + "."]
+             + (f"; securevfl versions in the runs: {', '.join(versions)}" if versions else "") + "; "
+             + _time_taken(runs) + "."]
     blocks: list = [("ul", lines)]
     recorded = load_sweeps(store_path)
     if not recorded:
@@ -224,6 +225,18 @@ def _provenance_blocks(runs: pd.DataFrame, store_path: str | Path, command: str 
                            f"{sw['git_commit'] or 'none (not a git checkout)'}."]),
                    ("code", sw["text"])]
     return blocks
+
+
+def _time_taken(runs: pd.DataFrame) -> str:
+    """How long the sweep took: training seconds summed over runs, and the wall time from the first
+    stored row's start to the last row (attacks and resumed gaps included)."""
+    train = pd.to_numeric(runs.seconds, errors="coerce").sum()
+    done = pd.to_numeric(runs.get("finished_at"), errors="coerce").dropna()
+    if done.empty:
+        return f"training took {train:.0f} s in all"
+    first = runs.loc[done.idxmin()]
+    wall = done.max() - done.min() + (float(first.seconds) if pd.notna(first.seconds) else 0.0)
+    return f"training took {train:.0f} s in all; {wall / 60:.1f} min from the first run to the last stored row"
 
 
 def _size_blocks(summary: pd.DataFrame, runs: pd.DataFrame, ds: str, out: Path) -> list:
