@@ -204,3 +204,28 @@ def test_provenance_module():
     commit = provenance.git_commit()
     assert commit is None or re.fullmatch(r"[0-9a-f]{40}", commit)
     assert Path(scores.__file__).exists()
+
+
+@pytest.mark.slow
+def test_tiny_sweep_with_search_end_to_end(tmp_path):
+    """A real sweep with a search through the CLI: every try stored, the report scores the cells,
+    names the winning point and records the sweep file and both commands."""
+    from securevfl.cli import main
+
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text("name: tiny\ndataset: {name: breast-cancer, aligned_fraction: 0.5}\nmethods: [local, splitnn]\n"
+                     "defenses: [none, {iso: [5]}]\nattacks: [norm]\n"
+                     "attack_search: {budget: 2, seed: 0, space: {norm: {n_aux: [10, 100]}}}\n"
+                     "seeds: [0]\ntrain: {epochs: 1}\n")
+    store = tmp_path / "tiny.sqlite"
+    assert main(["sweep", str(sweep), "--store", str(store), "--quiet"]) == 0
+    runs, _ = load_frames(store)
+    assert len(runs) == 1 + 2 * 2 and (runs.status == "ok").all()
+    assert main(["report", str(store), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "C-DCS" in md and "Worst-case attacker" in md and "n_aux=" in md
+    assert f"securevfl sweep {sweep} --store {store} --quiet" in md and f"securevfl report {store}" in md
+    assert "attack_search: {budget: 2" in md
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(sweep.read_text().replace("budget: 2", "budget: -1"))
+    assert main(["sweep", str(bad), "--store", str(store), "--quiet"]) == 2

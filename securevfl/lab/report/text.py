@@ -81,7 +81,7 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
         out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — "
                    f"{'leakage' if has_leak else 'attack'} {pick[score]:+.4f}, utility {pick.utility:.4f}.")
     if has_leak:
-        undefended = d[d.family == "none"]
+        undefended = full[full.family == "none"]  # every undefended cell, picked or not
         parts = ", ".join(f"{r.method} {pm(r[leak], r[f'{leak}_std'], seeds, '+.3f')}"
                           for _, r in undefended.iterrows())
         ctl = d[f"{attack}_control"].mean()
@@ -186,8 +186,6 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
                    f"{strongest[f'{feature}_control']:.3f}) at utility {ref.utility:.4f} → {strongest.utility:.4f}.")
     return out or [f"No cell pairs an HE mode or a feature-side defense with its undefended, unencrypted twin "
                    f"for {feature}."]
-
-
 
 
 def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
