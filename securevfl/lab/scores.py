@@ -197,11 +197,16 @@ def score_table(summary: pd.DataFrame, attacks: pd.DataFrame, weights: Mapping[s
             row[f"DCS {w.attack}"] = d = dcs(w.ap, w.utility, ms)
             row[f"AP {w.attack}"] = w.ap
             row[f"{w.attack} won"] = _won(w)
+            short = TYPE_SHORT.get(w.type, w.type or "other")
+            if d < row.get(f"_worst {short}", (math.inf, ""))[0]:  # the attack that sets the type's worst case
+                row[f"_worst {short}"] = (d, w.attack)
             by_type.setdefault(w.type or "other", []).append(d)
         for _, w in gn.iterrows():
             dn = float("nan") if math.isnan(w.ap_norm) else dcs(w.ap_norm, w.utility, ms)
             row[f"nDCS {w.attack}"] = dn
             by_type_n.setdefault(w.type or "other", []).append(dn)
+        for k in [k for k in row if k.startswith("_worst ")]:
+            row[f"worst {k[len('_worst '):]} attack"] = row.pop(k)[1]
         t = {k: t_dcs(v, within_type) for k, v in by_type.items()}
         tn = {k: t_dcs(v, within_type) for k, v in by_type_n.items()}
         for k in t:

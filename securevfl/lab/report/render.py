@@ -189,14 +189,13 @@ def _score_blocks(summary: pd.DataFrame, table: pd.DataFrame, ds: str) -> list:
                           "backdoor, NTB untargeted), C-DCS their mean. The normalised score uses AP over the "
                           "attack's control (and local baseline), at least 0. Higher is better. See docs/scores.md."),
                     ("table", view)]
-    won = [c for c in t.columns if c.endswith(" won")]
+    won = [c for c in t.columns if c.endswith(" won") or (c.startswith("worst ") and c.endswith(" attack"))]
     searched = any(t[c].astype(str).str.startswith("try ").any() for c in won)
-    if searched:
-        wt = t[["dataset", "method", "defense", "family", "strength", "he", "swept", *won]]
-        blocks += [("h3", "Worst-case attacker: the winning try per cell and attack"),
-                   ("table", pd.DataFrame({"cell": [scores.cell_name(r) for _, r in wt.iterrows()],
-                                           **{c: wt[c].fillna("–") for c in won}}))]
-    else:
+    wt = t[[*scores.CELL, *won]]
+    blocks += [("h3", "Worst-case attacker: the winning parameters per cell and attack, and the worst attack per type"),
+               ("table", pd.DataFrame({"cell": [scores.cell_name(r) for _, r in wt.iterrows()],
+                                       **{c: wt[c].fillna("–") for c in won}}))]
+    if not searched:
         blocks.append(("p", "No `attack_search` in this sweep: each attack ran with its sweep-file parameters "
                             "only, so the worst case is over the attacks of a type alone."))
     blocks += [("ul", scores.disagreements(t))] if scores.disagreements(t) else []
