@@ -134,7 +134,7 @@ def test_report_honesty_marks_rankings_and_provenance(tmp_path):
     html = (tmp_path / "rep" / "report.html").read_text()
     glance = md.split("## At a glance", 1)[1].split("\n## ", 1)[0]
     assert "**2 of 5 cells are worse than not federating**" in glance  # iso 50 and iso 99
-    assert "**1 cells are at chance**" in glance and "iso 99" in glance
+    assert "**1 cell is at chance**" in glance and "iso 99" in glance
     assert "raw and control-normalised rankings disagree" in md
     assert "best C-DCS" in glance and "best normalised C-DCS" in glance
     # the best picks skip the chance cell and the cell below local

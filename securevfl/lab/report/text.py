@@ -135,7 +135,8 @@ def honesty_lines(d: pd.DataFrame, summary: pd.DataFrame, dataset: str) -> list[
     chance = d[d.chance.astype(bool)]
     if len(chance):
         prior = chance.utility_prior.mean()
-        out.append(f"**{len(chance)} cells are at chance** (utility within noise of guessing, prior "
+        are = "cell is" if len(chance) == 1 else "cells are"
+        out.append(f"**{len(chance)} {are} at chance** (utility within noise of guessing, prior "
                    f"{prior:.3f}): the model learned nothing; left out of the trade-off lines: {_cells(chance)}.")
     return out
 
