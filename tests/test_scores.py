@@ -229,3 +229,20 @@ def test_tiny_sweep_with_search_end_to_end(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(sweep.read_text().replace("budget: 2", "budget: -1"))
     assert main(["sweep", str(bad), "--store", str(store), "--quiet"]) == 2
+
+
+def test_backdoor_runs_keep_their_own_utility_and_the_cell_keeps_the_clean_one(tmp_path):
+    """A backdoor sweep into the same store: the cell's utility (and MP*) comes from the clean runs, the
+    backdoor's DCS from the utility of the federation it poisoned (VFLAIR's MP under that attack)."""
+    store = Store(tmp_path / "s.sqlite")
+    _put(store, "splitnn", "none", 0, 0.90, _mc(0.6, 0.2))
+    _put(store, "splitnn", "none", 0, 0.80, {"backdoor-x": {"metric": "asr", "value": 0.9, "prior": 0.1,
+                                                            "malicious_training": ["backdoor-x"]}})
+    store.close()
+    runs, attacks = load_frames(tmp_path / "s.sqlite")
+    summary = summarise(runs, attacks)
+    assert summary.utility.iloc[0] == pytest.approx(0.90)
+    t = scores.score_table(summary, attacks).iloc[0]
+    assert t["DCS backdoor-x"] == pytest.approx(scores.dcs(0.9, 0.80, 0.90))
+    assert t["T-DCS TB"] == t["DCS backdoor-x"] and t["T-DCS LI"] == pytest.approx(scores.dcs(0.6, 0.9, 0.9))
+    assert t["C-DCS"] == pytest.approx((t["T-DCS TB"] + t["T-DCS LI"]) / 2)

@@ -60,7 +60,10 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {}),
-                     "versions": r["versions_json"], "finished_at": r["finished_at"]})
+                     "versions": r["versions_json"], "finished_at": r["finished_at"],
+                     # trained beside an attack that acts during training (a backdoor): not the clean utility
+                     "malicious": any((a or {}).get("malicious_training")
+                                      for a in (res.get("attacks") or {}).values())})
         for name, a in (res.get("attacks") or {}).items():
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
                             "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),
@@ -135,9 +138,11 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     steps = pd.to_numeric(ok.get("train_steps"), errors="coerce").where(lambda x: x > 0)
     ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
-    # a cell's utility is its first search try's (the sweep file's own attack parameters): the other tries
-    # repeat the same training unless an attack acts during it
-    ok_utility = ok.sort_values("search_try").drop_duplicates([*_GROUP, "seed"]) if "search_try" in ok else ok
+    # a cell's utility is one run per seed: a run trained without a malicious party where there is one (a
+    # backdoor sweep into the same store scores its own runs' utility), then the first search try (the sweep
+    # file's own attack parameters; the other tries repeat the same training)
+    order = [c for c in ("malicious", "search_try") if c in ok]
+    ok_utility = ok.sort_values(order, kind="stable").drop_duplicates([*_GROUP, "seed"]) if order else ok
     g = ok_utility.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
                 utility_prior=("utility_prior", "mean"), test_rows=("test_rows", "mean"),
