@@ -186,7 +186,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from securevfl.lab.engine import run_sweep
 
     try:
-        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet)
+        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet,
+                      command=_command_line(args))
     except KeyboardInterrupt:
         print("error: sweep interrupted; finished cells are stored, rerun the same command to resume",
               file=sys.stderr)
@@ -212,9 +213,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     from securevfl.lab.report import write_report
 
     _check_writable_dir(args.out, "report --out")
-    paths = write_report(args.store, args.out)
+    paths = write_report(args.store, args.out, command=_command_line(args))
     print("report: " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command line, as the user could type it again (recorded in stores and reports)."""
+    import shlex
+
+    return "securevfl " + " ".join(shlex.quote(a) for a in args.argv)
 
 
 def _check_writable_dir(path: str, what: str) -> None:
@@ -241,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         args = make_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         if args.command in ("train", "sweep", "predict"):  # this process's thread share (securevfl/threads.py)
             from securevfl import threads
 

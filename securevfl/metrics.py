@@ -26,8 +26,11 @@ def utility(probs: np.ndarray, y: np.ndarray, n_classes: int) -> dict:
         out["auc"] = headline_score(probs, y, 2)
         out["logloss"] = float(log_loss(y, probs, labels=[0, 1]))
         out["metric"], out["test"] = "auc", out["auc"]
+        out["prior"] = 0.5
     else:
         out["metric"], out["test"] = "accuracy", out["accuracy"]
+        # what guessing the majority class scores: the report marks cells within noise of it
+        out["prior"] = float(np.bincount(np.asarray(y, dtype=int)).max() / max(len(y), 1))
     return out
 
 

@@ -118,9 +118,10 @@ def make_engine(name: str, workers: int | str) -> Engine:
 
 
 def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, engine: str = "local",
-              progress: bool = True) -> dict:
+              progress: bool = True, command: str | None = None) -> dict:
     """Run a sweep file into its store, skipping rows already ``ok``. Returns counts. ``workers="auto"``:
-    one per idle core, at most one per cell."""
+    one per idle core, at most one per cell. ``command``: the command line to record with the sweep
+    file's provenance (default: the equivalent ``securevfl sweep`` command)."""
     import sys
 
     from tqdm.auto import tqdm
@@ -141,6 +142,9 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
         workers = workers_auto(len(sweep.cells))
     runner = make_engine(engine, workers)
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
+    store.record_sweep(sweep_provenance(path, sweep.name, command or
+                                        f"securevfl sweep {path} --store {store.path} --workers {workers} "
+                                        f"--engine {engine}"))
     done = store.completed()
     todo = [c for c in sweep.cells if c.run_id not in done]
     counts: dict[str, Any] = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,
@@ -175,3 +179,17 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
         bar.close()
         store.close()
     return counts
+
+
+def sweep_provenance(path: str, name: str, command: str) -> dict:
+    """What a report needs to say which file, code and command produced a sweep's rows."""
+    import hashlib
+    import time
+    from pathlib import Path
+
+    from securevfl import provenance
+
+    raw = Path(path).read_bytes()
+    return {"name": name, "path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),
+            "text": raw.decode("utf-8", errors="replace"), "command": command, "version": provenance.version(),
+            "git_commit": provenance.git_commit(), "started_at": time.time()}

@@ -49,6 +49,11 @@ COLUMNS = {
 }
 
 
+SWEEP_COLUMNS = {"name": "TEXT", "path": "TEXT", "sha256": "TEXT", "text": "TEXT", "command": "TEXT",
+                 "version": "TEXT", "git_commit": "TEXT", "started_at": "REAL"}
+"""Provenance of each sweep file run into the store (table ``sweeps``): its text and hash, the
+command, and the securevfl version and git commit that ran it; the report prints them."""
+
 LEASE_TIMEOUT = 24 * 3600.0
 """Seconds after which a claim is taken over even if its owner cannot be checked (another host)."""
 
@@ -81,6 +86,8 @@ class Store:
                     self.db.execute(f"ALTER TABLE runs ADD COLUMN {k} {t}")
             self.db.execute("CREATE TABLE IF NOT EXISTS leases (run_id TEXT PRIMARY KEY, pid INTEGER, host TEXT, "
                             "claimed_at REAL)")
+            sweep_cols = ", ".join(f"{k} {t}" for k, t in SWEEP_COLUMNS.items())
+            self.db.execute(f"CREATE TABLE IF NOT EXISTS sweeps ({sweep_cols}, PRIMARY KEY (name, sha256))")
             self.db.commit()
         except UserError:
             raise
@@ -150,6 +157,22 @@ class Store:
                         [row[k] for k in keys])
         self.db.execute("DELETE FROM leases WHERE run_id = ? AND pid = ?", (row["run_id"], os.getpid()))
         self.db.commit()
+
+    def record_sweep(self, info: dict) -> None:
+        """Store a sweep file's provenance (a rerun of the same file updates its command and time)."""
+        keys = [k for k in SWEEP_COLUMNS if k in info]
+        self.db.execute(f"INSERT OR REPLACE INTO sweeps ({', '.join(keys)}) VALUES ({', '.join('?' * len(keys))})",
+                        [info[k] for k in keys])
+        self.db.commit()
+
+    def sweeps(self) -> list[dict]:
+        """Every recorded sweep file, oldest first (none in a store from before provenance was kept)."""
+        try:
+            cur = self.db.execute("SELECT * FROM sweeps ORDER BY started_at")
+        except sqlite3.OperationalError:  # an older store: no sweeps table
+            return []
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def rows(self) -> list[dict]:
         cur = self.db.execute("SELECT * FROM runs ORDER BY finished_at")

@@ -23,6 +23,11 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   ``mechanism_seed`` (:data:`RUN_KEYS`): top-level run settings.
 - ``save``: ``DIR`` or ``{dir: DIR, methods: [...], seeds: [...]}``: the chosen cells' parties save the
   trained federation into ``DIR/<run id>/<party>/`` (as ``train --save``; ``securevfl predict`` scores with it).
+- ``attack_search``: the worst-case attacker, ``{budget: N, seed: S, space: {mc: {n_aux: [20, 80],
+  steps: [200, 600]}}}``: every cell also runs ``N − 1`` further tries, each a point of the listed
+  attacks' parameter grid drawn by a seeded random search (the whole grid when it is smaller); try 0
+  is the ``attacks`` entry as written. Each try is its own stored row (swept key ``search:try``); the
+  report scores each cell with the try whose mean attack performance is largest, and names it.
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
@@ -48,7 +53,8 @@ from securevfl.errors import UserError
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
               "label_column", "task"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
-_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim", "save"}
+_GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "attack_search", "he", "seeds", "train", "model",
+              "optim", "save"}
 # top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
 # new top-level setting is a sweep key without an edit here
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
@@ -226,6 +232,78 @@ def expand_attacks(entries: object) -> list[tuple[list, dict]]:
     return variants
 
 
+def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tuple[list, dict]]:
+    """``attack_search`` → each attack variant followed by its search tries (swept ``search:try``).
+
+    A plain seeded random search over the grid of ``space`` (Ray Tune is not used: the tries are
+    ordinary cells, so any engine runs them); try 0 is the variant itself, so a sweep that gains a
+    search keeps its rows. Tries repeating an earlier point are skipped."""
+    import attacks as attack_lib
+
+    if not isinstance(search, dict):
+        raise _fail("attack_search", "expected {budget: N, seed: S, space: {attack: {param: [values]}}}")
+    unknown = set(search) - {"budget", "seed", "space"}
+    if unknown:
+        raise _fail(f"attack_search.{sorted(unknown)[0]}", "unknown key; expected budget, seed, space")
+    budget, seed = search.get("budget", 4), search.get("seed", 0)
+    for key, v, low in (("budget", budget, 1), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise _fail(f"attack_search.{key}", f"expected an integer ≥ {low}, got {v!r}")
+    space = search.get("space")
+    if not isinstance(space, dict) or not space:
+        raise _fail("attack_search.space", "expected a mapping {attack: {param: [values]}}")
+    axes: list[tuple[str, str, list]] = []
+    for name, params in space.items():
+        if not isinstance(params, dict) or not params:
+            raise _fail(f"attack_search.space.{name}", "expected a mapping {param: [values]}")
+        axes += [(str(name), str(k), _as_list(v, f"attack_search.space.{name}.{k}")) for k, v in params.items()]
+    grid = list(itertools.product(*(values for _, _, values in axes)))
+    order = np.random.default_rng(seed).permutation(len(grid))
+    out = []
+    for entries, swept in variants:
+        names = [attack_lib.parse_attack(e)[0].name for e in entries]
+        missing = sorted({n for n, _, _ in axes} - set(names))
+        if missing:
+            raise _fail(f"attack_search.space.{missing[0]}", "not in this sweep's attacks")
+        tries = [(entries, {**swept, "search:try": 0})]
+        seen = [_attack_key(entries)]
+        for i in order:
+            if len(tries) >= budget:
+                break
+            point: dict[str, dict] = {}
+            for (name, k, _), v in zip(axes, grid[i], strict=True):
+                point.setdefault(name, {})[k] = v
+            tried = [_with_params(e, point, "attack_search.space") for e in entries]
+            if _attack_key(tried) not in seen:
+                seen.append(_attack_key(tried))
+                tries.append((tried, {**swept, "search:try": len(tries)}))
+        out += tries
+    return out
+
+
+def _with_params(entry: object, point: dict[str, dict], key: str) -> object:
+    """An attack entry with a search point's parameters set over its own (validated)."""
+    import attacks as attack_lib
+
+    cls, given = attack_lib.parse_attack(entry)
+    if cls.name not in point:
+        return entry
+    new = {cls.name: {**given, **point[cls.name]}}
+    try:
+        attack_lib.parse_attack(new)
+    except UserError as e:
+        raise _fail(f"{key}.{cls.name}", str(e)) from None
+    return new
+
+
+def _attack_key(entries: list) -> str:
+    """Entries as the typed parameters they run with (to tell repeated search points apart)."""
+    import attacks as attack_lib
+
+    return json.dumps([[c.name, {**c.defaults, **p}] for c, p in map(attack_lib.parse_attack, entries)],
+                      sort_keys=True, default=str)
+
+
 def _methods(entries: object) -> list[tuple[str, dict]]:
     from securevfl.methods import METHODS
 
@@ -268,6 +346,8 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     defenses = expand_defenses(data.get("defenses"))
     _validate_defenses(defenses)
     attack_variants = expand_attacks(data.get("attacks"))
+    if data.get("attack_search") is not None:
+        attack_variants = expand_search(data["attack_search"], attack_variants)
     he_modes = _he_modes(data.get("he", "off"))
     seeds = _seeds(data.get("seeds", [0]))
     base, data_axes = _base_config(ds, data)
@@ -276,7 +356,7 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
         cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
     if data.get("save") is not None:
         cells = _with_save(cells, data["save"])
-    return Sweep(name, cells, list(data_axes) + list(attack_variants[0][1]))
+    return Sweep(name, cells, list(data_axes) + [k for k in attack_variants[0][1] if k != "search:try"])
 
 
 def _mechanism_seed(value: object) -> int:

@@ -14,11 +14,12 @@ import numpy as np
 import pandas as pd
 
 from securevfl.errors import UserError
+from securevfl.lab import scores
 from securevfl.lab.store import Store
 
 _GROUP = ["dataset", "method", "defense", "family", "strength", "he", "swept"]
 _ATTACK_STATS = ("value", "value_std", "prior", "baseline", "control", "control_std", "leakage", "leakage_std",
-                 "attack_seeds")
+                 "attack_seeds", "inverted", "ap", "ap_std")
 
 
 def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -32,6 +33,9 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     for r in rows:
         res = json.loads(r["result_json"]) if r["result_json"] else {}
         swept = json.loads(r["swept_json"] or "{}")
+        # a worst-case search's tries are one cell: the try index leaves the cell's identity
+        search_try = int(swept.pop("search:try", 0))
+        config = json.loads(r["config_json"] or "{}")
         cost = res.get("cost", {})
         he = cost.get("he") or {}
         base = {"run_id": r["run_id"], "sweep": r["sweep"], "dataset": r["dataset"], "method": r["method"],
@@ -39,9 +43,12 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "strength": r["strength"] if r["strength"] is not None else (0.0 if r["defense"] == "none"
                                                                              else np.nan),
                 "seed": r["seed"], "he": r["he"] or "off", "swept": json.dumps(swept, sort_keys=True),
-                **{f"swept_{k}": v for k, v in swept.items()}}
+                "search_try": search_try, **{f"swept_{k}": v for k, v in swept.items()}}
+        utility = res.get("utility") or {}
         runs.append({**base, "status": r["status"], "error": r["error"], "utility": r["utility"],
-                     "metric": r["utility_metric"], "epsilon": r["epsilon"], "seconds": r["seconds"],
+                     "metric": r["utility_metric"], "utility_prior": utility.get("prior"),
+                     "test_rows": (res.get("partition") or {}).get("test_rows"), "epsilon": r["epsilon"],
+                     "seconds": r["seconds"],
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
                      "train_steps": cost.get("train_steps"),
                      "he_bytes": he.get("bytes"),
@@ -52,18 +59,65 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "feature_side": bool((res.get("privacy") or {}).get("features")),
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
-                     "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
+                     "config": r["config_json"], "partition": json.dumps(res.get("partition") or {}),
+                     "versions": r["versions_json"], "finished_at": r["finished_at"],
+                     # trained beside an attack that acts during training (a backdoor): not the clean utility
+                     "malicious": any((a or {}).get("malicious_training")
+                                      for a in (res.get("attacks") or {}).values())})
         for name, a in (res.get("attacks") or {}).items():
-            refs = [x for x in (a.get("control"), a.get("baseline")) if x is not None]
-            leakage = a.get("leakage", a["value"] - max(refs) if refs and a.get("value") is not None else None)
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
                             "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),
-                            "leakage": leakage, "utility": r["utility"], "n_aux": a.get("n_aux"),
-                            "finetunes": a.get("finetunes"), "params": json.dumps(a.get("params") or {}),
+                            "leakage": _leakage(a), "inverted": scores.inverted(a.get("metric"), a.get("value")),
+                            "kind": a.get("kind") or _declared_kind(name), "utility": r["utility"],
+                            "n_aux": a.get("n_aux"), "finetunes": a.get("finetunes"),
+                            "params": json.dumps(a.get("params") or {}),
+                            "set_params": json.dumps(_entry_params(config, name), sort_keys=True),
                             "control_kind": a.get("control_kind"),
                             "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}),
                             "examples": json.dumps(a["examples"]) if a.get("examples") else None})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
+
+
+def load_sweeps(store_path: str | Path) -> list[dict]:
+    """The sweep files recorded in the store (provenance: text, hash, command, version, commit)."""
+    store = Store.open_existing(store_path)
+    try:
+        return store.sweeps()
+    finally:
+        store.close()
+
+
+def _leakage(a: dict) -> float | None:
+    """value − max(control, baseline); a binary score is read on the informative side first
+    (max(AUC, 1 − AUC)), so a flipped AUC never shows as negative leakage."""
+    v = a.get("value")
+    refs = [x for x in (a.get("control"), a.get("baseline")) if x is not None]
+    if v is None or not refs:
+        return a.get("leakage")
+    if a.get("metric") == "auc":
+        return max(v, 1 - v) - max(max(x, 1 - x) for x in refs)
+    return a.get("leakage", v - max(refs))
+
+
+def _declared_kind(name: str) -> str | None:
+    """The attack type its class declares (``kind``), if this install has the attack."""
+    import attacks as attack_lib  # the lab may import the attack package
+
+    try:
+        return getattr(attack_lib.ATTACKS.get(name), "kind", None)
+    except UserError:
+        return None
+
+
+def _entry_params(config: dict, name: str) -> dict:
+    """The parameters the run's configuration gave attack ``name`` (a search try's point)."""
+    for entry in config.get("attacks") or []:
+        if isinstance(entry, dict) and len(entry) == 1 and next(iter(entry)) == name:
+            return dict(next(iter(entry.values())) or {})
+        if isinstance(entry, str) and entry.split(":", 1)[0].strip() == name:
+            rest = entry.split(":", 1)[1] if ":" in entry else ""
+            return dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+    return {}
 
 
 def feature_epsilon(result: dict) -> float | None:
@@ -84,24 +138,58 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     steps = pd.to_numeric(ok.get("train_steps"), errors="coerce").where(lambda x: x > 0)
     ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
-    g = ok.groupby(_GROUP, dropna=False)
+    # a cell's utility is one run per seed: a run trained without a malicious party where there is one (a
+    # backdoor sweep into the same store scores its own runs' utility), then the first search try (the sweep
+    # file's own attack parameters; the other tries repeat the same training)
+    order = [c for c in ("malicious", "search_try") if c in ok]
+    ok_utility = ok.sort_values(order, kind="stable").drop_duplicates([*_GROUP, "seed"]) if order else ok
+    g = ok_utility.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
+                utility_prior=("utility_prior", "mean"), test_rows=("test_rows", "mean"),
                 metric=("metric", "first"), epsilon=("epsilon", "mean"),
                 feature_epsilon=("feature_epsilon", "mean"), feature_side=("feature_side", "max"),
                 seconds=("seconds", "mean"),
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
-        okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage")})
+        okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage", "inverted")})
+        okat = _winning_tries(okat)
+        okat = okat.assign(ap=[scores.attack_performance(m, v) for m, v in zip(okat.attack_metric, okat.value,
+                                                                              strict=True)])
         ag = okat.groupby(_GROUP + ["attack"], dropna=False).agg(
             value=("value", "mean"), value_std=("value", "std"), prior=("prior", "mean"),
             baseline=("baseline", "mean"), control=("control", "mean"), control_std=("control", "std"),
             leakage=("leakage", "mean"), leakage_std=("leakage", "std"), attack_seeds=("seed", "nunique"),
-            attack_metric=("attack_metric", "first")).reset_index()
+            attack_metric=("attack_metric", "first"), inverted=("inverted", "mean"), ap=("ap", "mean"),
+            ap_std=("ap", "std")).reset_index()
         wide = ag.pivot_table(index=_GROUP, columns="attack", values=list(_ATTACK_STATS), dropna=False)
         wide.columns = [f"{a}_{s}" for s, a in wide.columns]
         out = out.merge(wide.reset_index(), on=_GROUP, how="left")
-    return out.fillna({"utility_std": 0.0})
+    out["utility_prior"] = _utility_prior(out, attacks)
+    return scores.mark_cells(out.fillna({"utility_std": 0.0}))
+
+
+def _winning_tries(okat: pd.DataFrame) -> pd.DataFrame:
+    """Only the runs of each (cell, attack)'s worst-case search try (largest mean AP over seeds)."""
+    if okat.empty or "search_try" not in okat or okat.search_try.nunique() < 2:
+        return okat
+    won = scores.worst_case(okat)[[*_GROUP, "attack", "params"]].rename(columns={"params": "set_params"})
+    kept = okat.merge(won, on=[*_GROUP, "attack", "set_params"])
+    # one row per seed: tries that repeat the winning point (another attack was searched) add no seed
+    return kept.sort_values("search_try").drop_duplicates([*_GROUP, "attack", "seed"])
+
+
+def _utility_prior(summary: pd.DataFrame, attacks: pd.DataFrame) -> pd.Series:
+    """What guessing scores on the test task: the stored majority-class rate; for stores without it,
+    AUC 0.5, or the label attacks' majority-class prior on the same dataset (accuracy)."""
+    prior = pd.to_numeric(summary.utility_prior, errors="coerce").copy()
+    prior[prior.isna() & (summary.metric == "auc")] = 0.5
+    if not attacks.empty:
+        acc = attacks[(attacks.attack_metric == "accuracy") & attacks.attack.isin(label_attacks(attacks))]
+        by_ds = acc.groupby("dataset").prior.mean()
+        fill = summary.dataset.map(by_ds)
+        prior[prior.isna() & (summary.metric == "accuracy")] = fill
+    return prior
 
 
 def pareto_front(points: np.ndarray) -> np.ndarray:
@@ -139,8 +227,10 @@ def defense_effects(d: pd.DataFrame, attack: str) -> pd.DataFrame:
         if ref.empty or pd.isna(r[f"{attack}_value"]):
             continue
         ref = ref.iloc[0]
-        noise = max(_num(r[f"{attack}_value_std"]), _num(ref[f"{attack}_value_std"]))
-        delta = r[f"{attack}_value"] - ref[f"{attack}_value"]
+        # on AP, the informative side of a binary score: an AUC going 0.17 → 0.55 leaks less, not more
+        col = f"{attack}_ap" if f"{attack}_ap" in d else f"{attack}_value"
+        noise = max(_num(r[f"{col}_std"]), _num(ref[f"{col}_std"]))
+        delta = r[col] - ref[col]
         rows.append({"method": r.method, "defense": r.defense, "he": r.he, "delta": delta, "noise": noise,
                      "utility_cost": ref.utility - r.utility, "clear": bool(noise > 0 and abs(delta) > 2 * noise)})
     return pd.DataFrame(rows, columns=["method", "defense", "he", "delta", "noise", "utility_cost", "clear"])

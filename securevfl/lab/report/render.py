@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from securevfl import provenance
+from securevfl.lab import scores
 from securevfl.lab.report.figures import encryption_figure, image_grid, size_figure, tradeoff_figure
 from securevfl.lab.report.frame import (
     attack_names,
@@ -17,17 +19,21 @@ from securevfl.lab.report.frame import (
     feature_attacks,
     label_attacks,
     load_frames,
+    load_sweeps,
     setting_label,
     shows_encryption,
     summarise,
 )
 from securevfl.lab.report.text import (
+    cell_marks,
     cell_table,
     column_notes,
     encryption_headline,
     epsilon_table,
     he_table,
     headline,
+    honesty_lines,
+    pm,
     setup_lines,
 )
 
@@ -36,12 +42,13 @@ def _md_table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False) if not df.empty else "(none)"
 
 
-def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
+def write_report(store_path: str | Path, out_dir: str | Path, command: str | None = None) -> list[Path]:
     """Render a sweep store as ``report.md`` + a self-contained ``report.html`` and their figures.
 
     Args:
         store_path: the sweep's SQLite store.
         out_dir: where the report and its PNG figures go (created if missing).
+        command: the command that made the report, recorded in its provenance section.
 
     Returns:
         the paths of ``report.md``, ``report.html`` and every figure, in document order.
@@ -50,9 +57,13 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarise(runs, attacks)
-    sections: list[tuple[str, list]] = [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out))
-                                        for ds in sorted(runs.dataset.unique())]
+    ok_attacks = attacks[attacks.run_id.isin(runs[runs.status == "ok"].run_id)] if len(attacks) else attacks
+    table = scores.score_table(summary, ok_attacks)
+    sections: list[tuple[str, list]] = [("At a glance", _glance(summary, table))]
+    sections += [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out, table))
+                 for ds in sorted(runs.dataset.unique())]
     sections += _run_wide_sections(runs)
+    sections.append(("Provenance", _provenance_blocks(runs, store_path, command)))
     intro = _intro(runs, attacks, store_path)
     (out / "report.md").write_text(_render_md(intro, sections, out))
     (out / "report.html").write_text(_render_html(intro, sections))
@@ -61,12 +72,14 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
 
 
 # A section is (title, blocks); a block is ("p", text) | ("ul", lines) | ("h3", title) | ("img", path) | ("table", df).
-def _dataset_blocks(runs: pd.DataFrame, attacks: pd.DataFrame, summary: pd.DataFrame, ds: str, out: Path) -> list:
-    """One dataset's section: its setup, what encryption buys, the attack trade-offs, utility against
-    each swept data key, and the per-cell table."""
+def _dataset_blocks(runs: pd.DataFrame, attacks: pd.DataFrame, summary: pd.DataFrame, ds: str, out: Path,
+                    table: pd.DataFrame) -> list:
+    """One dataset's section: its setup, what encryption buys, the attack trade-offs, the defense
+    scores, utility against each swept data key, and the per-cell table."""
     blocks: list = [("ul", setup_lines(runs, attacks, ds))]
     if summary.empty:
         return blocks + _size_blocks(summary, runs, ds, out)
+    blocks += _score_blocks(summary, table, ds)
     kinds = control_kinds(attacks)
     if shows_encryption(summary, attacks, ds):
         blocks += _encryption_blocks(summary, attacks, ds, out, kinds)
@@ -77,7 +90,8 @@ def _dataset_blocks(runs: pd.DataFrame, attacks: pd.DataFrame, summary: pd.DataF
         d = summary[summary.dataset == ds]
         best = d.loc[d.utility.idxmax()]
         blocks.append(("ul", [f"No attacks in this sweep. Best utility: **{best.method}** with "
-                              f"**{setting_label(best.defense)}** ({best.utility:.4f})."]))
+                              f"**{setting_label(best.defense)}** ({best.utility:.4f}).",
+                              *honesty_lines(d, summary, ds)]))
     blocks += _size_blocks(summary, runs, ds, out)
     blocks.append(("h3", "Mean ± std over seeds, per cell"))
     blocks.append(("table", cell_table(summary, ds)))
@@ -121,9 +135,107 @@ def _tradeoff_blocks(summary: pd.DataFrame, ds: str, a: str, out: Path, kinds: d
             blocks.append(("h3", f"{a} attack, {label}"))
         blocks += [("ul", headline(sub, ds, a, kinds.get(a, "")))]
         suffix = f"_{i}" if len(settings) > 1 else ""
-        fig = tradeoff_figure(sub, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
+        # a cell at chance is no point of a trade-off: its "privacy" is a model that learned nothing
+        drawn = sub[~sub.chance.astype(bool)] if "chance" in sub else sub
+        if not drawn[drawn.dataset == ds][f"{a}_value"].notna().any():
+            continue
+        fig = tradeoff_figure(drawn, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
         blocks.append(("img", fig))
     return blocks
+
+
+def _glance(summary: pd.DataFrame, table: pd.DataFrame) -> list:
+    """The first screen's verdicts per dataset: cells worse than not federating, cells at chance,
+    the top cells by C-DCS and by the normalised score, and where the two rankings disagree."""
+    lines: list[str] = []
+    for ds in sorted(summary.dataset.unique()) if len(summary) else []:
+        d = summary[summary.dataset == ds]
+        lines += [f"**{ds}**: {x}" for x in honesty_lines(d, summary, ds)]
+        t = table[table.dataset == ds] if len(table) else table
+        if len(t):
+            ranked = scores.eligible(t.merge(d[[*scores.CELL, "chance", "beats_local"]], on=scores.CELL))
+            for col in ("C-DCS", "normalised C-DCS"):
+                r = ranked.dropna(subset=[col])
+                if len(r):
+                    top = r.loc[r[col].idxmax()]
+                    lines.append(f"**{ds}**: best {col} (worst-case attacks; among cells above chance and above "
+                                 f"`local`): {scores.cell_name(top)}, {col} {top[col]:.3f}.")
+    lines += scores.disagreements(table) if len(table) else []
+    return [("ul", lines or ["No finished runs."])]
+
+
+def _score_blocks(summary: pd.DataFrame, table: pd.DataFrame, ds: str) -> list:
+    """Defense scores of one dataset: the ranking by C-DCS beside the normalised one, and which
+    attack parameters won the worst-case search."""
+    t = table[table.dataset == ds] if len(table) else table
+    if t.empty:
+        return []
+    d = summary[summary.dataset == ds]
+    t = t.merge(d[[*scores.CELL, "utility", "utility_std", "seeds", "chance", "beats_local"]], on=scores.CELL)
+    t = t.sort_values(["rank C-DCS", "rank normalised"])
+    cols = [c for c in t.columns if c.startswith(("DCS ", "T-DCS "))]
+    view = pd.DataFrame({
+        "rank": t["rank C-DCS"].astype(int), "cell": [scores.cell_name(r) for _, r in t.iterrows()],
+        "utility (MP)": [pm(r.utility, r.utility_std, int(r.seeds)) for _, r in t.iterrows()],
+        "MP*": t["MP*"].round(4), **{c: t[c].round(3) for c in cols},
+        "C-DCS": t["C-DCS"].round(3), "normalised C-DCS": t["normalised C-DCS"].round(3),
+        "rank normalised": t["rank normalised"].astype("Int64"),
+        "marks": [cell_marks(r) for _, r in t.iterrows()]})
+    blocks: list = [("h3", "Defense scores: DCS, T-DCS, C-DCS (VFLAIR) and the control-normalised C-DCS"),
+                    ("p", "DCS = 1 / (1 + √(0.5·d_AP² + 0.5·d_MP²)), d_AP = max(AP − 0, 0), d_MP = max(MP* − MP, 0); "
+                          "MP* is the same method's undefended cell; AP is each attack's worst case over its "
+                          "parameter search, in \"higher leaks more\" form (AUC as max(AUC, 1 − AUC)); T-DCS is the "
+                          "worst attack of a type (LI label inference, FR feature reconstruction, TB targeted "
+                          "backdoor, NTB untargeted), C-DCS their mean. The normalised score uses AP over the "
+                          "attack's control (and local baseline), at least 0. Higher is better. See docs/scores.md."),
+                    ("table", view)]
+    won = [c for c in t.columns if c.endswith(" won") or (c.startswith("worst ") and c.endswith(" attack"))]
+    searched = any(t[c].astype(str).str.startswith("try ").any() for c in won)
+    wt = t[[*scores.CELL, *won]]
+    blocks += [("h3", "Worst-case attacker: the winning parameters per cell and attack, and the worst attack per type"),
+               ("table", pd.DataFrame({"cell": [scores.cell_name(r) for _, r in wt.iterrows()],
+                                       **{c: wt[c].fillna("–") for c in won}}))]
+    if not searched:
+        blocks.append(("p", "No `attack_search` in this sweep: each attack ran with its sweep-file parameters "
+                            "only, so the worst case is over the attacks of a type alone."))
+    blocks += [("ul", scores.disagreements(t))] if scores.disagreements(t) else []
+    return blocks
+
+
+def _provenance_blocks(runs: pd.DataFrame, store_path: str | Path, command: str | None) -> list:
+    """What produced this report: the code, the command, and each sweep file with its hash and text."""
+    commit = provenance.git_commit()
+    seeds = ", ".join(str(int(s)) for s in sorted(runs.seed.dropna().unique()))
+    stored = runs["versions"].dropna() if "versions" in runs else []
+    versions = sorted({json.loads(v).get("securevfl", "?") for v in stored})
+    lines = [f"Report made by securevfl {provenance.version()}, git commit {commit or 'none (not a git checkout)'}, "
+             f"with `{command or f'securevfl report {store_path} --out DIR'}`.",
+             f"Store `{Path(store_path).name}`: {len(runs)} runs; seeds {seeds}"
+             + (f"; securevfl versions in the runs: {', '.join(versions)}" if versions else "") + "; "
+             + _time_taken(runs) + "."]
+    blocks: list = [("ul", lines)]
+    recorded = load_sweeps(store_path)
+    if not recorded:
+        blocks.append(("p", "The store records no sweep file (made by an older securevfl): the sweep file, its "
+                            "hash and the sweep command are unknown."))
+    for sw in recorded:
+        blocks += [("ul", [f"Sweep **{sw['name']}** from `{sw['path']}` (sha256 `{sw['sha256']}`), run with "
+                           f"`{sw['command']}` by securevfl {sw['version']}, git commit "
+                           f"{sw['git_commit'] or 'none (not a git checkout)'}."]),
+                   ("code", sw["text"])]
+    return blocks
+
+
+def _time_taken(runs: pd.DataFrame) -> str:
+    """How long the sweep took: training seconds summed over runs, and the wall time from the first
+    stored row's start to the last row (attacks and resumed gaps included)."""
+    train = pd.to_numeric(runs.seconds, errors="coerce").sum()
+    done = pd.to_numeric(runs.get("finished_at"), errors="coerce").dropna()
+    if done.empty:
+        return f"training took {train:.0f} s in all"
+    first = runs.loc[done.idxmin()]
+    wall = done.max() - done.min() + (float(first.seconds) if pd.notna(first.seconds) else 0.0)
+    return f"training took {train:.0f} s in all; {wall / 60:.1f} min from the first run to the last stored row"
 
 
 def _size_blocks(summary: pd.DataFrame, runs: pd.DataFrame, ds: str, out: Path) -> list:
@@ -190,6 +302,8 @@ def _render_md(intro: str, sections: list, out: Path) -> str:
                 lines += [_md_table(content), ""]
             elif kind == "h3":
                 lines += [f"### {content}", ""]
+            elif kind == "code":
+                lines += ["```yaml", content.rstrip("\n"), "```", ""]
             else:
                 lines += [content, ""]
     return "\n".join(lines)
@@ -216,6 +330,8 @@ def _render_html(intro: str, sections: list) -> str:
                             if not content.empty else "<p>(none)</p>")
             elif kind == "h3":
                 body.append(f"<h3>{html.escape(content)}</h3>")
+            elif kind == "code":
+                body.append(f"<pre>{html.escape(content)}</pre>")
             else:
                 body.append(f"<p>{_inline_md(content)}</p>")
     style = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:1.2em auto;padding:0 1em;color:#222}"

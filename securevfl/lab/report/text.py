@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from securevfl.federation import DEFAULT_LR
+from securevfl.lab import scores
 from securevfl.lab.report.frame import (
     _num,
     attack_names,
@@ -42,16 +43,25 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
     score = leak if has_leak else value
     spread = d[score].max() - d[score].min()
     noise = d[f"{score}_std"].mean()
-    best = d.loc[d.utility.idxmax()]
+    full, d = d, scores.eligible(d)  # "best" picks only among cells above chance and above local
     out = []
+    if len(d) < len(full):
+        left = full[~full.index.isin(d.index)]
+        out.append(f"The picks below choose among the {len(d)} cells above chance and above the active party "
+                   f"alone; left out: {_cells(left)}.")
+    if d.empty:
+        return out + ["No cell is above chance and above the active party alone, so no best trade-off is picked."]
+    best = d.loc[d.utility.idxmax()]
     if clear.empty:
         why = (f"the {'leakage' if has_leak else 'attack'} values of all cells lie within {spread:.3f} of each "
-               f"other (typical std over {seeds} seeds: {noise:.3f})")
+               + (f"other (typical std over {seeds} seeds: {noise:.3f})" if seeds > 1 else
+                  "other (n = 1: a single seed, so no seed noise to compare with)"))
         out.append(f"**Caution: no defense setting moves the {attack} attack by more than twice its seed std**; "
                    f"{why}. No setting here leaks clearly less than another, so no least-leakage pick is made.")
         out.append(f"Best utility: {name(best, bold=False)} — {metric} {best.utility:.4f}, {attack} attack "
                    f"{best[value]:.4f}.")
     else:
+        clear = clear[clear.defense.isin(d.defense) & clear.method.isin(d.method)]
         for _, e in clear.head(4).iterrows():
             verb = "lowers" if e.delta < 0 else "raises"
             cost = (f"a utility cost of {e.utility_cost:.4f}" if e.utility_cost >= 0
@@ -71,19 +81,63 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
         out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — "
                    f"{'leakage' if has_leak else 'attack'} {pick[score]:+.4f}, utility {pick.utility:.4f}.")
     if has_leak:
-        undefended = d[d.family == "none"]
-        parts = ", ".join(f"{r.method} {r[leak]:+.3f} ± {_num(r[f'{leak}_std']):.3f}" for _, r in undefended.iterrows())
+        undefended = full[full.family == "none"]  # every undefended cell, picked or not
+        parts = ", ".join(f"{r.method} {pm(r[leak], r[f'{leak}_std'], seeds, '+.3f')}"
+                          for _, r in undefended.iterrows())
         ctl = d[f"{attack}_control"].mean()
         base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
         base_name = "mean predictor" if attack.startswith("fr") else "local-SSL baseline"
         refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
                                                                         f", {base_name} {base:.3f}")
-        out.append(f"Leakage without a defense (attack − max(control, baseline), mean ± std over {seeds} seeds): "
+        out.append(f"Leakage without a defense (attack − max(control, baseline), {_over(seeds)}): "
                    f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3f}.")
     ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
     if len(ref):
         out.append(f"The active party alone (**local**, nothing shared, nothing to attack) reaches "
                    f"{ref.utility.mean():.4f}.")
+    return out
+
+
+def _over(seeds: int) -> str:
+    return "n = 1, a single seed: no error bar" if seeds <= 1 else f"mean ± std over {seeds} seeds"
+
+
+def pm(mean: object, std: object, n: int, fmt: str = ".4f") -> str:
+    """``mean ± std``, or ``mean (n = 1)`` for a single seed (never ``± nan``); – without a mean."""
+    m = _num(mean)
+    if math.isnan(m):
+        return "–"
+    sd = _num(std)
+    if n <= 1 or math.isnan(sd):
+        return f"{m:{fmt}} (n = {max(n, 1)})"
+    return f"{m:{fmt}} ± {sd:.4f}"
+
+
+def _cells(d: pd.DataFrame) -> str:
+    return "; ".join(f"{r.method} {setting_label(r.defense)}{'' if r.he == 'off' else ' HE ' + r.he} "
+                     f"({r.utility:.3f})" for _, r in d.iterrows())
+
+
+def honesty_lines(d: pd.DataFrame, summary: pd.DataFrame, dataset: str) -> list[str]:
+    """How many cells are worse than the active party alone or at chance, and which: they are left
+    out of every "best" pick and of the trade-off lines."""
+    out = []
+    fed = d[d.method != "local"]
+    local = summary[(summary.dataset == dataset) & (summary.method == "local")]
+    if local.empty:
+        out.append("No `local` run (the active party alone) in this sweep: whether federating beats not "
+                   "federating is not measured here.")
+    elif len(fed):
+        worse = fed[fed.beats_local == False]  # noqa: E712 (object column: True / False / None)
+        out.append(f"**{len(worse)} of {len(fed)} cells are worse than not federating** (utility not above the "
+                   f"active party alone, local {local.utility.mean():.4f})"
+                   + (f": {_cells(worse)}." if 0 < len(worse) <= 8 else "."))
+    chance = d[d.chance.astype(bool)]
+    if len(chance):
+        prior = chance.utility_prior.mean()
+        are = "cell is" if len(chance) == 1 else "cells are"
+        out.append(f"**{len(chance)} {are} at chance** (utility within noise of guessing, prior "
+                   f"{prior:.3f}): the model learned nothing; left out of the trade-off lines: {_cells(chance)}.")
     return out
 
 
@@ -135,12 +189,6 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
                    f"for {feature}."]
 
 
-def _pm(mean: float, std: float) -> str:
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "–"
-    return f"{mean:.4f} ± {0.0 if std is None or math.isnan(std) else std:.4f}"
-
-
 def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
     d = summary[summary.dataset == dataset]
     rows = []
@@ -152,15 +200,18 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
         swept = json.loads(r.swept)
         for k, v in swept.items():
             row[k] = v
-        row["seeds"] = int(r.seeds)
-        row[f"utility ({r.metric})"] = _pm(r.utility, r.utility_std)
+        n = int(r.seeds)
+        row["seeds"] = n
+        row[f"utility ({r.metric})"] = pm(r.utility, r.utility_std, n)
+        row["marks"] = cell_marks(r)
         for a in attack_names(summary):
             if not pd.isna(r.get(f"{a}_value", np.nan)):
-                row[a] = _pm(r[f"{a}_value"], r[f"{a}_value_std"])
-                row[f"{a} control"] = _pm(r.get(f"{a}_control"), r.get(f"{a}_control_std"))
+                na = int(_num(r.get(f"{a}_attack_seeds")) if not math.isnan(_num(r.get(f"{a}_attack_seeds"))) else n)
+                flip = " (inverted: read as 1 − AUC)" if _num(r.get(f"{a}_inverted")) > 0.5 else ""
+                row[a] = pm(r[f"{a}_value"], r[f"{a}_value_std"], na) + flip
+                row[f"{a} control"] = pm(r.get(f"{a}_control"), r.get(f"{a}_control_std"), na)
                 row[f"{a} baseline"] = "–" if pd.isna(r.get(f"{a}_baseline", np.nan)) else f"{r[f'{a}_baseline']:.4f}"
-                leak, sd = _num(r.get(f"{a}_leakage")), _num(r.get(f"{a}_leakage_std"))
-                row[f"{a} leakage"] = "–" if math.isnan(leak) else f"{leak:+.4f} ± {0.0 if math.isnan(sd) else sd:.4f}"
+                row[f"{a} leakage"] = pm(r.get(f"{a}_leakage"), r.get(f"{a}_leakage_std"), na, "+.4f")
         row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
         if summary.feature_epsilon.notna().any():
             row["feature ε"] = "–" if pd.isna(r.feature_epsilon) else f"{r.feature_epsilon:.3g}"
@@ -169,12 +220,26 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
     return pd.DataFrame(rows).astype(object).fillna("–")
 
 
+def cell_marks(r: pd.Series) -> str:
+    """A cell's honesty marks: at chance, worse than the active party alone."""
+    marks = []
+    if bool(r.get("chance", False)):
+        marks.append("at chance")
+    if r.get("beats_local") is False:
+        marks.append("worse than not federating")
+    return ", ".join(marks) or "–"
+
+
 def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
     """What every column of the cell table means."""
     d = summary[summary.dataset == dataset]
     metric = d.metric.iloc[0] if len(d) else "utility"
     notes = ["`seeds`: runs the cell's mean ± std rests on (each error bar in the plots, too).",
-             f"`utility ({metric})`: the federation's test {metric}, mean ± std over seeds."]
+             f"`utility ({metric})`: the federation's test {metric}, mean ± std over seeds (n = 1: one seed, "
+             "no error bar).",
+             "`marks`: *at chance*: utility within 2 × max(seed std, the standard error of guessing on the test "
+             "rows) of the majority-class rate (AUC 0.5); *worse than not federating*: utility not above the "
+             "active party alone (`local`) on the same data."]
     for a in attack_names(summary):
         if a.startswith("fr"):
             notes += [f"`{a}`: the active party's reconstruction of `passive1`'s features, mean per-feature R² "
