@@ -46,7 +46,7 @@ _KIND_ALIASES = {"targeted_backdoor": "backdoor", "untargeted_backdoor": "untarg
 
 def attack_type(name: str, metric: str | None, kind: str | None = None) -> str | None:
     """An attack's VFLAIR type: its declared ``kind`` if any, else by name, else by stored metric."""
-    if kind:
+    if isinstance(kind, str) and kind:  # a frame's missing kind is NaN, which is truthy
         return _KIND_ALIASES.get(kind, kind)
     if name in _BY_NAME:
         return _BY_NAME[name]
