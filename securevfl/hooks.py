@@ -76,6 +76,9 @@ class HookContext:
     """Training step counter of the sending party (0-based)."""
     training: bool
     batch_ids: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    """Returned gradients only, and only for hooks that observe ``labels`` (the active party's own
+    training labels of ``batch_ids``; -1 where it holds none): label-aware mechanisms (MARVELL)."""
 
 
 class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abstract method of its own
