@@ -3,6 +3,6 @@ layer imports this package."""
 
 from defenses.base import DEFENSES, Defense, defense_names, parse_defense
 from defenses.compression import discrete, sparsify  # noqa: F401  (registration)
-from defenses.perturbation import embedding, iso, label_dp, laplace, marvell, maxnorm, rr  # noqa: F401  (registration)
+from defenses.perturbation import embedding, gradperturb, iso, label_dp, laplace, marvell, maxnorm, rr  # noqa: F401  (registration)
 
 __all__ = ["DEFENSES", "Defense", "defense_names", "parse_defense"]
