@@ -129,7 +129,7 @@ HOOK_POINTS = {MessageTransform: "message (a)", ActiveStep: "active step (b)", P
                LabelTransform: "labels (c)", ModelWrap: "model wrap (d)", ExtraLoss: "extra loss (d)"}
 
 
-def listing(cls: type[Defense]) -> dict[str, object]:
+def listing(cls: type[Defense]) -> dict[str, Any]:
     """What ``securevfl defenses`` prints for one defense: parameters with defaults and ranges, the
     party that runs it, its hook points, its targets, its ε status and how it composes."""
     params = {k: {"default": v, "range": cls.ranges.get(k, "")} for k, v in cls.defaults.items()}

@@ -146,11 +146,9 @@ def cmd_defenses(args: argparse.Namespace) -> int:
 
     for name in DEFENSES.names():
         d = listing(DEFENSES.get(name))
-        params = d["params"]
-        assert isinstance(params, dict)  # listing() builds it
         print(f"{name}  party: {', '.join(d['party'])}  hooks: {', '.join(d['hooks'])}  ε: {d['epsilon']}")
         print(f"  targets: {', '.join(d['targets']) or '-'}")
-        for key, p in params.items():
+        for key, p in d["params"].items():
             mark = " (primary)" if key == d["primary"] else ""
             print(f"  {key} = {p['default']}{mark}: {p['range']}")
         print(f"  he: {d['he']}\n  methods: {d['methods']}\n  heads: {d['heads']}")
@@ -214,8 +212,8 @@ def _check_writable_dir(path: str, what: str) -> None:
         raise UserError(f"{what} {path}: not a writable directory ({e.strerror or e})") from None
 
 
-COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses, "sweep": cmd_sweep,
-            "report": cmd_report}
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
+            "sweep": cmd_sweep, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

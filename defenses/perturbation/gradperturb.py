@@ -93,7 +93,8 @@ class GradPerturb(Defense, ActiveStep, ModelWrap):
                             f"{len(outs)} times")
         logits = outs[0]
         loss.backward(retain_graph=True)  # the exact gradients: the active party's own update
-        rows = cast(list[torch.Tensor], [r.grad.clone() for r in received])  # type: ignore[union-attr]
+        # every received input is a leaf that requires grad in training and feeds the head
+        rows = [cast(torch.Tensor, r.grad).clone() for r in received]
         probs = torch.softmax(logits.detach(), dim=1)
         scale = 2.0 / self.config["epsilon"]
         w = torch.rand(probs.shape, generator=self.generator, dtype=torch.float64) - 0.5
