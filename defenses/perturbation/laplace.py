@@ -33,7 +33,7 @@ class Laplace(Defense, MessageTransform):
               "clip": "≥ 0, largest row L2 norm before the noise (0: none)"}
     acts_on = frozenset({MessageKind.GRADIENT})  # the class default; validate() sets the instance's
     runs_at = frozenset({ACTIVE, PASSIVE})  # each party acts on the kind it sends (acts_on)
-    targets = ("norm", "direction", "fr", "fr-grn")
+    targets = ("norm", "direction")  # on=activations is the Laplace sibling of `noise` (fr); not measured here
     he = ("composes: the sender adds the noise to the plaintext (g = ∂L/∂a_P at the active party, z before "
           "encryption at a passive party)")
 
