@@ -376,7 +376,8 @@ def find_hook(hooks: list[PartyHook], kind: type) -> object | None:
     """The one hook of a given contract among a party's hooks (None if there is none)."""
     found = [h for h in hooks if isinstance(h, kind)]
     if len(found) > 1:
-        raise UserError(f"compose at most one {found[0].name} defense")
+        raise UserError(f"defenses {' and '.join(h.name for h in found)} each provide the party's {kind.__name__} "
+                        "(a party has one); compose at most one of them")
     return found[0] if found else None
 
 

@@ -166,6 +166,12 @@ def test_bad_parameters_are_one_line_errors(spec, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
+def test_two_step_rules_are_refused_in_one_line(capsys):
+    assert main(["train", "--dataset", "breast-cancer", "--epochs", "1", "--defense", "dp:noise=1+gradperturb"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "dp and gradperturb each provide the party's ActiveStep" in err
+
+
 def test_marvell_refuses_a_multiclass_task(capsys):
     assert main(["train", "--dataset", "digits", "--epochs", "1", "--defense", "marvell"]) == 2
     err = capsys.readouterr().err.strip()
