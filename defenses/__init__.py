@@ -2,9 +2,18 @@
 layer imports this package."""
 
 from defenses.base import DEFENSES, Defense, defense_names, parse_defense
-from defenses.compression import sparsify  # noqa: F401  (registration)
+from defenses.compression import discrete, sparsify  # noqa: F401  (registration)
 from defenses.encoding import cae  # noqa: F401  (registration)
 from defenses.information import dcor, mid  # noqa: F401  (registration)
-from defenses.perturbation import embedding, iso, label_dp, rr  # noqa: F401  (registration)
+from defenses.perturbation import (  # noqa: F401  (registration)
+    embedding,
+    gradperturb,
+    iso,
+    label_dp,
+    laplace,
+    marvell,
+    maxnorm,
+    rr,
+)
 
 __all__ = ["DEFENSES", "Defense", "defense_names", "parse_defense"]

@@ -29,7 +29,15 @@ import numpy as np
 import torch
 
 from securevfl.errors import UserError
-from securevfl.hooks import PartyHook
+from securevfl.hooks import (
+    ActiveStep,
+    ExtraLoss,
+    LabelTransform,
+    MessageTransform,
+    ModelWrap,
+    PartyHook,
+    PassiveStep,
+)
 from securevfl.registry import Registry
 from securevfl.spec import check_params, parse_args, split_name
 
@@ -56,6 +64,14 @@ class Defense(PartyHook):
     (:func:`securevfl.spec.check_params`)."""
     optional: ClassVar[dict[str, type]] = {}
     """Parameters without a default (absent from :attr:`config` unless given) and their types."""
+    ranges: ClassVar[dict[str, str]] = {}
+    """Each parameter's valid range, as the listing prints it (:meth:`validate` enforces it)."""
+    targets: ClassVar[tuple[str, ...]] = ()
+    """The attacks (registered names) this defense is meant to lower."""
+    he: ClassVar[str] = "composes: the hook runs on the plaintext tensor at its sender, before the HE layer"
+    """How it composes with ``--he`` (a refusal says why, in one line, at check time)."""
+    heads: ClassVar[str] = "any: it sees only the cut-layer messages, not the head"
+    """How it composes with the active party's head (``--head``)."""
 
     def __init__(self, seed: int | None = None, **kwargs: object) -> None:
         """Args:
@@ -107,6 +123,26 @@ class Defense(PartyHook):
     def load_state_dict(self, state: dict) -> None:
         self.config = dict(state["config"])
         self.generator.set_state(state["generator"])
+
+
+HOOK_POINTS = {MessageTransform: "message (a)", ActiveStep: "active step (b)", PassiveStep: "passive step (b)",
+               LabelTransform: "labels (c)", ModelWrap: "model wrap (d)", ExtraLoss: "extra loss (d)"}
+
+
+def listing(cls: type[Defense]) -> dict[str, Any]:
+    """What ``securevfl defenses`` prints for one defense: parameters with defaults and ranges, the
+    party that runs it, its hook points, its targets, its ε status and how it composes."""
+    params = {k: {"default": v, "range": cls.ranges.get(k, "")} for k, v in cls.defaults.items()}
+    params |= {k: {"default": None, "range": cls.ranges.get(k, t.__name__)} for k, t in cls.optional.items()}
+    methods = f"those that send {', '.join(sorted(cls.acts_on)) or 'nothing'} messages"
+    if cls.needs_aligned_batches:
+        methods += " on aligned batches"
+    if cls.bounds_features:
+        methods += " and use passive features only inside the supervised loop"
+    return {"name": cls.name, "primary": cls.primary, "params": params, "party": sorted(cls.runs_at),
+            "hooks": [label for point, label in HOOK_POINTS.items() if issubclass(cls, point)],
+            "targets": list(cls.targets), "epsilon": "accounted" if cls.carries_epsilon else "none",
+            "he": cls.he, "methods": methods, "heads": cls.heads}
 
 
 DEFENSES: Registry[type[Defense]] = Registry("defense", unknown="unknown defense {name!r}; available: none, {names}")

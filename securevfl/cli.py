@@ -151,6 +151,21 @@ def cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_defenses(args: argparse.Namespace) -> int:
+    from defenses import DEFENSES
+    from defenses.base import listing
+
+    for name in DEFENSES.names():
+        d = listing(DEFENSES.get(name))
+        print(f"{name}  party: {', '.join(d['party'])}  hooks: {', '.join(d['hooks'])}  ε: {d['epsilon']}")
+        print(f"  targets: {', '.join(d['targets']) or '-'}")
+        for key, p in d["params"].items():
+            mark = " (primary)" if key == d["primary"] else ""
+            print(f"  {key} = {p['default']}{mark}: {p['range']}")
+        print(f"  he: {d['he']}\n  methods: {d['methods']}\n  heads: {d['heads']}")
+    return 0
+
+
 def make_parser() -> _Parser:
     from securevfl.provenance import git_commit, version
 
@@ -163,6 +178,7 @@ def make_parser() -> _Parser:
     d = sub.add_parser("datasets", help="list datasets and where each is found, or why not")
     d.add_argument("--data-dir")
     sub.add_parser("methods", help="list registered methods")
+    sub.add_parser("defenses", help="list defenses: parameters, party, hook points, targets, ε status")
     sw = sub.add_parser("sweep", help="run a sweep file (YAML) into an SQLite store; rerun to resume")
     sw.add_argument("file")
     sw.add_argument("--store", help="SQLite store (default runs/<sweep name>.sqlite)")
@@ -237,8 +253,8 @@ def _check_writable_dir(path: str, what: str) -> None:
         raise UserError(f"{what} {path}: not a writable directory ({e.strerror or e})") from None
 
 
-COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "sweep": cmd_sweep,
-            "report": cmd_report, "predict": cmd_predict}
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
+            "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict}
 
 
 def main(argv: list[str] | None = None) -> int:

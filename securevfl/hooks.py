@@ -76,6 +76,9 @@ class HookContext:
     """Training step counter of the sending party (0-based)."""
     training: bool
     batch_ids: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    """Returned gradients only, and only for hooks that observe ``labels`` (the active party's own
+    training labels of ``batch_ids``; -1 where it holds none): label-aware mechanisms (MARVELL)."""
 
 
 class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abstract method of its own
@@ -378,7 +381,8 @@ def find_hook(hooks: list[PartyHook], kind: type) -> object | None:
     """The one hook of a given contract among a party's hooks (None if there is none)."""
     found = [h for h in hooks if isinstance(h, kind)]
     if len(found) > 1:
-        raise UserError(f"compose at most one {found[0].name} defense")
+        raise UserError(f"defenses {' and '.join(h.name for h in found)} each provide the party's {kind.__name__} "
+                        "(a party has one); compose at most one of them")
     return found[0] if found else None
 
 

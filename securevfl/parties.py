@@ -35,6 +35,7 @@ from securevfl.hooks import (
     ExtraLoss,
     HookContext,
     LabelTransform,
+    MessageTransform,
     ModelWrap,
     Objective,
     PartyHook,
@@ -531,11 +532,23 @@ class ActiveParty(Party):
         """The learning rate to retrain with, chosen as this party's step rule allows."""
         return self._rule.choose(grid, scores, n_val)
 
+    def _labels_for_hooks(self, ids: np.ndarray) -> np.ndarray | None:
+        """The batch's own training labels, for the gradient hooks that observe them (else None,
+        so no label reaches a hook that did not declare it); -1 for rows without a label."""
+        if self.data.label_ids is None or not any("labels" in h.observes and isinstance(h, MessageTransform)
+                                                  for h in self.hooks):
+            return None
+        known = np.isin(ids, self.data.label_ids)
+        out = np.full(len(ids), -1, dtype=np.int64)
+        out[known] = self.data.labels(ids[known])
+        return out
+
     def _send_gradients(self, grads: list[torch.Tensor], ids: np.ndarray | Mapping[str, np.ndarray]) -> None:
         per_passive = ids if isinstance(ids, Mapping) else dict.fromkeys(self.passive_names, ids)
         for name, g in zip(self.passive_names, grads, strict=True):
             if name in per_passive:
-                ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, per_passive[name])
+                ctx = HookContext(MessageKind.GRADIENT, self.name, name, self.step, True, per_passive[name],
+                                  self._labels_for_hooks(per_passive[name]))
                 self.cut_ends[name].send_backward(g, ctx)
         self.received = []
         self.step += 1

@@ -19,6 +19,8 @@ class Sparsify(Defense, MessageTransform):
     name = "sparsify"
     primary = "keep"
     defaults = {"keep": 10.0}
+    targets = ("norm", "direction")
+    ranges = {"keep": "(0, 100] percent (100: off)"}
     acts_on = frozenset({MessageKind.GRADIENT})
     runs_at = frozenset({ACTIVE})  # the gradients the active party returns
 

@@ -44,6 +44,8 @@ class ActivationNoise(Defense, MessageTransform):
     name = "noise"
     primary = "sigma"
     defaults = {"sigma": 1.0}
+    targets = ("fr", "fr-grn")
+    ranges = {"sigma": "≥ 0 (0: off)"}
     acts_on = frozenset({MessageKind.ACTIVATION})
     runs_at = frozenset({PASSIVE})
 
@@ -67,6 +69,8 @@ class EmbeddingDP(Defense, MessageTransform, PerExamplePassiveStep):
     name = "embedding-dp"
     primary = "noise"
     defaults = {"clip": 1.0, "noise": 1.0, "grad_clip": 1.0, "delta": 1e-5}
+    targets = ("fr", "fr-grn")
+    ranges = {"clip": "> 0", "noise": "≥ 0", "grad_clip": "> 0", "delta": "(0, 1)"}
     acts_on = frozenset({MessageKind.ACTIVATION})
     runs_at = frozenset({PASSIVE})
     observes = frozenset({"messages", "per_example_gradients"})

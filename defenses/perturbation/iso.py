@@ -23,6 +23,9 @@ class ISO(Defense, MessageTransform):
     primary = "lam"
     runs_at = frozenset({ACTIVE})  # the returned gradients, and the label owner's SSL representations
     defaults = {"lam": 1.0, "lam_p": 0.0}
+    acts_on = frozenset({MessageKind.GRADIENT})  # the class default; validate() sets the instance's
+    targets = ("norm", "direction")
+    ranges = {"lam": "≥ 0 (0: off)", "lam_p": "≥ 0 (0: off)"}
 
     def validate(self) -> None:
         _finite("iso lam", self.config["lam"])

@@ -51,6 +51,9 @@ class LabelDP(Defense, PerExampleActiveStep):
     primary = "noise"
     defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1}
     optional = {"noise": float, "epsilon": float}
+    targets = ("norm", "direction", "mc", "mc-full", "mc-plain")
+    ranges = {"clip": "> 0", "delta": "(0, 1)", "select_epsilon": "> 0", "noise": "≥ 0 (one of noise/epsilon)",
+              "epsilon": "> 0 (one of noise/epsilon)"}
     acts_on = frozenset({MessageKind.GRADIENT})  # the returned gradients are its release
     carries_epsilon = True
     needs_aligned_batches = True  # one labeled example per released row

@@ -32,6 +32,9 @@ class RandomizedResponse(Defense, LabelTransform):
     primary = "epsilon"
     defaults = {"prior": 0}
     optional = {"epsilon": float}
+    targets = ("norm", "direction", "mc", "mc-full", "mc-plain")
+    ranges = {"prior": "0 or 1", "epsilon": "> 0 (required)"}
+    he = "composes: the labels are randomised at the source, before anything is encrypted"
     # changes the labels behind every gradient; listed so methods that return gradients accept it
     acts_on = frozenset({MessageKind.GRADIENT})
     carries_epsilon = True
