@@ -46,6 +46,7 @@ from securevfl.hooks import (
     find_hook,
     hooks_of,
 )
+from securevfl.ids import member
 from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
 from securevfl.roles import ACTIVE, PASSIVE
@@ -534,13 +535,16 @@ class ActiveParty(Party):
 
     def _labels_for_hooks(self, ids: np.ndarray) -> np.ndarray | None:
         """The batch's own training labels, for the gradient hooks that observe them (else None,
-        so no label reaches a hook that did not declare it); -1 for rows without a label."""
+        so no label reaches a hook that did not declare it); -1 for rows without a label. Soft labels
+        (a label transform such as CAE's) are given as their most likely class: the labels the party
+        trains on, never the originals."""
         if self.data.label_ids is None or not any("labels" in h.observes and isinstance(h, MessageTransform)
                                                   for h in self.hooks):
             return None
-        known = np.isin(ids, self.data.label_ids)
+        known = member(ids, self.data.label_ids)
         out = np.full(len(ids), -1, dtype=np.int64)
-        out[known] = self.data.labels(ids[known])
+        y = np.asarray(self.data.labels(ids[known]))
+        out[known] = y.argmax(axis=1) if y.ndim == 2 else y
         return out
 
     def _send_gradients(self, grads: list[torch.Tensor], ids: np.ndarray | Mapping[str, np.ndarray]) -> None:
