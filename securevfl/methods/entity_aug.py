@@ -224,6 +224,8 @@ class EntityAugTrainer(SplitTrainer):
 @METHODS.register
 class EntityAugmentation(Method):
     name = "entity-aug"
+    heads = frozenset({"split"})
+    head_refusal = "builds its own layout (a label-only host whose head reads the guests only), not wired for aggVFL"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
     defaults = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
     partition_defaults = {"active_labels_unaligned": True, "active_labels_all": True}

@@ -93,6 +93,8 @@ class UnalignedTerm(LabelTerm):
 @METHODS.register
 class FedUD(Method):
     name = "fedud"
+    heads = frozenset({"split"})
+    head_refusal = "distils the guest's cut-layer representation into the host's Rep, which needs a top model"
     summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
     partition_defaults = {"active_labels_unaligned": True, "test_aligned_fraction": "train"}
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host
