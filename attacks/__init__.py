@@ -5,7 +5,7 @@ Only securevfl's composition layer (``securevfl.lab``, the CLI) imports this pac
 
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, attack_spec, parse_attack
 from attacks.feature import fr  # noqa: F401  (registration)
-from attacks.gradient import scoring  # noqa: F401  (registration)
+from attacks.gradient import bli, dli, scoring  # noqa: F401  (registration)
 from attacks.model_completion import mc  # noqa: F401  (registration)
 
 __all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "attack_spec", "parse_attack"]

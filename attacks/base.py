@@ -109,6 +109,8 @@ class AttackTarget:
     method: Method | None = None
     """The trained method (active attacks make inference requests through its trainer, as the active
     party may)."""
+    head: str = "split"
+    """The run's ``--head`` (part of the protocol every party knows)."""
     cache: dict = field(default_factory=dict)
     """The adversary's own artefacts shared by the attacks of one run (e.g. the local-SSL encoder,
     pre-trained once however many attacks use it)."""

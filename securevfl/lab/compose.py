@@ -222,7 +222,7 @@ def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[st
         if attack.adversary not in targets:
             targets[attack.adversary] = attack_lib.AttackTarget(
                 run.federation, run.partition, attack.adversary,
-                ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=run.method)
+                ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=run.method, head=run.config.model.head)
         res = attack.run(targets[attack.adversary])
         if malicious:  # every attack in this run saw a federation trained with a malicious adversary
             res.details["malicious_training"] = malicious
