@@ -140,6 +140,13 @@ def cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attacks(args: argparse.Namespace) -> int:
+    from attacks import ATTACKS  # the catalogue is the live registry (imports torch)
+
+    print("\n\n".join(ATTACKS.get(name).describe() for name in ATTACKS.names()))
+    return 0
+
+
 def make_parser() -> _Parser:
     parser = _Parser(prog="securevfl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -147,6 +154,7 @@ def make_parser() -> _Parser:
     d = sub.add_parser("datasets", help="list datasets and where each is found, or why not")
     d.add_argument("--data-dir")
     sub.add_parser("methods", help="list registered methods")
+    sub.add_parser("attacks", help="list attacks: threat model, what each observes, heads, parameters")
     sw = sub.add_parser("sweep", help="run a sweep file (YAML) into an SQLite store; rerun to resume")
     sw.add_argument("file")
     sw.add_argument("--store", help="SQLite store (default runs/<sweep name>.sqlite)")
@@ -196,8 +204,8 @@ def _check_writable_dir(path: str, what: str) -> None:
         raise UserError(f"{what} {path}: not a writable directory ({e.strerror or e})") from None
 
 
-COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "sweep": cmd_sweep,
-            "report": cmd_report}
+COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "attacks": cmd_attacks,
+            "sweep": cmd_sweep, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -136,6 +136,7 @@ class GradientScoring(Attack):
 @ATTACKS.register
 class NormScoring(GradientScoring):
     name = "norm"
+    summary = "norm scoring (Li et al.): each returned gradient row's norm scores the minority class (binary)"
 
     def scores(self, g, ids, known_pos):
         return np.linalg.norm(g, axis=1)
@@ -144,6 +145,7 @@ class NormScoring(GradientScoring):
 @ATTACKS.register
 class DirectionScoring(GradientScoring):
     name = "direction"
+    summary = "direction scoring (Li et al.): cosine to a known minority row's returned gradient (binary)"
     requires = GradientScoring.requires | {"aux_labels"}
 
     def scores(self, g, ids, known_pos):
