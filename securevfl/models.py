@@ -11,7 +11,6 @@ from torch import nn
 from securevfl.errors import UserError
 from securevfl.settings import setting
 
-
 HEADS = ("split", "agg")
 """The head kinds (``--head``); components declare which they apply to (``heads`` class attributes)."""
 

@@ -76,7 +76,7 @@ class BatchLabelInference(Attack):
     name = "bli"
     summary = "batch-level label inference: dummy labels (+ dummy top model) fitted to each received gradient"
     requires = frozenset({"transcript", "received_gradients"})
-    defaults: dict[str, object] = {"batches": 5, "steps": 100, "lr": 0.05, "control": True}
+    defaults = {"batches": 5, "steps": 100, "lr": 0.05, "control": True}
 
     @classmethod
     def validate(cls, config: dict) -> None:

@@ -63,7 +63,7 @@ class DirectLabelInference(Attack):
     heads = frozenset({"agg"})
     head_refusal = ("under the split head the returned gradient passes through a trainable top model and has no "
                     "sign pattern tied to the label (use --head agg, or bli)")
-    defaults: dict[str, object] = {"control": True}
+    defaults = {"control": True}
 
     def run(self, target: AttackTarget) -> AttackResult:
         fed = cast("Federation", target.federation)  # the harness hands the trained federation

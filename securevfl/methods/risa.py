@@ -265,7 +265,7 @@ class _RowSets:
 class RISA(Method):
     name = "risa"
     heads = frozenset({"split"})
-    head_refusal = "trains its own heads on the parties' cut-layer representations (evidential, or a concatenation head)"
+    head_refusal = "trains its own heads on the parties' cut-layer representations (evidential or concatenation)"
     summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
     passive_features_outside_loop = True  # imputation statistics of the passive block
     partition_defaults = {"active_labels_unaligned": True}
