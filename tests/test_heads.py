@@ -106,3 +106,16 @@ def test_attacks_listing_states_threat_model_and_heads(capsys):
         assert f"\n{name}: " in f"\n{out}"
     dli = out.split("\ndli: ")[1].split("\n\n")[0]
     assert "heads: agg\n" in dli and "attacker: passive party" in dli and "adversary=passive1" in dli
+
+
+def test_the_head_setting_at_its_default_keeps_run_ids():
+    import hashlib
+    import json
+
+    from securevfl.lab.sweep import run_id
+
+    split, agg = RunConfig().to_dict(), RunConfig().to_dict()
+    agg["model"]["head"] = "agg"
+    before = {**split, "model": {k: v for k, v in split["model"].items() if k != "head"}}  # as recorded pre-head
+    want = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    assert run_id(split) == want and run_id(agg) != want and split["model"]["head"] == "split"

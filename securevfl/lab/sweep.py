@@ -79,9 +79,36 @@ class Sweep:
     swept_keys: list[str]
 
 
+ADDED_SETTINGS: dict[str, object] = {"model.head": "split"}
+"""Settings added after run IDs were first recorded (dotted key → default). A config that leaves one
+at its default hashes as it did before the setting existed, so stored run IDs (a resumed sweep) and
+the per-cell mechanism seeds derived from them do not change when a setting is added."""
+
+
 def run_id(config: dict) -> str:
     """Hash of the resolved configuration: equal configs share a row, whatever the sweep file."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return hashlib.sha256(json.dumps(_without_added_defaults(config), sort_keys=True,
+                                     default=str).encode()).hexdigest()[:20]
+
+
+def _without_added_defaults(config: dict) -> dict:
+    """``config`` without the :data:`ADDED_SETTINGS` that are at their default (copied where changed)."""
+    out = dict(config)
+    for key, default in ADDED_SETTINGS.items():
+        *path, leaf = key.split(".")
+        parents, node = [], out
+        for part in path:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                break
+            parents.append((node, part))
+            node = dict(child)
+        else:
+            if leaf in node and node[leaf] == default:
+                del node[leaf]
+                for parent, part in reversed(parents):  # re-link the copied sections
+                    parent[part], node = node, parent
+    return out
 
 
 def _fail(key: str, problem: str) -> UserError:
