@@ -61,6 +61,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "leakage": leakage, "utility": r["utility"], "n_aux": a.get("n_aux"),
                             "finetunes": a.get("finetunes"), "params": json.dumps(a.get("params") or {}),
                             "control_kind": a.get("control_kind"),
+                            "adversary": a.get("adversary") or (a.get("params") or {}).get("adversary", "passive1"),
                             "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}),
                             "examples": json.dumps(a["examples"]) if a.get("examples") else None})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
