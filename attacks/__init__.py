@@ -8,7 +8,7 @@ from attacks import robustness  # noqa: F401  (registration)
 from attacks.backdoor import gr, villain  # noqa: F401  (registration)
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, adversary_party, attack_spec, parse_attack
 from attacks.feature import fr  # noqa: F401  (registration)
-from attacks.gradient import scoring  # noqa: F401  (registration)
+from attacks.gradient import bli, dli, scoring  # noqa: F401  (registration)
 from attacks.model_completion import mc  # noqa: F401  (registration)
 
 __all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "adversary_party", "attack_spec", "parse_attack"]

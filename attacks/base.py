@@ -38,6 +38,21 @@ NEEDS = {
 }
 """What each observation an attack can require means, in the user's terms (for the refusal)."""
 
+OBSERVATIONS = {
+    "bottom_model": "its trained bottom model",
+    "received_gradients": "the gradients returned to it",
+    "passive_messages": "the passive party's cut-layer messages",
+    "aux_features": "auxiliary feature rows of the passive party",
+    "binary_task": "a binary task",
+    "transcript": "its channel transcript (the run records it)",
+    "own_rows": "its own feature rows",
+    "aux_labels": "a few labeled rows of its own",
+}
+"""Each observation in the catalogue's terms (``securevfl attacks``)."""
+
+ALL_HEADS = frozenset({"split", "agg"})
+"""Every ``--head`` kind (``securevfl.models.HEADS``; named here so attacks import no model code)."""
+
 
 KINDS = frozenset({"label_inference", "feature_reconstruction", "backdoor", "untargeted"})
 """Attack types (:attr:`Attack.kind`): scores take the worst case over the attacks of one type."""
@@ -99,6 +114,8 @@ class AttackTarget:
     method: Method | None = None
     """The trained method (active attacks make inference requests through its trainer, as the active
     party may)."""
+    head: str = "split"
+    """The run's ``--head`` (part of the protocol every party knows)."""
     cache: dict = field(default_factory=dict)
     """The adversary's own artefacts shared by the attacks of one run (e.g. the local-SSL encoder,
     pre-trained once however many attacks use it)."""
@@ -130,7 +147,16 @@ class Attack(ABC):
     """True when the attack must act while the federation trains (it gets :meth:`prepare`)."""
     defaults: ClassVar[dict[str, object]] = {}
     """Parameters and their defaults; a default's type is the parameter's type (ints pass as floats;
-    :func:`securevfl.spec.check_params`)."""
+    :func:`securevfl.spec.check_params`). Every attack also takes ``adversary`` (:data:`COMMON`)."""
+    heads: ClassVar[frozenset[str]] = ALL_HEADS
+    """The ``--head`` kinds the attack applies to; a run with another head refuses it at build time."""
+    head_refusal: ClassVar[str] = ""
+    """Why a head outside :attr:`heads` is refused, for the one-line error."""
+    summary: ClassVar[str] = ""
+    """One line for ``securevfl attacks`` (empty: the class docstring's first line)."""
+    COMMON: ClassVar[dict[str, object]] = {"adversary": passive_name(1)}
+    """Parameters every attack takes: ``adversary``, the passive party that attacks (a passive-party
+    attack) or whose messages are attacked (an active-party attack)."""
 
     def __init__(self, exposes: frozenset[str], seed: int = 0, **params: object) -> None:
         """Args:
@@ -145,8 +171,31 @@ class Attack(ABC):
         if missing:
             need = "; ".join(NEEDS.get(m, m) for m in sorted(missing))
             raise UserError(f"attack {self.name} cannot run here: it needs {need}")
-        self.config: dict[str, Any] = {**self.defaults, **self.check(params)}
+        self.config: dict[str, Any] = {**self.parameters(), **self.check(params)}
         self.seed = seed
+
+    @property
+    def adversary(self) -> str:
+        """The passive party this attack is about (the ``adversary`` parameter)."""
+        return str(self.config["adversary"])
+
+    @classmethod
+    def parameters(cls) -> dict[str, object]:
+        """Every parameter with its default: :data:`COMMON` and the attack's own :attr:`defaults`."""
+        return {**cls.COMMON, **cls.defaults}
+
+    @classmethod
+    def describe(cls) -> str:
+        """The attack's catalogue entry (``securevfl attacks``): threat model, observations, heads, parameters."""
+        doc = (cls.__doc__ or "").strip().splitlines()
+        summary = cls.summary or (doc[0] if doc else "")
+        who = ("the active party, on passive party `adversary`'s messages" if cls.threat_model == "active"
+               else "passive party `adversary`")
+        seen = "; ".join(OBSERVATIONS.get(r, r) for r in sorted(cls.requires)) or "nothing beyond its own view"
+        params = ", ".join(f"{k}={v}" for k, v in cls.parameters().items())
+        during = " (acts during training)" if cls.during_training else ""
+        return (f"{cls.name}: {summary}\n  attacker: {who}{during}\n  observes: {seen}\n"
+                f"  heads: {', '.join(sorted(cls.heads))}\n  parameters: {params}")
 
     @classmethod
     def check(cls, params: dict) -> dict:
@@ -159,15 +208,18 @@ class Attack(ABC):
         Raises:
             UserError: one line naming a bad key or value.
         """
-        out = check_params(f"attack {cls.name}", cls.defaults, params)
-        cls.validate({**cls.defaults, **out})
+        out = check_params(f"attack {cls.name}", cls.parameters(), params)
+        cls.validate({**cls.parameters(), **out})
         return out
 
     @classmethod
     def validate(cls, config: dict) -> None:
-        """Range checks on the merged parameters (default: every number finite and ≥ 0); raise a
-        UserError naming the bad one."""
+        """Range checks on the merged parameters (default: every number finite and ≥ 0, the adversary a
+        passive party's name); raise a UserError naming the bad one."""
         check_nonnegative(f"attack {cls.name}", config)
+        if not re.fullmatch(r"passive[1-9][0-9]*", str(config["adversary"])):
+            raise UserError(f"attack {cls.name}: adversary must name a passive party (passive1, passive2, ...), "
+                            f"got {config['adversary']!r}")
 
     def prepare(self, federation: object, adversary: str,  # noqa: B027 - optional
                 partition: GroundTruth | None = None) -> None:

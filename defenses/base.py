@@ -70,8 +70,8 @@ class Defense(PartyHook):
     """The attacks (registered names) this defense is meant to lower."""
     he: ClassVar[str] = "composes: the hook runs on the plaintext tensor at its sender, before the HE layer"
     """How it composes with ``--he`` (a refusal says why, in one line, at check time)."""
-    heads: ClassVar[str] = "any: it sees only the cut-layer messages, not the head"
-    """How it composes with the active party's head (``--head``)."""
+    heads_note: ClassVar[str] = "it sees only the cut-layer messages, not the head"
+    """How it composes with the active party's head (the heads it applies to are :attr:`heads`)."""
 
     def __init__(self, seed: int | None = None, **kwargs: object) -> None:
         """Args:
@@ -142,7 +142,7 @@ def listing(cls: type[Defense]) -> dict[str, Any]:
     return {"name": cls.name, "primary": cls.primary, "params": params, "party": sorted(cls.runs_at),
             "hooks": [label for point, label in HOOK_POINTS.items() if issubclass(cls, point)],
             "targets": list(cls.targets), "epsilon": "accounted" if cls.carries_epsilon else "none",
-            "he": cls.he, "methods": methods, "heads": cls.heads}
+            "he": cls.he, "methods": methods, "heads": f"{', '.join(sorted(cls.heads))}: {cls.heads_note}"}
 
 
 DEFENSES: Registry[type[Defense]] = Registry("defense", unknown="unknown defense {name!r}; available: none, {names}")

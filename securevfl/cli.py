@@ -166,6 +166,13 @@ def cmd_defenses(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attacks(args: argparse.Namespace) -> int:
+    from attacks import ATTACKS  # the catalogue is the live registry (imports torch)
+
+    print("\n\n".join(ATTACKS.get(name).describe() for name in ATTACKS.names()))
+    return 0
+
+
 def make_parser() -> _Parser:
     from securevfl.provenance import git_commit, version
 
@@ -179,6 +186,7 @@ def make_parser() -> _Parser:
     d.add_argument("--data-dir")
     sub.add_parser("methods", help="list registered methods")
     sub.add_parser("defenses", help="list defenses: parameters, party, hook points, targets, ε status")
+    sub.add_parser("attacks", help="list attacks: threat model, what each observes, heads, parameters")
     sw = sub.add_parser("sweep", help="run a sweep file (YAML) into an SQLite store; rerun to resume")
     sw.add_argument("file")
     sw.add_argument("--store", help="SQLite store (default runs/<sweep name>.sqlite)")
@@ -254,7 +262,7 @@ def _check_writable_dir(path: str, what: str) -> None:
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
-            "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict}
+            "attacks": cmd_attacks, "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict}
 
 
 def main(argv: list[str] | None = None) -> int:

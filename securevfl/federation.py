@@ -18,7 +18,7 @@ from securevfl.cutlayer import CutLayer, PlainCutLayer
 from securevfl.data import psi
 from securevfl.data.partition import Partition, PartyData
 from securevfl.hooks import PartyHook
-from securevfl.models import ModelConfig, build_bottom, build_head
+from securevfl.models import ModelConfig, build_bottom, build_head, for_head
 from securevfl.parties import ActiveParty, OptimizerFactory, PassiveParty
 from securevfl.settings import setting
 
@@ -132,7 +132,8 @@ def fresh_head(partition: Partition, model: ModelConfig, seed: int, in_dim: int)
 
 def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
                     passive_data: list[PartyData]) -> PartyModels:
-    """A fresh bottom per party and the head on [r^1, r^2..r^K]."""
+    """A fresh bottom per party and the head on [r^1, r^2..r^K] (``agg``: every r^k is class logits)."""
+    model = for_head(model, partition.n_classes)
     bottoms = {d.name: fresh_bottom(d, model, seed, k) for k, d in enumerate([partition.active, *passive_data])}
     widths = [cut.out_dim(model.cut_dim)] * len(passive_data)
     return PartyModels(bottoms, fresh_head(partition, model, seed, model.cut_dim + sum(widths)), widths)

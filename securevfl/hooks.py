@@ -52,6 +52,7 @@ from torch import nn
 
 from securevfl.errors import UserError
 from securevfl.metrics import utility
+from securevfl.models import HEADS
 from securevfl.roles import ACTIVE, PASSIVE
 
 OBSERVABLES = frozenset({
@@ -105,6 +106,9 @@ class PartyHook(ABC):  # noqa: B024 - the base of the hook points; it has no abs
     bounds_features: ClassVar[bool] = False
     """True when the hook bounds what the supervised loop releases about passive features; methods
     that use those features outside the loop (pre-training, SSL, imputation) refuse it."""
+    heads: ClassVar[frozenset[str]] = frozenset(HEADS)
+    """The ``--head`` kinds (:data:`securevfl.models.HEADS`) this hook applies to; a run with another
+    head refuses it at build time."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -10,6 +11,9 @@ from torch import nn
 from securevfl.errors import UserError
 from securevfl.settings import setting
 
+HEADS = ("split", "agg")
+"""The head kinds (``--head``); components declare which they apply to (``heads`` class attributes)."""
+
 
 @dataclass
 class ModelConfig:
@@ -17,6 +21,10 @@ class ModelConfig:
         Bottom model family: ``mlp``, ``cnn`` (image slices), or ``auto`` (cnn for images ≥ 16 px
         tall, mlp otherwise).""")
     cut_dim: int = setting(64, flag="--cut-dim", ge=1, doc="Width of each party's bottom output r^k (the cut layer).")
+    head: str = setting("split", flag="--head", choices=HEADS, doc="""
+        The active party's head: ``split`` (a trainable top model on the parties' concatenated cut-layer
+        outputs) or ``agg`` (aggVFL: every bottom model outputs class logits and the active party sums
+        them; no trainable top model, no interactive layer).""")
     hidden: tuple[int, ...] = setting((256, 128), ge=1, doc="Hidden widths of the MLP bottom model.")
     cnn_channels: tuple[int, ...] = setting((16, 32), ge=1, doc="""
         Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each).""")
@@ -148,7 +156,25 @@ def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig, n_numeric: in
     raise ValueError(f"unknown bottom model {cfg.bottom!r}")
 
 
+class SumHead(nn.Module):
+    """aggVFL's head: no parameters; its input is the parties' logits side by side, its output their sum."""
+
+    def __init__(self, n_classes: int) -> None:
+        super().__init__()
+        self.n_classes = n_classes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(len(x), -1, self.n_classes).sum(1)
+
+
+def for_head(cfg: ModelConfig, n_classes: int) -> ModelConfig:
+    """``cfg`` as the bottom models are built with it: under the ``agg`` head every bottom outputs logits."""
+    return dataclasses.replace(cfg, cut_dim=n_classes) if cfg.head == "agg" else cfg
+
+
 def build_head(in_dim: int, n_classes: int, cfg: ModelConfig) -> nn.Module:
+    if cfg.head == "agg":
+        return SumHead(n_classes)
     layers: list[nn.Module] = []
     d = in_dim
     for h in split_layers(cfg)[1]:

@@ -277,6 +277,7 @@ class FeatureAttack(Attack):
 @ATTACKS.register
 class FeatureReconstruction(FeatureAttack):
     name = "fr"
+    summary = "feature reconstruction: a decoder from the passive messages to features, trained on aux rows"
     requires = frozenset({"passive_messages", "aux_features"})
     defaults = {"n_aux": 0, "epochs": 500, "lr": 3e-3, "hidden": 256, "eval_rows": 2000}
 
@@ -309,6 +310,7 @@ class FeatureReconstruction(FeatureAttack):
 @ATTACKS.register
 class GenerativeRegression(FeatureAttack):
     name = "fr-grn"
+    summary = "generative regression (Luo et al.): generator + surrogate bottom fitted to the messages, no aux rows"
     requires = frozenset({"passive_messages"})
     defaults = {"epochs": 300, "lr": 1e-3, "hidden": 256, "eval_rows": 2000, "train_rows": 4000, "noise_dim": 16}
 

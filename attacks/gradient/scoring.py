@@ -17,7 +17,8 @@ adversary receives no gradients at all); it measures the chance level of this ba
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import struct
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 from sklearn.metrics import roc_auc_score
@@ -25,27 +26,47 @@ from sklearn.metrics import roc_auc_score
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.model_completion.mc import balanced_draw
 from securevfl.channel import Message, MessageKind
-from securevfl.channel.codec import decode_batch_request, decode_ids
+from securevfl.channel.codec import decode_array, decode_batch_request, decode_ids
 
 if TYPE_CHECKING:
     from securevfl.federation import Federation
 
 
+class Exchange(NamedTuple):
+    """One training step as the adversary saw it."""
+
+    ids: np.ndarray
+    """The batch's entity IDs."""
+    sent: np.ndarray | None
+    """What the adversary sent for it (its cut-layer message as float rows; None when not readable
+    as plain rows, e.g. an HE ciphertext)."""
+    grad: np.ndarray
+    """The gradient rows it received back (∂L/∂ what it sent)."""
+
+
 def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(batch ids, gradient rows) pairs from the adversary's view, in arrival order. A training
-    request is a control message with the training flag followed by batch IDs; the next gradient
-    from the active party belongs to it. Where the adversary picks its own batches and sends their
-    IDs (entity-aug's guests), the IDs it sent are the batch of the next gradient."""
+    """(batch ids, gradient rows) pairs from the adversary's view, in arrival order (:func:`exchanges`)."""
+    return [(e.ids, e.grad) for e in exchanges(target)]
+
+
+def exchanges(target: AttackTarget) -> list[Exchange]:
+    """Every training step in the adversary's view, in arrival order. A training request is a control
+    message with the training flag followed by batch IDs; the adversary's next activation and the
+    next gradient from the active party belong to it. Where the adversary picks its own batches and
+    sends their IDs (entity-aug's guests), the IDs it sent are the batch of the next gradient."""
     adv = target.adversary
     end = target.party.cut_end  # reads gradients as the adversary can: under HE, decrypting with its own key
     fed = cast("Federation", target.federation)  # the harness hands the trained federation
     view = [m for m in fed.channel.transcript if m.dst == adv or m.src == adv]
     previous: dict[str, Message]  # the last message received from each sender
-    pairs, pending_request, batch, previous = [], None, None, {}
+    pairs: list[Exchange] = []
+    pending_request, batch, sent, previous = None, None, None, {}
     for m in view:
         if m.src == adv:
             if m.kind == MessageKind.BATCH_IDS:
                 batch = decode_ids(m.payload)
+            elif m.kind == MessageKind.ACTIVATION and batch is not None:
+                sent = _plain_rows(m.payload, len(batch))
             continue
         prev, previous[m.src] = previous.get(m.src), m
         if m.kind == MessageKind.CONTROL:
@@ -54,9 +75,18 @@ def received_gradient_batches(target: AttackTarget) -> list[tuple[np.ndarray, np
             batch = decode_ids(m.payload) if pending_request[1] else None  # [1]: a training step
             pending_request = None
         elif batch is not None and (g := end.received_gradient(m, prev)) is not None:
-            pairs.append((batch, np.asarray(g, dtype=np.float64).reshape(len(batch), -1)))
-            batch = None
+            pairs.append(Exchange(batch, sent, np.asarray(g, dtype=np.float64).reshape(len(batch), -1)))
+            batch = sent = None
     return pairs
+
+
+def _plain_rows(payload: bytes, n: int) -> np.ndarray | None:
+    """A message's float rows, or None when it is not a plain array of ``n`` rows (a ciphertext)."""
+    try:
+        a = decode_array(payload)
+    except (ValueError, TypeError, struct.error):
+        return None
+    return np.asarray(a, dtype=np.float64).reshape(n, -1) if a.ndim >= 1 and len(a) == n else None
 
 
 def _batch_request(payload: bytes) -> tuple[str, bool] | None:
@@ -107,6 +137,7 @@ class GradientScoring(Attack):
 @ATTACKS.register
 class NormScoring(GradientScoring):
     name = "norm"
+    summary = "norm scoring (Li et al.): each returned gradient row's norm scores the minority class (binary)"
 
     def scores(self, g, ids, known_pos):
         return np.linalg.norm(g, axis=1)
@@ -115,6 +146,7 @@ class NormScoring(GradientScoring):
 @ATTACKS.register
 class DirectionScoring(GradientScoring):
     name = "direction"
+    summary = "direction scoring (Li et al.): cosine to a known minority row's returned gradient (binary)"
     requires = GradientScoring.requires | {"aux_labels"}
 
     def scores(self, g, ids, known_pos):

@@ -96,6 +96,7 @@ SSL stage, ``ssl_epochs`` of fedhssl / fedlocal-*)."""
 class ModelCompletion(Attack):
     name = "mc"
     kind = "label_inference"
+    summary = "model completion (Fu et al.): a head on the frozen trained bottom, n_aux labels + MixMatch"
     requires = frozenset({"bottom_model", "own_rows", "aux_labels"})
     # Budget (Fu et al. 2022, their public code FuChong-cyber/label-inference-attacks,
     # Code/model_completion.py): Adam lr 2e-3, MixMatch T 0.8, α 0.75, λ_u 50, EMA 0.999, head
@@ -318,6 +319,7 @@ class ModelCompletionActive(ModelCompletion):
     :class:`MaliciousSGD` instead of the federation's optimizer, then runs ``mc``."""
 
     name = "mc-active"
+    summary = "active model completion: a malicious optimizer boosts the adversary's bottom in training, then mc"
     during_training = True
     defaults = {**ModelCompletion.defaults, "gamma": 1.0, "momentum": 0.9, "mal_lr": 0.3}
     """``mal_lr``: the adversary's own learning rate; 0 follows the one the federation gives it (Fu

@@ -61,7 +61,7 @@ class GradPerturb(Defense, ActiveStep, ModelWrap):
     targets = ("norm", "direction")
     he = ("composes: the perturbation is added to the plaintext g = ∂L/∂a_P before the encrypted backward "
           "(the Jacobian is the head's, which the active party holds)")
-    heads = "softmax cross-entropy heads (the per-class gradients assume it); the head runs once per step"
+    heads_note = "softmax cross-entropy heads (the per-class gradients assume it); the head runs once per step"
 
     def validate(self) -> None:
         eps = self.config["epsilon"]

@@ -126,7 +126,7 @@ class Marvell(Defense, MessageTransform):
     targets = ("norm", "direction")
     he = ("composes: the active party perturbs the plaintext gradient g = ∂L/∂a_P before the encrypted "
           "backward, so the passive party decrypts ∂L/∂t of the perturbed g")
-    heads = "any: binary tasks (the objective is two-class)"
+    heads_note = "binary tasks (the objective is two-class)"
 
     def validate(self) -> None:
         _finite("marvell s", self.config["s"])

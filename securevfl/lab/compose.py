@@ -66,8 +66,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
         record=record, progress=progress, params=cfg.method_params))
     check_compatibility(cfg, method, defenses, attack_specs)
-    # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
-    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
+    # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
+    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer and cfg.model.head == "split", **cfg.he_params)
     partition = build_partition(cfg)
     check_task(cfg, partition.regression, method, defenses, attack_specs)
     if save is not None:
@@ -173,6 +173,7 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
         UserError: one line naming the combination that cannot run."""
     m = type(method)
     CUT_LAYERS.get(cfg.he)  # an unknown scheme is named as such, before any rule about it
+    check_head(cfg, m, defenses, attack_specs)
     if cfg.he != "off":
         if not m.uses_passives:
             raise UserError(f"--he {cfg.he}: method {cfg.method} sends no passive activations, so there is nothing "
@@ -239,19 +240,45 @@ def check_task(cfg: RunConfig, regression: bool, method: Method, defenses: Seque
                             "is a different attack, not implemented here (feature attacks such as fr run)")
 
 
+def check_head(cfg: RunConfig, m: type[Method], defenses: Sequence[PartyHook],
+               attack_specs: Sequence[AttackSpec]) -> None:
+    """The ``--head`` rules: the method, every defense and every attack must apply to the run's head.
+
+    Raises:
+        UserError: one line naming the component that does not."""
+    head = cfg.model.head
+    if head not in m.heads:
+        raise UserError(f"--head {head}: method {cfg.method} {m.head_refusal or 'does not support it'}")
+    if head == "agg" and cfg.model.cut is not None:
+        raise UserError("--cut: the agg head has no top model to move bottom layers into; use --head split")
+    if head == "agg" and cfg.he != "off":
+        raise UserError(f"--he {cfg.he}: the agg head has no top model whose first layer the encrypted interactive "
+                        "layer could run on; use --head split")
+    for hook in defenses:
+        if head not in hook.heads:
+            raise UserError(f"defense {hook.name} applies to --head {'/'.join(sorted(hook.heads))}, not {head}")
+    for cls, _ in attack_specs:
+        if head not in cls.heads:
+            why = cls.head_refusal or f"it applies to --head {'/'.join(sorted(cls.heads))}"
+            raise UserError(f"attack {cls.name} cannot run with --head {head}: {why}")
+
+
 def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: int,
                     partition: Partition | None = None) -> list[attack_lib.Attack]:
     """Construct each attack against what the built federation exposes to its adversary (a missing
     observation fails here, before training); attacks that act during training install themselves
     (with the simulator's ground truth, for the few labeled rows of their own they know)."""
     exposes = frozenset(adversary_exposes(fed))
+    passives = [p.name for p in fed.passives]
     built = []
     for cls, params in attack_specs:
         attack = cls(exposes, seed=seed, **params)
-        if "adversary" in attack.config:  # a party this federation lacks is a one-line error before training
-            attack_lib.adversary_party(fed, str(attack.config["adversary"]))
+        if attack.adversary not in passives:
+            have = ", ".join(passives) or "none"
+            raise UserError(f"attack {cls.name}: adversary {attack.adversary} is not a passive party of this "
+                            f"federation (passive parties: {have}; --parties sets how many parties there are)")
         if attack.during_training:
-            attack.prepare(fed, ADVERSARY, partition)
+            attack.prepare(fed, attack.adversary, partition)
         built.append(attack)
     return built
 
@@ -270,15 +297,18 @@ def run_warnings(fed: Federation, progress: bool | None) -> list[str]:
 
 
 def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[str, dict]:
-    """Each attack's result on the trained federation, as ``passive1``."""
+    """Each attack's result on the trained federation, as its ``adversary`` (default ``passive1``)."""
     # the adversary took part in the federation's SSL stage, so it knows how long it was
     ssl_epochs = run.method.params.get("ssl_epochs") if run.method.params else None
-    target = attack_lib.AttackTarget(run.federation, run.partition, ADVERSARY,
-                                     ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=run.method)
+    targets: dict[str, attack_lib.AttackTarget] = {}  # one per adversary: its cache holds that party's artefacts
     malicious = [a.name for a in attacks if a.during_training]
     out = {}
     for attack in attacks:
-        res = attack.run(target)
+        if attack.adversary not in targets:
+            targets[attack.adversary] = attack_lib.AttackTarget(
+                run.federation, run.partition, attack.adversary,
+                ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=run.method, head=run.config.model.head)
+        res = attack.run(targets[attack.adversary])
         if malicious:  # every attack in this run saw a federation trained with a malicious adversary
             res.details["malicious_training"] = malicious
         out[attack.name] = res.as_dict()

@@ -14,7 +14,7 @@ from securevfl.data.partition import Partition
 from securevfl.federation import Federation, OptimConfig, PartyModels, align, build_federation, standard_models
 from securevfl.hooks import PartyHook
 from securevfl.ids import intersect
-from securevfl.models import ModelConfig
+from securevfl.models import HEADS, ModelConfig
 from securevfl.registry import Registry
 from securevfl.spec import check_nonnegative, check_params
 from securevfl.training import SplitTrainer, TrainConfig, fit_with_lr_search
@@ -80,6 +80,10 @@ class Method(ABC):
     heads, soft labels, pseudo-labels, evidential heads): a continuous label is refused."""
     he_refusal: ClassVar[str] = "reads the passive parties' representations in plaintext, which the HE cut layer hides"
     """Why ``--he`` is refused (when ``supports_he`` is False), for the one-line error."""
+    heads: ClassVar[frozenset[str]] = frozenset(HEADS)
+    """The ``--head`` kinds this method trains with (:data:`securevfl.models.HEADS`)."""
+    head_refusal: ClassVar[str] = ""
+    """Why a head outside :attr:`heads` is refused, for the one-line error."""
 
     @property
     def interactive_layer(self) -> bool:

@@ -227,6 +227,8 @@ class EntityAugmentation(Method):
     name = "entity-aug"
     savable = False  # other models or another predictor than the plain split model
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
+    heads = frozenset({"split"})
+    head_refusal = "builds its own layout (a label-only host whose head reads the guests only), not wired for aggVFL"
     summary = "no alignment in training: guests send their own entities, the host trains on weighted soft labels"
     defaults = {"queue": False, "miss_rate": 0.0, "draw": "independent"}
     partition_defaults = {"active_labels_unaligned": True, "active_labels_all": True}

@@ -179,6 +179,8 @@ def pma_round(fed: Federation, server: Endpoint) -> None:
 class FedHSSL(Method):
     name = "fedhssl"
     savable = False  # other models or another predictor than the plain split model
+    heads = frozenset({"split"})
+    head_refusal = "pre-trains cut-layer representations by cross-party SSL and fine-tunes a linear head on them"
     summary = "cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)"
     passive_features_outside_loop = True  # cross-party and local SSL on raw features
     use_local: ClassVar[bool] = True

@@ -96,6 +96,8 @@ class FedUD(Method):
     name = "fedud"
     savable = False  # other models or another predictor than the plain split model
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
+    heads = frozenset({"split"})
+    head_refusal = "distils the guest's cut-layer representation into the host's Rep, which needs a top model"
     summary = "host's unaligned rows via a representation-transfer net distilled from the guest (FedUD)"
     partition_defaults = {"active_labels_unaligned": True, "test_aligned_fraction": "train"}
     supports_he = False  # Rep distils the guest's representation, which the HE cut layer hides from the host

@@ -267,6 +267,8 @@ class RISA(Method):
     name = "risa"
     savable = False  # other models or another predictor than the plain split model
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
+    heads = frozenset({"split"})
+    head_refusal = "trains its own heads on the parties' cut-layer representations (evidential or concatenation)"
     summary = "mean imputation + self-training + evidential VFL with uncertainty-based row selection (RISA)"
     passive_features_outside_loop = True  # imputation statistics of the passive block
     partition_defaults = {"active_labels_unaligned": True}

@@ -104,6 +104,8 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
 class VFLHLP(Method):
     name = "vflhlp"
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
+    heads = frozenset({"split"})
+    head_refusal = "constrains the head's first linear layer to the active party's pre-trained head (L_cons)"
     summary = "active supervised pre-training as a constraint + passive SCARF initialisation (VFLHLP)"
     passive_features_outside_loop = True  # passive SCARF pre-training on raw features
     use_active: ClassVar[bool] = True

@@ -73,6 +73,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "params": json.dumps(a.get("params") or {}),
                             "set_params": json.dumps(_entry_params(config, name), sort_keys=True),
                             "control_kind": a.get("control_kind"),
+                            "adversary": a.get("adversary") or (a.get("params") or {}).get("adversary", "passive1"),
                             "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}),
                             "examples": json.dumps(a["examples"]) if a.get("examples") else None})
     return pd.DataFrame(runs), pd.DataFrame(attacks)

@@ -291,16 +291,17 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
              f"(party 0 holds the labels); {aligned}; {part.get('test_rows', '?')} test rows.",
              f"Training: {train['epochs']} epochs, batch {train['batch_size']}, {optim['optimizer']} lr "
              f"{optim['lr'] if optim['lr'] is not None else DEFAULT_LR.get(optim['optimizer'], 'default')}; "
-             f"bottom models {model['bottom']} (cut width {model['cut_dim']}); methods "
+             f"bottom models {model['bottom']} (cut width {model['cut_dim']}){_head_text(model)}; methods "
              f"{', '.join(sorted(ok.method.unique()))}; seeds {', '.join(str(s) for s in sorted(ok.seed.unique()))}."]
     at = attacks[(attacks.dataset == dataset) & attacks.run_id.isin(ok.run_id)] if len(attacks) else attacks
     for name, g in at.groupby("attack") if len(at) else []:
         params = json.loads(g.params.iloc[0])
+        adv = g.adversary.iloc[0]
         if name.startswith("mc"):
             ssl = {m: json.loads(x).get("epochs") for m, x in zip(g.method, g.baseline_ssl, strict=True)
                    if json.loads(x)}
             ssl_text = ", ".join(f"{m} {e}" for m, e in sorted(ssl.items())) or "–"
-            lines.append(f"Attack **{name}**: the passive party `passive1` completes its bottom model with a head "
+            lines.append(f"Attack **{name}**: the passive party `{adv}` completes its bottom model with a head "
                          f"and trains the {g.finetunes.iloc[0]}: {params.get('steps')} steps of "
                          f"{'MixMatch' if name != 'mc-plain' else 'supervised training'} on "
                          f"{int(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
@@ -310,13 +311,18 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
             aux = (f"knows the passive features of {int(g.n_aux.iloc[0])} aligned rows and trains a decoder from"
                    if name == "fr" else "knows no passive row; fits a generator from its own features and a "
                    "surrogate of the passive bottom model to")
-            lines.append(f"Attack **{name}**: the active party attacks `passive1`'s features: it {aux} what it "
+            lines.append(f"Attack **{name}**: the active party attacks `{adv}`'s features: it {aux} what it "
                          "observes per row (the released rows with HE off, a_P = t·W_P with HE on); scored by "
                          "R² on the other aligned training rows.")
         else:
-            lines.append(f"Attack **{name}**: scores the gradients the passive party `passive1` received "
+            lines.append(f"Attack **{name}**: scores the gradients the passive party `{adv}` received "
                          "(under HE: the rows it decrypts with its own key).")
     return lines
+
+
+def _head_text(model: dict) -> str:
+    """The head, when it is not the default split head (aggVFL: the bottoms output class logits)."""
+    return "; agg head (summed class logits, the cut width is the class count)" if model.get("head") == "agg" else ""
 
 
 def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
