@@ -65,6 +65,21 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress bar on stderr (default: when stderr is a terminal)")
+    net = p.add_argument_group("parties in other processes (docs/deployment.md)")
+    net.add_argument("--peer", action="append", default=[], metavar="NAME=HOST:PORT",
+                     help="a passive party served by `securevfl party` (once per passive party: passive1, ...); "
+                          "this process is then the active party, with --party-file its own file only")
+    _net_flags(net)
+
+
+def _net_flags(g) -> None:
+    """Flags of the network transport, shared by ``train --peer`` and ``party``."""
+    g.add_argument("--tls", metavar="DIR", help="this party's folder from `securevfl certs` (mutual TLS)")
+    g.add_argument("--insecure", action="store_true", help="plaintext gRPC without authentication (warns)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds to wait for a peer's next message or answer (default 120)")
+    g.add_argument("--max-message-mb", type=float, default=None, metavar="MB",
+                   help="largest message accepted or sent, MiB (default 256)")
 
 
 def _add_train(sub) -> None:
@@ -95,9 +110,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from securevfl.catalog import check_names
 
     check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
-    from securevfl.lab.compose import execute
+    if args.peer:
+        r = _train_deployed(args)
+    else:
+        if args.tls or args.insecure:
+            raise UserError("--tls/--insecure go with --peer (parties in other processes)")
+        from securevfl.lab.compose import execute
 
-    r = execute(_build_config(args), progress=args.progress).to_json()
+        r = execute(_build_config(args), progress=args.progress).to_json()
     if args.json:
         print(json.dumps(r))
         return 0
@@ -119,6 +139,89 @@ def cmd_train(args: argparse.Namespace) -> int:
                         (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)
         leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
         print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra}){leak}")
+    return 0
+
+
+def _net_config(args: argparse.Namespace, party: str):
+    """The transport settings of ``party`` (exits 2 with the install hint without the ``net`` extra)."""
+    from securevfl.channel import net_transport
+
+    grpc_mod = net_transport()
+    if args.insecure == bool(args.tls):
+        raise UserError("give --tls DIR (this party's folder from `securevfl certs`), or --insecure for plaintext")
+    if args.insecure:
+        print("warning: --insecure: plaintext gRPC; peers are not authenticated and messages are readable on the "
+              "network", file=sys.stderr)
+    kw = {}
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise UserError(f"--timeout must be > 0, got {args.timeout:g}")
+        kw["timeout"] = args.timeout
+    if args.max_message_mb is not None:
+        if args.max_message_mb <= 0:
+            raise UserError(f"--max-message-mb must be > 0, got {args.max_message_mb:g}")
+        kw["max_message_bytes"] = int(args.max_message_mb * 2 ** 20)
+    tls = None if args.insecure else grpc_mod.TLSFiles.load(args.tls, party)
+    return grpc_mod, grpc_mod.NetConfig(tls, **kw)
+
+
+def _train_deployed(args: argparse.Namespace) -> dict:
+    from securevfl.deploy import run_deployed
+    from securevfl.roles import ACTIVE
+
+    peers = {}
+    for spec in args.peer:
+        name, sep, addr = spec.partition("=")
+        if not sep or not name or ":" not in addr:
+            raise UserError(f"--peer {spec}: expected NAME=HOST:PORT (e.g. passive1=10.0.0.2:50051)")
+        if name in peers:
+            raise UserError(f"--peer {name} given twice")
+        peers[name] = addr
+    cfg = _build_config(args)
+    grpc_mod, net = _net_config(args, ACTIVE)
+    channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record)
+    try:
+        r = run_deployed(cfg, channel, peers, progress=args.progress)
+    except UserError as e:
+        channel.abort(str(e))
+        raise
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:  # bytes a peer sent that do not decode
+        channel.abort("the active party failed")
+        raise UserError(f"malformed message from a passive party ({type(e).__name__}: {e})") from None
+    finally:
+        channel.close()
+    if args.insecure:
+        r["warnings"].append("--insecure: plaintext gRPC")
+    return r
+
+
+def cmd_party(args: argparse.Namespace) -> int:
+    from securevfl import threads
+    from securevfl.deploy import serve
+
+    if ":" not in args.listen:
+        raise UserError(f"--listen {args.listen}: expected HOST:PORT (e.g. 0.0.0.0:50051)")
+    grpc_mod, net = _net_config(args, args.role)
+    threads.configure()
+    channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active")
+    print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
+          f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
+    try:
+        return serve(channel, args.party_file, args.id_column, args.serve_forever)
+    finally:
+        channel.close()
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from securevfl.channel import net_transport
+
+    net_transport()  # the certs need the same extra
+    from securevfl.channel.certs import make_certs
+
+    folders = make_certs(args.parties.split(","), args.out)
+    for name, d in folders.items():
+        print(f"{name}: {d}  (copy this folder to {name}'s machine; its .key never leaves it)")
+    print(f"CA key: {Path(args.out) / 'ca' / 'ca.key'} (keep it here, or delete it)")
     return 0
 
 
@@ -154,6 +257,16 @@ def make_parser() -> _Parser:
                     help="cells run in parallel (local processes or Ray tasks); auto: one per idle core")
     sw.add_argument("--engine", default="local", help="local (default) or ray (optional extra)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    pa = sub.add_parser("party", help="serve one passive party of a run driven by `train --peer` (docs/deployment.md)")
+    pa.add_argument("--role", required=True, help="this party's name (passive1, passive2, ...)")
+    pa.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to serve on (port 0: any free)")
+    pa.add_argument("--party-file", required=True, help="this party's CSV/Parquet file (no label column)")
+    pa.add_argument("--id-column", default="id", help="entity-ID column of the file (default id)")
+    pa.add_argument("--serve-forever", action="store_true", help="serve run after run (default: exit after one)")
+    _net_flags(pa)
+    ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
+    ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")
+    ce.add_argument("--out", required=True, help="new folder: OUT/<party>/ per party, OUT/ca/ the CA")
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
     rp.add_argument("store")
     rp.add_argument("--out", required=True, help="output directory")
@@ -197,7 +310,7 @@ def _check_writable_dir(path: str, what: str) -> None:
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "sweep": cmd_sweep,
-            "report": cmd_report}
+            "report": cmd_report, "party": cmd_party, "certs": cmd_certs}
 
 
 def main(argv: list[str] | None = None) -> int:
