@@ -166,7 +166,7 @@ def _net_config(args: argparse.Namespace, party: str):
 
 
 def _train_deployed(args: argparse.Namespace) -> dict:
-    from securevfl.deploy import run_deployed
+    from securevfl.deploy import train_deployed
     from securevfl.roles import ACTIVE
 
     peers = {}
@@ -181,17 +181,9 @@ def _train_deployed(args: argparse.Namespace) -> dict:
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record)
     try:
-        r = run_deployed(cfg, channel, peers, progress=args.progress)
-    except UserError as e:
-        channel.abort(str(e))
-        raise
-    except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as e:  # bytes a peer sent that do not decode
-        channel.abort("the active party failed")
-        raise UserError(f"malformed message from a passive party ({type(e).__name__}: {e})") from None
+        r = train_deployed(cfg, channel, peers, progress=args.progress)
     finally:
         channel.close()
-    if args.insecure:
-        r["warnings"].append("--insecure: plaintext gRPC")
     return r
 
 

@@ -328,6 +328,34 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     return _result(cfg, fed, utility, phases, seconds, channel, peers, classes, ingest, split, aligned)
 
 
+def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
+    """:func:`run_deployed`, with every failure one :class:`UserError` and the peers told why (an
+    abort message), so that they end at once rather than at their timeout. Bytes a peer sent that do
+    not decode as the protocol says (a malformed message) fail the run, never this process."""
+    try:
+        return run_deployed(cfg, channel, peers, progress)
+    except UserError as e:
+        channel.abort(str(e))
+        raise
+    except _BAD_BYTES as e:
+        channel.abort("the active party failed on a malformed message")
+        raise UserError(f"malformed message from a passive party ({type(e).__name__}: {e})") from None
+
+
+def _decode_errors() -> tuple[type[Exception], ...]:
+    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
+                                           UnicodeDecodeError, struct.error, RuntimeError)
+    try:  # PSI messages are protobufs (openmined-psi)
+        from google.protobuf.message import Error as ProtobufError
+    except ImportError:
+        return errors
+    return (*errors, ProtobufError)
+
+
+_BAD_BYTES = _decode_errors()
+"""What decoding a peer's malformed bytes raises (codec, JSON, PSI, HE deserialisation, tensor shapes)."""
+
+
 class _Marks:
     """Byte and message counts of the active party's traffic between two marks, per direction."""
 
@@ -416,8 +444,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
             status = 0
         except UserError as e:
             status = _fail(channel, str(e))
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError, AssertionError, RuntimeError,
-                UnicodeDecodeError, struct.error) as e:  # bytes that do not decode as the protocol says
+        except (*_BAD_BYTES, AssertionError) as e:  # bytes that do not decode as the protocol says
             status = _fail(channel, f"malformed message from the active party ({type(e).__name__}: {e})")
         if not serve_forever:
             return status

@@ -356,7 +356,8 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
         return (f"{where} did not answer ({what}) within {net.timeout:g} s (stalled, down, or refusing the TLS "
                 "handshake; --timeout sets the wait)")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return f"{where} ({what}): message over the {net.max_message_bytes}-byte limit: {detail}"
+        return (f"{where} ({what}): a message over the size limit ({detail}); --max-message-mb sets this party's, "
+                f"the peer sets its own")
     if code == grpc.StatusCode.ABORTED:
         return detail or f"{where} aborted the run"
     if code == grpc.StatusCode.PERMISSION_DENIED:
@@ -365,5 +366,6 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
 
 
 def _tls_failure(e: grpc.RpcError) -> bool:
+    """A refused handshake (or a plaintext client closed by a TLS server: "socket closed")."""
     low = (e.details() or "").lower()
-    return any(s in low for s in ("ssl", "handshake", "certificate", "tls", "verification"))
+    return any(s in low for s in ("ssl", "handshake", "certificate", "tls", "verification", "socket closed"))
