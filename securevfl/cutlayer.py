@@ -196,7 +196,7 @@ class CutLayer(ABC):
         """The active party's part of the forward exchange (after the passive party's send_forward)."""
         return a_end.finish_forward(training)
 
-    def passive_forward(self, p_end: PassiveEnd) -> None:
+    def passive_forward(self, p_end: PassiveEnd) -> None:  # noqa: B027 - one-message layers have none
         """The passive party's part of the forward exchange after send_forward (none for one message)."""
 
     def passive_backward(self, p_end: PassiveEnd) -> torch.Tensor:

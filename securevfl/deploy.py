@@ -73,7 +73,8 @@ def run_description(cfg: RunConfig, k: int, n_parties: int, interactive: bool) -
 
 def _model_config(d: dict) -> ModelConfig:
     # JSON turned the tuple fields into lists
-    return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    return ModelConfig(**fields)
 
 
 def _defenses(cfg: RunConfig) -> list:
@@ -344,7 +345,7 @@ def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress
 
 def _decode_errors() -> tuple[type[Exception], ...]:
     errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
-                                           UnicodeDecodeError, struct.error, RuntimeError)
+                                           UnicodeDecodeError, struct.error, RuntimeError, AssertionError)
     try:  # PSI messages are protobufs (openmined-psi)
         from google.protobuf.message import Error as ProtobufError
     except ImportError:
@@ -380,8 +381,8 @@ class _Marks:
         res: dict[str, Any] = {"by_direction": out, "round_trips": rts}
         if steps:
             res["steps"] = steps
-            res["per_step"] = {route: {"bytes": round(d["bytes"] / steps, 1), "messages": round(d["messages"] / steps, 2)}
-                               for route, d in out.items()}
+            res["per_step"] = {route: {"bytes": round(d["bytes"] / steps, 1),
+                                       "messages": round(d["messages"] / steps, 2)} for route, d in out.items()}
             res["round_trips_per_step"] = {p: round(n / steps, 2) for p, n in rts.items()}
         if seconds is not None:
             res["seconds"] = round(seconds, 4)
@@ -444,7 +445,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
             status = 0
         except UserError as e:
             status = _fail(channel, str(e))
-        except (*_BAD_BYTES, AssertionError) as e:  # bytes that do not decode as the protocol says
+        except _BAD_BYTES as e:  # bytes that do not decode as the protocol says
             status = _fail(channel, f"malformed message from the active party ({type(e).__name__}: {e})")
         if not serve_forever:
             return status

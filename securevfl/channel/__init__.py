@@ -4,7 +4,6 @@ from securevfl.channel.base import Channel, ChannelStats, Endpoint, Message, Mes
 from securevfl.channel.memory import InMemoryChannel
 
 
-
 def net_transport():
     """The gRPC transport module (:mod:`securevfl.channel.grpc`), registered only when its packages
     import; otherwise a UserError saying which extra to install."""

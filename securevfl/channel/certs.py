@@ -71,7 +71,8 @@ def make_certs(parties: list[str], out: str | Path) -> dict[str, Path]:
     (root / "ca").mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "securevfl CA")])
-    ca_pem = _cert("securevfl CA", ca_key.public_key(), ca_name, ca_key, ca=True).public_bytes(serialization.Encoding.PEM)
+    ca_cert = _cert("securevfl CA", ca_key.public_key(), ca_name, ca_key, ca=True)
+    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
     _write_private(root / "ca" / "ca.key", _key_bytes(ca_key))
     (root / "ca" / "ca.pem").write_bytes(ca_pem)
     folders = {}

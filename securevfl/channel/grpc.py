@@ -205,6 +205,7 @@ class GrpcChannel(Channel):
             except queue.Empty:
                 continue
         context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.party} sent no {kind} message")
+        raise AssertionError("unreachable: abort raises")
 
     def _on_ping(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         self._caller(frame, context)
