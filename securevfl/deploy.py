@@ -378,12 +378,14 @@ class _Marks:
         self.last = {k: dict(v) for k, v in now.items()}
         phase = self.channel.netstats.phase
         rts = {peer: n for (ph, peer), n in self.channel.netstats.round_trips.items() if ph == phase}
-        res: dict[str, Any] = {"by_direction": out, "round_trips": rts}
+        rpcs = {peer: n for (ph, peer), n in self.channel.netstats.rpcs.items() if ph == phase}
+        res: dict[str, Any] = {"by_direction": out, "round_trips": rts, "rpcs": rpcs}
         if steps:
             res["steps"] = steps
             res["per_step"] = {route: {"bytes": round(d["bytes"] / steps, 1),
                                        "messages": round(d["messages"] / steps, 2)} for route, d in out.items()}
             res["round_trips_per_step"] = {p: round(n / steps, 2) for p, n in rts.items()}
+            res["rpcs_per_step"] = {p: round(n / steps, 2) for p, n in rpcs.items()}
         if seconds is not None:
             res["seconds"] = round(seconds, 4)
             if steps:

@@ -111,13 +111,19 @@ def peer_names(context: grpc.ServicerContext) -> set[str]:
 
 
 class NetStats:
-    """Round trips per peer: a receive from a peer after sending to it completes one (what network
-    latency multiplies). Counted by the phase the caller names (alignment, train, evaluate)."""
+    """Per peer and phase (alignment, train, evaluate; the caller names it): protocol round trips — a
+    receive from a peer after sending to it completes one, the latency any transport must pay — and
+    the RPCs this transport made, each a network round trip of its own (every send is a synchronous
+    call, which keeps the per-kind FIFO order; a streaming transport could pipeline them)."""
 
     def __init__(self) -> None:
         self.phase = "setup"
         self.round_trips: Counter = Counter()
+        self.rpcs: Counter = Counter()
         self._last_sent: dict[str, bool] = defaultdict(bool)
+
+    def rpc(self, peer: str) -> None:
+        self.rpcs[(self.phase, peer)] += 1
 
     def sent(self, peer: str) -> None:
         self._last_sent[peer] = True
@@ -230,6 +236,7 @@ class GrpcChannel(Channel):
         self._stubs[name] = {m: ch.unary_unary(f"/{SERVICE}/{m}") for m in ("Deliver", "Take", "Abort", "Ping")}
 
     def _call(self, peer: str, method: str, frame: bytes, what: str) -> bytes:
+        self.netstats.rpc(peer)
         try:
             return self._stubs[peer][method](frame, timeout=self.net.timeout)
         except grpc.RpcError as e:
