@@ -130,10 +130,10 @@ def main() -> None:
                 net = r["cost"]["network"]["train"]
                 link = f"{args.mbit:g} Mbit/s, {args.rtt_ms:g} ms RTT" if shaped else "loopback"
                 runs[f"{he}/{link}"] = r["cost"]
-                ps = net["per_step"]
+                down, up = net["per_step"]["active->passive1"], net["per_step"]["passive1->active"]
                 rows.append(f"| {he} | {link} | {net['seconds_per_step']:.3f} | "
-                            f"{ps['active->passive1']['bytes'] / 1e3:.1f} kB / {ps['active->passive1']['messages']:g} | "
-                            f"{ps['passive1->active']['bytes'] / 1e3:.1f} kB / {ps['passive1->active']['messages']:g} | "
+                            f"{down['bytes'] / 1e3:.1f} kB / {down['messages']:g} | "
+                            f"{up['bytes'] / 1e3:.1f} kB / {up['messages']:g} | "
                             f"{net['round_trips_per_step']['passive1']:g} | {net['rpcs_per_step']['passive1']:g} | "
                             f"{r['utility']['test']:.4f} | "
                             f"{time.perf_counter() - t0:.0f} |")

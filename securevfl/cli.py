@@ -134,6 +134,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"  he: {he['scheme']} {he['params'].get('security_bits')}-bit security, {he['seconds']:.1f} s "
               f"in HE, {he['bytes'] / 1e6:.2f} MB of HE messages; protects passive activations from the active "
               "party, not labels from passive parties")
+    if "transport" in r:
+        t = r["transport"]
+        step = r["cost"]["network"]["train"]
+        print(f"  transport: gRPC, {t['security']}, peers {', '.join(f'{k}={v}' for k, v in t['peers'].items())}; "
+              f"{step.get('seconds_per_step', 0):.3f} s per training step")
     for name, a in r["attacks"].items():
         extra = "".join(f", {label} {a[key]:.4f}" for key, label in
                         (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)

@@ -229,8 +229,6 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
                         "and every party file)")
     if len(cfg.train.lr_grid) > 1:
         raise UserError("--lr-grid with several rates snapshots every party between runs: not deployable yet")
-    if cfg.he_params.get("seeded_shares") and cfg.he != "off":
-        pass  # allowed: reproducible HE shares (not private; recorded in the JSON as in the simulator)
 
 
 def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
@@ -400,9 +398,14 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
 
     stats = channel.stats.as_dict()
     he = fed.cut.describe()
-    if cfg.he != "off" and fed.passives:  # the key owner's description of its scheme
-        remote = fed.passives[0]
-        he = {**he, "params": remote.report.get("he", {}).get("params", he.get("params"))}  # type: ignore[attr-defined]
+    if cfg.he != "off":  # the key owners describe the scheme; HE time is spent on both sides
+        reports = {p.name: p.report.get("he", {}) for p in fed.passives}  # type: ignore[attr-defined]
+        by_party = {ACTIVE: he.get("seconds", 0.0), **{n: r.get("seconds", 0.0) for n, r in reports.items()}}
+        he_kinds = {k: v for k, v in stats["bytes_by_kind"].items() if k.startswith("he_")}
+        he.update({"params": next(iter(reports.values())).get("params", he.get("params")),
+                   "seconds": round(sum(by_party.values()), 4), "seconds_by_party": by_party,
+                   "bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
+                   "seconds_per_step": round(sum(by_party.values()) / max(fed.active.step, 1), 4)})
     tls = channel.net.tls is not None
     return json_safe({
         "dataset": cfg.dataset, "method": cfg.method, "seed": cfg.seed, "defense": cfg.defense,
