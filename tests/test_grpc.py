@@ -339,3 +339,34 @@ def test_three_parties_over_mtls_equal_in_process(files) -> None:
     sim = execute(sim_cfg, progress=False).to_json()
     assert r["utility"] == sim["utility"]
     assert [p.status for p in ps] == [0, 0]
+
+
+@pytest.mark.slow
+def test_passive_process_killed_mid_run(files) -> None:
+    """A passive party's process killed while the active party trains: one clean error, in time."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
+           "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    addr = proc.stderr.readline().split("listening on ")[1].split()[0]
+    ch = GrpcChannel("active", NetConfig(TLSFiles.load(files["certs"] / "active", "active"), timeout=10),
+                     peers={"passive1": addr})
+    out: dict = {}
+
+    def active() -> None:
+        try:
+            train_deployed(small_cfg(files, "guest", train__epochs=500), ch, {"passive1": addr}, progress=False)
+        except UserError as e:
+            out["error"] = str(e)
+
+    t = threading.Thread(target=active, daemon=True)
+    t.start()
+    assert "run started" in proc.stderr.readline()
+    time.sleep(2.0)  # well into training (500 epochs)
+    proc.kill()
+    t0 = time.monotonic()
+    t.join(timeout=20)
+    assert not t.is_alive() and time.monotonic() - t0 < 12
+    assert "passive1" in out["error"] and ("cannot reach" in out["error"] or "did not answer" in out["error"])
+    ch.close()

@@ -276,6 +276,10 @@ class GrpcChannel(Channel):
             payload = self._call(src, "Take", pack_frame(dst, kind, b""), f"receive {kind}")
         else:
             payload = self._wait_inbox(src, kind)
+        return self._received(src, dst, kind, payload)
+
+    def _received(self, src: str, dst: str, kind: str, payload: bytes) -> bytes:
+        """Count (and record) a message this party received: its view, as in memory."""
         self.netstats.received(src)
         self.stats.add(kind, src, dst, len(payload))
         if self.record:
@@ -306,12 +310,7 @@ class GrpcChannel(Channel):
             payload = self._inbox[(src, kind)].get(timeout=timeout)
         except queue.Empty:
             return None
-        self.netstats.received(src)
-        self.stats.add(kind, src, self.party, len(payload))
-        if self.record:
-            self._seq += 1
-            self.transcript.append(Message(self._seq, src, self.party, kind, payload, len(payload)))
-        return payload
+        return self._received(src, self.party, kind, payload)
 
     def reset(self) -> None:
         """Forget the last run (queues, abort, counts): a server between runs (``--serve-forever``)."""
