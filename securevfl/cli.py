@@ -198,6 +198,9 @@ def cmd_party(args: argparse.Namespace) -> int:
 
     if ":" not in args.listen:
         raise UserError(f"--listen {args.listen}: expected HOST:PORT (e.g. 0.0.0.0:50051)")
+    if not (args.role.startswith("passive") and args.role.removeprefix("passive").isdigit()):
+        raise UserError(f"--role {args.role}: a served party is passive1, passive2, ... (the active party runs "
+                        "`securevfl train --peer ...`)")
     grpc_mod, net = _net_config(args, args.role)
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active")
