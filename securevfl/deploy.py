@@ -242,7 +242,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     Returns:
         The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
-    from securevfl.lab.compose import check_compatibility, resolve_config
+    from securevfl.lab.compose import check_compatibility, resolve_config, run_warnings
     from securevfl.methods import METHODS, MethodContext
 
     check_deployable(cfg, peers)
@@ -324,7 +324,9 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         ep.send_json(name, MessageKind.CONTROL, {"op": "end"})
         r.report = _expect(ep.recv_json(name, MessageKind.CONTROL), "report")
     seconds = time.perf_counter() - t0
-    return _result(cfg, fed, utility, phases, seconds, channel, peers, classes, ingest, split, aligned)
+    out = _result(cfg, fed, utility, phases, seconds, channel, peers, classes, ingest, split, aligned)
+    out["warnings"] = run_warnings(fed, progress) + out["warnings"]
+    return out
 
 
 def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
