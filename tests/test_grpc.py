@@ -122,6 +122,17 @@ def test_two_parties_over_mtls_equal_in_process(files) -> None:
     assert train["per_step"]["passive1->active"]["messages"] == 1.0
 
 
+def test_insecure_is_explicit_and_recorded(files) -> None:
+    p = Passive(files, tls=None)
+    r = deploy(files, small_cfg(files, "guest"), [p], folder=None)
+    p.close()
+    assert r["transport"]["security"].startswith("INSECURE") and any("--insecure" in w for w in r["warnings"])
+    # the CLI never falls back to plaintext by itself
+    from securevfl.cli import main
+
+    assert main(["party", "--role", "passive1", "--listen", "127.0.0.1:0", "--party-file", "x.csv"]) == 2
+
+
 def _label_needles(files) -> tuple[np.ndarray, list[bytes]]:
     y = pd.read_csv(files["guest"])["y"].to_numpy()
     return y, [encode_array(y.astype(np.int64))[10:], str(list(y[:20])).replace(" ", "").encode()]
