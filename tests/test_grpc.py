@@ -381,3 +381,19 @@ def test_passive_process_killed_mid_run(files) -> None:
     assert not t.is_alive() and time.monotonic() - t0 < 12
     assert "passive1" in out["error"] and ("cannot reach" in out["error"] or "did not answer" in out["error"])
     ch.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("defense", ["embedding-dp:clip=1,noise=1+dp:noise=1", "noise:0.1+iso:5"])
+def test_defenses_on_both_sides_equal_in_process(files, defense: str) -> None:
+    """Each party installs the hooks of its role in its own process (a feature defense in the passive
+    party's): with a fixed mechanism seed, utility and both sides' ε equal the simulator's."""
+    from securevfl.lab.compose import execute
+
+    p = Passive(files)
+    r = deploy(files, small_cfg(files, "guest", defense=defense, mechanism_seed=5), [p])
+    p.close()
+    sim = execute(small_cfg(files, "guest", "host", defense=defense, mechanism_seed=5), progress=False).to_json()
+    assert r["utility"] == sim["utility"]
+    assert r["privacy"]["epsilon"] == sim["privacy"]["epsilon"]
+    assert r["privacy"]["features"]["passive1"]["epsilon"] == sim["privacy"]["features"]["passive1"]["epsilon"]
