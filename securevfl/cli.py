@@ -182,6 +182,8 @@ def _train_deployed(args: argparse.Namespace) -> dict:
         if name in peers:
             raise UserError(f"--peer {name} given twice")
         peers[name] = addr
+    if getattr(args, "save", None):  # each party would save its own part in its own process: not built yet
+        raise UserError("--save with --peer is not supported yet: save from a simulator run on the same files")
     cfg = _build_config(args)
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record)

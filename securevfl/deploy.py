@@ -101,6 +101,10 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str) -> dic
         name = hello["party"]
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
+        if any(str(k).replace("-", "_") == "seeded_shares" for k in hello["he_params"]):
+            # a test fixture: this party's HE share and masks would follow from the public seed
+            raise UserError("the active party asked for HE seeded_shares, which would let it derive this party's "
+                            "secret share; refused")
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
         df = _read_table(path)
@@ -227,6 +231,8 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
         raise UserError(f"attack {a}: attacks run in the simulator only; across processes the adversary's view lives "
                         "in its own process and scoring needs ground truth no party holds (run it with --dataset csv "
                         "and every party file)")
+    if getattr(cfg.data, "task", "classification") == "regression":  # (a setting of later versions)
+        raise UserError("--task regression cannot run across processes yet (the deployed head is a classifier)")
     if len(cfg.train.lr_grid) > 1:
         raise UserError("--lr-grid with several rates snapshots every party between runs: not deployable yet")
 

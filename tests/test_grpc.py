@@ -335,6 +335,25 @@ def test_server_survives_malformed_and_oversized_messages(files) -> None:
     assert p.status == 2
 
 
+def test_passive_refuses_seeded_he_shares(files) -> None:
+    """A run description asking for HE ``seeded_shares`` (a test fixture that derives the key owner's
+    secret share from the public seed) is refused by the passive party; the control: the same
+    description without it is accepted."""
+    from securevfl.deploy import run_description
+
+    for params, ok in (({"seeded_shares": True}, False), ({}, True)):
+        p = Passive(files)
+        ch = GrpcChannel("active", net(files["certs"], "active", OK_T), peers={"passive1": p.addr})
+        ep = ch.endpoint("active")
+        cfg = small_cfg(files, "guest", he="paillier", he_params=params)
+        ep.send_json("passive1", "control", run_description(cfg, 1, 2, True))
+        reply = ep.recv_json("passive1", "control")
+        assert isinstance(reply, dict) and (("ok" in reply) if ok else "seeded_shares" in reply["error"])
+        ch.abort("test over")
+        ch.close()
+        p.close()
+
+
 @pytest.mark.slow
 def test_three_parties_over_mtls_equal_in_process(files) -> None:
     from securevfl.lab.compose import execute

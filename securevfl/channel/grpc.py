@@ -204,12 +204,11 @@ class GrpcChannel(Channel):
         deadline = time.monotonic() + self.net.timeout
         q = self._outbox[(src, kind)]
         while context.is_active() and time.monotonic() < deadline:
-            if self._aborted is not None:
-                context.abort(grpc.StatusCode.ABORTED, self._aborted)
-            try:
+            try:  # what was sent before an abort is still delivered (e.g. the error reply it follows)
                 return q.get(timeout=_POLL)
             except queue.Empty:
-                continue
+                if self._aborted is not None:
+                    context.abort(grpc.StatusCode.ABORTED, self._aborted)
         context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.party} sent no {kind} message")
         raise AssertionError("unreachable: abort raises")
 
