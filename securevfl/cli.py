@@ -68,6 +68,21 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar and no warnings on stderr")
     p.add_argument("--save", metavar="DIR",
                    help="each party writes its trained part into DIR/<party>/ (for securevfl predict)")
+    net = p.add_argument_group("parties in other processes (docs/deployment.md)")
+    net.add_argument("--peer", action="append", default=[], metavar="NAME=HOST:PORT",
+                     help="a passive party served by `securevfl party` (once per passive party: passive1, ...); "
+                          "this process is then the active party, with --party-file its own file only")
+    _net_flags(net)
+
+
+def _net_flags(g) -> None:
+    """Flags of the network transport, shared by ``train --peer`` and ``party``."""
+    g.add_argument("--tls", metavar="DIR", help="this party's folder from `securevfl certs` (mutual TLS)")
+    g.add_argument("--insecure", action="store_true", help="plaintext gRPC without authentication (warns)")
+    g.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="seconds to wait for a peer's next message or answer (default 120)")
+    g.add_argument("--max-message-mb", type=float, default=None, metavar="MB",
+                   help="largest message accepted or sent, MiB (default 256)")
 
 
 def _add_train(sub) -> None:
@@ -100,15 +115,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     from securevfl.catalog import check_names
 
     check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
-    from securevfl.lab.compose import execute
+    if args.peer:
+        r = _train_deployed(args)
+    else:
+        if args.tls or args.insecure:
+            raise UserError("--tls/--insecure go with --peer (parties in other processes)")
+        from securevfl.lab.compose import execute
 
-    if args.save is not None:
-        _check_writable_dir(args.save, "--save")
-    progress = False if args.quiet else args.progress
-    r = execute(_build_config(args), progress=progress, save=args.save).to_json()
-    if args.save is not None and not args.quiet:
-        print(f"saved: each party's part in {args.save}/<party>/ (securevfl predict --model {args.save})",
-              file=sys.stderr)
+        if args.save is not None:
+            _check_writable_dir(args.save, "--save")
+        progress = False if args.quiet else args.progress
+        r = execute(_build_config(args), progress=progress, save=args.save).to_json()
+        if args.save is not None and not args.quiet:
+            print(f"saved: each party's part in {args.save}/<party>/ (securevfl predict --model {args.save})",
+                  file=sys.stderr)
     if args.json:
         print(json.dumps(r))
         return 0
@@ -125,11 +145,96 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"  he: {he['scheme']} {he['params'].get('security_bits')}-bit security, {he['seconds']:.1f} s "
               f"in HE, {he['bytes'] / 1e6:.2f} MB of HE messages; protects passive activations from the active "
               "party, not labels from passive parties")
+    if "transport" in r:
+        t = r["transport"]
+        step = r["cost"]["network"]["train"]
+        print(f"  transport: gRPC, {t['security']}, peers {', '.join(f'{k}={v}' for k, v in t['peers'].items())}; "
+              f"{step.get('seconds_per_step', 0):.3f} s per training step")
     for name, a in r["attacks"].items():
         extra = "".join(f", {label} {a[key]:.4f}" for key, label in
                         (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)
         leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
         print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra}){leak}")
+    return 0
+
+
+def _net_config(args: argparse.Namespace, party: str):
+    """The transport settings of ``party`` (exits 2 with the install hint without the ``net`` extra)."""
+    from securevfl.channel import net_transport
+
+    grpc_mod = net_transport()
+    if args.insecure == bool(args.tls):
+        raise UserError("give --tls DIR (this party's folder from `securevfl certs`), or --insecure for plaintext")
+    if args.insecure:
+        print("warning: --insecure: plaintext gRPC; peers are not authenticated and messages are readable on the "
+              "network", file=sys.stderr)
+    kw = {}
+    if args.timeout is not None:
+        if args.timeout <= 0:
+            raise UserError(f"--timeout must be > 0, got {args.timeout:g}")
+        kw["timeout"] = args.timeout
+    if args.max_message_mb is not None:
+        if args.max_message_mb <= 0:
+            raise UserError(f"--max-message-mb must be > 0, got {args.max_message_mb:g}")
+        kw["max_message_bytes"] = int(args.max_message_mb * 2 ** 20)
+    tls = None if args.insecure else grpc_mod.TLSFiles.load(args.tls, party)
+    return grpc_mod, grpc_mod.NetConfig(tls, **kw)
+
+
+def _train_deployed(args: argparse.Namespace) -> dict:
+    from securevfl.deploy import train_deployed
+    from securevfl.roles import ACTIVE
+
+    peers = {}
+    for spec in args.peer:
+        name, sep, addr = spec.partition("=")
+        if not sep or not name or ":" not in addr:
+            raise UserError(f"--peer {spec}: expected NAME=HOST:PORT (e.g. passive1=10.0.0.2:50051)")
+        if name in peers:
+            raise UserError(f"--peer {name} given twice")
+        peers[name] = addr
+    if getattr(args, "save", None):  # each party would save its own part in its own process: not built yet
+        raise UserError("--save with --peer is not supported yet: save from a simulator run on the same files")
+    cfg = _build_config(args)
+    grpc_mod, net = _net_config(args, ACTIVE)
+    channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record)
+    try:
+        r = train_deployed(cfg, channel, peers, progress=args.progress)
+    finally:
+        channel.close()
+    return r
+
+
+def cmd_party(args: argparse.Namespace) -> int:
+    from securevfl import threads
+    from securevfl.deploy import serve
+
+    if ":" not in args.listen:
+        raise UserError(f"--listen {args.listen}: expected HOST:PORT (e.g. 0.0.0.0:50051)")
+    if not (args.role.startswith("passive") and args.role.removeprefix("passive").isdigit()):
+        raise UserError(f"--role {args.role}: a served party is passive1, passive2, ... (the active party runs "
+                        "`securevfl train --peer ...`)")
+    grpc_mod, net = _net_config(args, args.role)
+    threads.configure()
+    channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active")
+    print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
+          f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
+    try:
+        return serve(channel, args.party_file, args.id_column, args.serve_forever)
+    finally:
+        channel.close()
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from securevfl.channel import net_transport
+
+    net_transport()  # the certs need the same extra
+    from securevfl.channel.certs import make_certs
+
+    folders = make_certs(args.parties.split(","), args.out)
+    for name, d in folders.items():
+        print(f"{name}: {d}  (copy this folder to {name}'s machine; its .key never leaves it)")
+    print(f"CA key: {Path(args.out) / 'ca' / 'ca.key'} (keep it here, or delete it)")
     return 0
 
 
@@ -200,6 +305,16 @@ def make_parser() -> _Parser:
                     help="one new file per party, in the training order (active party first)")
     pr.add_argument("--out", required=True, help="predictions file: .csv, or .parquet")
     pr.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    pa = sub.add_parser("party", help="serve one passive party of a run driven by `train --peer` (docs/deployment.md)")
+    pa.add_argument("--role", required=True, help="this party's name (passive1, passive2, ...)")
+    pa.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to serve on (port 0: any free)")
+    pa.add_argument("--party-file", required=True, help="this party's CSV/Parquet file (no label column)")
+    pa.add_argument("--id-column", default="id", help="entity-ID column of the file (default id)")
+    pa.add_argument("--serve-forever", action="store_true", help="serve run after run (default: exit after one)")
+    _net_flags(pa)
+    ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
+    ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")
+    ce.add_argument("--out", required=True, help="new folder: OUT/<party>/ per party, OUT/ca/ the CA")
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
     rp.add_argument("store")
     rp.add_argument("--out", required=True, help="output directory")
@@ -262,7 +377,8 @@ def _check_writable_dir(path: str, what: str) -> None:
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
-            "attacks": cmd_attacks, "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict}
+            "attacks": cmd_attacks, "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict,
+            "party": cmd_party, "certs": cmd_certs}
 
 
 def main(argv: list[str] | None = None) -> int:

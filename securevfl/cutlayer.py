@@ -188,6 +188,19 @@ class CutLayer(ABC):
         return a_end.finish_forward(torch.is_grad_enabled())
 
     def complete_backward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
+        return self.passive_backward(p_end)
+
+    # The two halves of the scripts above, for parties in separate processes (securevfl/deploy.py):
+    # each side runs its own half and blocks on the network where the script interleaves them.
+    def active_forward(self, a_end: ActiveEnd, training: bool) -> torch.Tensor:
+        """The active party's part of the forward exchange (after the passive party's send_forward)."""
+        return a_end.finish_forward(training)
+
+    def passive_forward(self, p_end: PassiveEnd) -> None:  # noqa: B027 - one-message layers have none
+        """The passive party's part of the forward exchange after send_forward (none for one message)."""
+
+    def passive_backward(self, p_end: PassiveEnd) -> torch.Tensor:
+        """The passive party's part of the backward exchange: its gradient for its bottom output."""
         return p_end.finish_backward()
 
     def describe(self) -> dict:

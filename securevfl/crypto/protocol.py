@@ -303,6 +303,14 @@ class HECutLayer(CutLayer):
         p_end.return_masked_forward()
         return a_end.finish_forward(training)
 
+    def active_forward(self, a_end: ActiveEnd, training: bool) -> torch.Tensor:
+        a_end = cast(HEActiveEnd, a_end)
+        a_end.send_masked_forward()
+        return a_end.finish_forward(training)
+
+    def passive_forward(self, p_end: PassiveEnd) -> None:
+        cast(HEPassiveEnd, p_end).return_masked_forward()
+
     def describe(self) -> dict:
         be = self.passive_ends[0].backend.describe() if self.passive_ends else {}
         bd = self.bounds

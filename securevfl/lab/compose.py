@@ -313,3 +313,9 @@ def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[st
             res.details["malicious_training"] = malicious
         out[attack.name] = res.as_dict()
     return out
+
+
+def run_defenses(cfg: RunConfig) -> list[PartyHook]:
+    """The run's defense hooks: every party parses the same ``--defense`` and installs the hooks that
+    run at its role (a deployed passive party does it in its own process, securevfl/deploy.py)."""
+    return list(defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed))

@@ -1,0 +1,377 @@
+"""gRPC transport: the same :class:`~securevfl.channel.base.Channel` as the in-memory one, between
+processes (and machines), mutual TLS by default.
+
+Topology: every passive party *serves* (``securevfl party --listen``); the active party is a client
+of each. The service has three generic byte methods (no protoc, identity serializers):
+
+``Deliver(frame)``  active → passive: one message, queued at the passive party per (src, kind).
+``Take(frame)``     active ← passive: long poll for the passive party's next message of a kind to the
+                    active party (the passive party's sends wait in its outbox until taken).
+``Abort(frame)``    either side tells the other why the run ends, so the other ends at once.
+
+A frame is ``b"SVFL1" <B len> src <B len> kind`` then the payload. Under mutual TLS the claimed
+``src`` must be the party name in the caller's certificate (SAN DNS name), and a server answers only
+the party it was started for (the active party). Calls are synchronous, so each (src, dst, kind)
+stays FIFO, as in memory.
+
+Failures become :class:`~securevfl.errors.UserError` (one ``error:`` line): a peer that is down,
+refuses the TLS handshake (foreign CA, wrong party name), goes away mid-run, sends nothing within
+``timeout`` seconds, or sends a message over ``max_message_bytes`` (gRPC's own limit on both sides,
+set to the same value). A malformed frame is refused with INVALID_ARGUMENT; the server stays up.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import struct
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's C core logs every refused handshake to stderr
+import grpc  # noqa: E402
+
+from securevfl.channel.base import Channel, Message
+from securevfl.errors import UserError
+
+SERVICE = "securevfl.Channel"
+MAGIC = b"SVFL1"
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a party waits for a peer's next message (or its first answer) before it gives up: long
+enough for a Paillier step on a large batch, short enough that a dead peer is noticed."""
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 2 ** 20
+"""Largest message either side accepts (gRPC's send and receive limits). A CKKS batch of 2048 rows ×
+64 slots is a few tens of MB; 256 MiB leaves room and still bounds a hostile peer."""
+_POLL = 0.2  # seconds between checks of a waiting receive for an abort or a closed server
+
+
+@dataclass(frozen=True)
+class TLSFiles:
+    """One party's TLS material, as ``securevfl certs`` writes it into that party's folder."""
+
+    ca: bytes
+    key: bytes
+    cert: bytes
+
+    @classmethod
+    def load(cls, folder: str | Path, party: str) -> TLSFiles:
+        d = Path(folder)
+        paths = (d / "ca.pem", d / f"{party}.key", d / f"{party}.pem")
+        for p in paths:
+            if not p.is_file():
+                raise UserError(f"--tls {folder}: no {p.name} (make the folder with: securevfl certs --parties ... "
+                                "--out DIR, then copy DIR/" f"{party} to this machine)")
+        return cls(*(p.read_bytes() for p in paths))
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """How a party talks to its peers. ``tls=None`` is plaintext (``--insecure``)."""
+
+    tls: TLSFiles | None
+    timeout: float = DEFAULT_TIMEOUT
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def options(self) -> list[tuple[str, int | str]]:
+        return [("grpc.max_send_message_length", self.max_message_bytes),
+                ("grpc.max_receive_message_length", self.max_message_bytes)]
+
+
+def pack_frame(src: str, kind: str, payload: bytes) -> bytes:
+    s, k = src.encode(), kind.encode()
+    return MAGIC + struct.pack("<B", len(s)) + s + struct.pack("<B", len(k)) + k + payload
+
+
+def unpack_frame(frame: bytes) -> tuple[str, str, bytes]:
+    """``(src, kind, payload)``; ``ValueError`` on anything that is not a whole frame."""
+    if not frame.startswith(MAGIC):
+        raise ValueError("not a securevfl frame")
+    pos = len(MAGIC)
+    fields = []
+    for _ in range(2):
+        if pos >= len(frame):
+            raise ValueError("truncated frame")
+        n = frame[pos]
+        if pos + 1 + n > len(frame):
+            raise ValueError("truncated frame")
+        fields.append(frame[pos + 1:pos + 1 + n].decode("utf-8"))
+        pos += 1 + n
+    return fields[0], fields[1], frame[pos:]
+
+
+def peer_names(context: grpc.ServicerContext) -> set[str]:
+    """The party names the caller's verified certificate carries (SAN DNS names and CN)."""
+    auth = context.auth_context()
+    names = auth.get("x509_subject_alternative_name", []) + auth.get("x509_common_name", [])
+    return {n.decode() for n in names}
+
+
+class NetStats:
+    """Per peer and phase (alignment, train, evaluate; the caller names it): protocol round trips — a
+    receive from a peer after sending to it completes one, the latency any transport must pay — and
+    the RPCs this transport made, each a network round trip of its own (every send is a synchronous
+    call, which keeps the per-kind FIFO order; a streaming transport could pipeline them)."""
+
+    def __init__(self) -> None:
+        self.phase = "setup"
+        self.round_trips: Counter = Counter()
+        self.rpcs: Counter = Counter()
+        self._last_sent: dict[str, bool] = defaultdict(bool)
+
+    def rpc(self, peer: str) -> None:
+        self.rpcs[(self.phase, peer)] += 1
+
+    def sent(self, peer: str) -> None:
+        self._last_sent[peer] = True
+
+    def received(self, peer: str) -> None:
+        if self._last_sent[peer]:
+            self.round_trips[(self.phase, peer)] += 1
+        self._last_sent[peer] = False
+
+
+class GrpcChannel(Channel):
+    """One party's side of the network channel (``party``): it sends as that party and receives what
+    is addressed to it. A serving party (``listen``) queues what it receives and keeps its outgoing
+    messages for its client to take; a client (``peers``: name → host:port) calls the servers.
+
+    Stats count both directions of this party's own traffic (the peer's process counts its own)."""
+
+    def __init__(self, party: str, net: NetConfig, *, listen: str | None = None, client: str | None = None,
+                 peers: dict[str, str] | None = None, record: bool = False) -> None:
+        super().__init__(record)
+        self.party, self.net = party, net
+        self.peers = dict(peers or {})
+        self.client = client  # the one party a server answers (the active party)
+        self.netstats = NetStats()
+        self._inbox: dict[tuple[str, str], queue.Queue[bytes]] = defaultdict(queue.Queue)
+        self._outbox: dict[tuple[str, str], queue.Queue[bytes]] = defaultdict(queue.Queue)
+        self._lock = threading.Lock()
+        self._aborted: str | None = None  # the peer's reason, once it aborted
+        self._server: grpc.Server | None = None
+        self._stubs: dict[str, dict[str, grpc.UnaryUnaryMultiCallable]] = {}
+        self._channels: list[grpc.Channel] = []
+        self.port: int | None = None
+        if listen is not None:
+            self._serve(listen)
+        for name, addr in self.peers.items():
+            self._connect(name, addr)
+
+    # ------------------------------------------------------------------ server side
+    def _serve(self, listen: str) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=self.net.options())
+        handlers = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in
+                    (("Deliver", self._on_deliver), ("Take", self._on_take), ("Abort", self._on_abort),
+                     ("Ping", self._on_ping))}
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+        tls = self.net.tls
+        if tls is None:
+            port = server.add_insecure_port(listen)
+        else:
+            creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
+                                                require_client_auth=True)
+            port = server.add_secure_port(listen, creds)
+        if port == 0:
+            raise UserError(f"--listen {listen}: cannot listen there (address in use or not local)")
+        self.port = port
+        server.start()
+        self._server = server
+
+    def _caller(self, frame: bytes, context: grpc.ServicerContext) -> tuple[str, str, bytes]:
+        """The frame's fields, after checking who sent it; aborts the RPC (never the server) otherwise."""
+        try:
+            src, kind, payload = unpack_frame(frame)
+        except (ValueError, UnicodeDecodeError) as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed message: {e}")
+        if self.net.tls is not None and src not in peer_names(context):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"certificate names {sorted(peer_names(context))}, message claims {src!r}")
+        if self.client is not None and src != self.client:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, f"this party serves {self.client}, not {src}")
+        return src, kind, payload
+
+    def _on_deliver(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
+        src, kind, payload = self._caller(frame, context)
+        self._inbox[(src, kind)].put(payload)
+        return b""
+
+    def _on_take(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
+        src, kind, _ = self._caller(frame, context)
+        deadline = time.monotonic() + self.net.timeout
+        q = self._outbox[(src, kind)]
+        while context.is_active() and time.monotonic() < deadline:
+            try:  # what was sent before an abort is still delivered (e.g. the error reply it follows)
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                if self._aborted is not None:
+                    context.abort(grpc.StatusCode.ABORTED, self._aborted)
+        context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.party} sent no {kind} message")
+        raise AssertionError("unreachable: abort raises")
+
+    def _on_ping(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
+        self._caller(frame, context)
+        return b""
+
+    def _on_abort(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
+        src, _, payload = self._caller(frame, context)
+        self._aborted = f"{src} ended the run: {payload.decode(errors='replace')}"
+        return b""
+
+    # ------------------------------------------------------------------ client side
+    def _connect(self, name: str, addr: str) -> None:
+        tls, opts = self.net.tls, self.net.options()
+        if tls is None:
+            ch = grpc.insecure_channel(addr, options=opts)
+        else:
+            creds = grpc.ssl_channel_credentials(root_certificates=tls.ca, private_key=tls.key,
+                                                 certificate_chain=tls.cert)
+            # the peer's certificate must name the party we expect there (SAN DNS = party name)
+            ch = grpc.secure_channel(addr, creds, options=[*opts, ("grpc.ssl_target_name_override", name)])
+        self._channels.append(ch)
+        self._stubs[name] = {m: ch.unary_unary(f"/{SERVICE}/{m}") for m in ("Deliver", "Take", "Abort", "Ping")}
+
+    def _call(self, peer: str, method: str, frame: bytes, what: str) -> bytes:
+        self.netstats.rpc(peer)
+        try:
+            return self._stubs[peer][method](frame, timeout=self.net.timeout)
+        except grpc.RpcError as e:
+            raise UserError(describe_rpc_error(e, peer, self.peers.get(peer, "?"), what, self.net)) from None
+
+    def wait_ready(self) -> None:
+        """Block until every peer accepts a connection (TLS included), or fail with the reason."""
+        for name, addr in self.peers.items():
+            deadline = time.monotonic() + self.net.timeout
+            while True:
+                try:  # answers only once connected (TLS verified both ways) and this party is authorised
+                    self._stubs[name]["Ping"](pack_frame(self.party, "ping", b""), timeout=min(2.0, self.net.timeout))
+                    break
+                except grpc.RpcError as e:
+                    retry = e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                        and not _tls_failure(e)  # a refused handshake will not fix itself: say so at once
+                    if not retry or time.monotonic() >= deadline:
+                        raise UserError(describe_rpc_error(e, name, addr, "connect", self.net)) from None
+                    time.sleep(_POLL)
+
+    # ------------------------------------------------------------------ Channel
+    def _check_size(self, dst: str, kind: str, payload: bytes) -> None:
+        if len(payload) + 64 > self.net.max_message_bytes:
+            raise UserError(f"a {kind} message of {len(payload)} bytes to {dst} exceeds the "
+                            f"{self.net.max_message_bytes}-byte message limit (--max-message-mb)")
+
+    def _deliver(self, src: str, dst: str, kind: str, payload: bytes) -> None:
+        self._check_size(dst, kind, payload)
+        self.netstats.sent(dst)
+        if dst in self._stubs:
+            self._call(dst, "Deliver", pack_frame(src, kind, payload), f"send {kind}")
+        else:  # we serve dst: it takes the message with its next Take
+            self._outbox[(dst, kind)].put(payload)
+
+    def recv(self, dst: str, src: str, kind: str) -> bytes:
+        if src in self._stubs:
+            payload = self._call(src, "Take", pack_frame(dst, kind, b""), f"receive {kind}")
+        else:
+            payload = self._wait_inbox(src, kind)
+        return self._received(src, dst, kind, payload)
+
+    def _received(self, src: str, dst: str, kind: str, payload: bytes) -> bytes:
+        """Count (and record) a message this party received: its view, as in memory."""
+        self.netstats.received(src)
+        self.stats.add(kind, src, dst, len(payload))
+        if self.record:
+            self._seq += 1
+            self.transcript.append(Message(self._seq, src, dst, kind, payload, len(payload)))
+        return payload
+
+    def _wait_inbox(self, src: str, kind: str) -> bytes:
+        deadline = time.monotonic() + self.net.timeout
+        q = self._inbox[(src, kind)]
+        while True:
+            if self._aborted is not None:
+                raise UserError(self._aborted)
+            try:
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise UserError(f"{src} sent no {kind} message within {self.net.timeout:g} s (stalled or gone; "
+                                    "--timeout sets the wait)") from None
+
+    def pending(self) -> int:
+        return sum(q.qsize() for q in [*self._inbox.values(), *self._outbox.values()])
+
+    def wait_inbox(self, src: str, kind: str, timeout: float) -> bytes | None:
+        """The next ``kind`` message from ``src`` within ``timeout`` s, or None (a server idling
+        between runs); raises on an abort like :meth:`recv`."""
+        try:
+            payload = self._inbox[(src, kind)].get(timeout=timeout)
+        except queue.Empty:
+            return None
+        return self._received(src, self.party, kind, payload)
+
+    def reset(self) -> None:
+        """Forget the last run (queues, abort, counts): a server between runs (``--serve-forever``)."""
+        self._inbox.clear()
+        self._outbox.clear()
+        self._aborted = None
+        self.stats = type(self.stats)()
+        self.netstats = NetStats()
+        self.transcript = []
+
+    def abort(self, reason: str) -> None:
+        """Tell every peer why this run ends (best effort: the peer may be the reason)."""
+        self._aborted = self._aborted or f"{self.party} ended the run: {reason}"
+        for name in self._stubs:
+            try:
+                self._stubs[name]["Abort"](pack_frame(self.party, "abort", reason.encode()), timeout=2.0)
+            except grpc.RpcError:
+                pass
+
+    def drain(self, grace: float) -> None:
+        """Wait (≤ ``grace`` s) until the client took every message this server still holds."""
+        deadline = time.monotonic() + grace
+        while any(q.qsize() for q in self._outbox.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        for ch in self._channels:
+            ch.close()
+        if self._server is not None:
+            self._server.stop(grace=0.5).wait(2.0)
+
+
+def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: NetConfig) -> str:
+    """One line for a failed call to ``peer``: what was tried, and the likely cause."""
+    code = e.code()
+    detail = (e.details() or "").splitlines()[0] if e.details() else ""
+    where = f"{peer} at {addr}"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        tls_hint = ""
+        low = detail.lower()
+        if net.tls is not None and ("hostname" in low or "no match found for server name" in low):
+            tls_hint = f" — its certificate does not name {peer} (wrong party at that address?)"
+        elif net.tls is not None and _tls_failure(e):
+            tls_hint = (" — the TLS handshake failed: the peer's certificate is not from our CA or does not name "
+                        f"{peer} (or it rejected ours)")
+        elif net.tls is not None and ("connection reset" in low or "closed" in low):
+            tls_hint = " — the connection was closed (a peer without TLS, or one that rejected our certificate)"
+        return f"cannot reach {where} ({what}): {detail or 'unavailable'}{tls_hint}"
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return (f"{where} did not answer ({what}) within {net.timeout:g} s (stalled, down, or refusing the TLS "
+                "handshake; --timeout sets the wait)")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return (f"{where} ({what}): a message over the size limit ({detail}); --max-message-mb sets this party's, "
+                f"the peer sets its own")
+    if code == grpc.StatusCode.ABORTED:
+        return detail or f"{where} aborted the run"
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return f"{where} refused us ({what}): {detail}"
+    return f"{where} ({what}): {code.name.lower()}: {detail}"
+
+
+def _tls_failure(e: grpc.RpcError) -> bool:
+    """A refused handshake (or a plaintext client closed by a TLS server: "socket closed")."""
+    low = (e.details() or "").lower()
+    return any(s in low for s in ("ssl", "handshake", "certificate", "tls", "verification", "socket closed"))

@@ -1,0 +1,472 @@
+"""Parties in separate processes: the active party drives, each passive party serves (SPEC §11).
+
+The same party code as the simulator runs on each side (:class:`~securevfl.parties.ActiveParty`,
+:class:`~securevfl.parties.PassiveParty`, the cut layer's ends, the defenses' hooks, PSI); only the
+channel's transport differs (:mod:`securevfl.channel.grpc`), and each process builds only its own
+party. With the same seed and the same per-party files, a deployed run gives the same utility as
+``securevfl train --dataset csv`` with all the files in one process.
+
+Protocol, all through the channel (the passive party's script is :func:`serve_run`):
+
+1. active → passive CONTROL: the run description (:func:`run_description`: seed, model, optimizer,
+   cut layer, defense, alignment mode, the encoding options, the label column's *name* so the
+   passive party can refuse a file that holds it); passive → active CONTROL ``{"ok": rows}`` or
+   ``{"error": ...}`` once it has read its file.
+2. alignment: ECDH PSI (``plain``: ID lists) per passive party; the active party announces the aligned
+   set and the test IDs (the active party draws the test split, as the csv source does), the passive
+   party encodes its features on its own training rows and builds its party; passive → active
+   CONTROL ``{"n_parameters": ...}``; then the usual announcement of the aligned training IDs.
+3. steps: the cut layer's protocol (batch request, IDs, forward rounds, gradient rounds) exactly as
+   in the simulator; each side runs its half (:meth:`CutLayer.active_forward` /
+   :meth:`CutLayer.passive_forward`).
+4. active → passive CONTROL ``{"op": "end"}``; passive → active CONTROL its report (its feature
+   defenses' privacy reports, its HE scheme description, its own byte counts).
+
+Scope: the ``splitnn`` method (supervised split learning) with any defense, ``--he off|ckks|paillier``
+and PSI or plain alignment. Methods with stages outside the supervised loop (pre-training, SSL,
+imputation) have no passive script yet and are refused with that reason; so are attacks (their
+adversary's view lives in another process, and their scoring needs the simulator's ground truth).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from securevfl.channel import MessageKind
+from securevfl.channel.base import Endpoint
+from securevfl.channel.codec import decode_batch_request, decode_json
+from securevfl.config import RunConfig
+from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd, make_cut_layer
+from securevfl.data import psi
+from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, _read_table, _Split, _split
+from securevfl.data.dataset import DataConfig
+from securevfl.errors import UserError
+from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for
+from securevfl.models import ModelConfig, build_head
+from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.roles import ACTIVE, passive_name
+
+PROTOCOL = 1
+DEPLOYABLE_METHODS = ("splitnn",)
+_DATA_OPTIONS = ("numeric_ids", "label_column", "drop_columns", "categorical", "numeric", "min_freq", "hash_buckets")
+
+
+# ---------------------------------------------------------------------------------- both sides
+def run_description(cfg: RunConfig, k: int, n_parties: int, interactive: bool) -> dict:
+    """What passive party ``k`` needs to build its own party for this run (no data, no labels)."""
+    return {"op": "run", "protocol": PROTOCOL, "party": passive_name(k), "index": k, "n_parties": n_parties,
+            "seed": cfg.seed, "model": dataclasses.asdict(cfg.model), "optim": dataclasses.asdict(cfg.optim),
+            "he": cfg.he, "he_params": dict(cfg.he_params), "interactive": interactive, "defense": cfg.defense,
+            "mechanism_seed": cfg.mechanism_seed, "alignment": "plain" if cfg.partition.alignment == "plain" else "psi",
+            "data": {k: getattr(cfg.data, k) for k in _DATA_OPTIONS}}
+
+
+def _model_config(d: dict) -> ModelConfig:
+    # JSON turned the tuple fields into lists
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
+    return ModelConfig(**fields)
+
+
+def _defenses(cfg: RunConfig) -> list:
+    from securevfl.lab.compose import run_defenses  # the composition layer imports the defenses
+
+    return run_defenses(cfg)
+
+
+def _expect(obj: object, what: str) -> dict:
+    if not isinstance(obj, dict):
+        raise UserError(f"malformed {what} message (expected a JSON object)")
+    return obj
+
+
+# ---------------------------------------------------------------------------------- passive side
+def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str) -> dict:
+    """One run as a passive party, from the active party's run description ``hello`` to its ``end``.
+
+    Returns:
+        The report sent to the active party at the end (also what ``securevfl party`` prints)."""
+    try:
+        if hello.get("protocol") != PROTOCOL or hello.get("op") != "run":
+            raise UserError(f"the active party speaks protocol {hello.get('protocol')!r}, this party {PROTOCOL}")
+        name = hello["party"]
+        if name != ep.party:
+            raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
+        if any(str(k).replace("-", "_") == "seeded_shares" for k in hello["he_params"]):
+            # a test fixture: this party's HE share and masks would follow from the public seed
+            raise UserError("the active party asked for HE seeded_shares, which would let it derive this party's "
+                            "secret share; refused")
+        data_cfg = DataConfig(**hello["data"])
+        path = Path(party_file)
+        df = _read_table(path)
+        if data_cfg.label_column in df.columns:
+            raise UserError(f"party file {path} (passive party) has the label column {data_cfg.label_column!r}; "
+                            "labels belong to the active party only")
+        own = _ids(df, path, id_column, data_cfg.numeric_ids)
+    except UserError as e:
+        ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
+        raise
+    ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own))})
+    if hello["alignment"] == "psi":
+        psi.psi_server_round(ep, ACTIVE, own)
+    else:
+        ep.send_ids(ACTIVE, MessageKind.ALIGNMENT, own)
+    aligned = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    split = _Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
+    data, ingest = _party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
+    cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
+    optim = OptimConfig(**hello["optim"])
+    cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]), **hello["he_params"])
+    bottom = fresh_bottom(data, _model_config(hello["model"]), cfg.seed, int(hello["index"]))
+    party = PassiveParty(data, ep, _defenses(cfg), bottom, functools.partial(make_optimizer, cfg=optim), cut,
+                         seed=cfg.seed, interactive_lr=optim.interactive_lr)
+    ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
+    party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
+    while True:
+        msg = ep.recv(ACTIVE, MessageKind.CONTROL)
+        try:
+            split_name, training = decode_batch_request(msg)
+        except ValueError:
+            op = _expect(decode_json(msg), "control")
+            if op.get("op") != "end":
+                raise UserError(f"unexpected control message from the active party: {op!r}") from None
+            break
+        party.send_output(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
+        cut.passive_forward(party.cut_end)
+        if training:
+            party.backward(cut.passive_backward(party.cut_end))
+    report = {"party": name, "steps": party.step, "privacy": party.privacy_reports(), "he": cut.describe(),
+              "rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]}
+    ep.send_json(ACTIVE, MessageKind.CONTROL, report)
+    return report
+
+
+# ---------------------------------------------------------------------------------- active side
+class RemotePassive:
+    """The active party's handle on a passive party in another process: the trainer's calls on it do
+    nothing here (that party runs its half of each step itself, :func:`serve_run`); it answers the
+    few questions the pipeline asks with what the party said about itself."""
+
+    def __init__(self, name: str, n_parameters: int) -> None:
+        self.name = name
+        self.cut_end: PassiveEnd | None = None
+        self.report: dict = {}
+        self._n_parameters = n_parameters
+
+    def forward(self) -> None:
+        """The remote party reads the batch request itself."""
+
+    def backward(self, grad: torch.Tensor) -> None:
+        """The remote party applies the gradient it received itself."""
+
+    def n_parameters(self) -> int:
+        return self._n_parameters
+
+    def privacy_reports(self, accounted_only: bool = False) -> list[dict]:
+        return [r for r in self.report.get("privacy", []) if not accounted_only or r.get("epsilon") is not None]
+
+    def reset_optimizer(self) -> None:
+        raise UserError("this method resets passive optimizers between stages: not deployable yet")
+
+
+class RemoteCut(CutLayer):
+    """The active party's view of the cut layer when the passive ends live elsewhere: the scripts run
+    only the active half (the passive halves run in the passive processes)."""
+
+    def __init__(self, inner: CutLayer) -> None:
+        self.inner = inner
+        self.interactive, self.params = inner.interactive, inner.params
+        self.name = inner.name  # type: ignore[misc]
+
+    def passive_end(self, own, active):  # type: ignore[no-untyped-def]
+        raise RuntimeError("passive ends are built by the passive parties")
+
+    def active_end(self, own, passive):  # type: ignore[no-untyped-def]
+        return self.inner.active_end(own, passive)
+
+    def out_dim(self, cut_dim: int) -> int:
+        return self.inner.out_dim(cut_dim)
+
+    def delivery_width(self, out_dim: int, head: torch.nn.Module) -> int:
+        return self.inner.delivery_width(out_dim, head)
+
+    def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
+        return self.inner.combine(head, own, received)
+
+    def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
+        return self.inner.active_forward(a_end, torch.is_grad_enabled())
+
+    def complete_backward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
+        return torch.empty(0)  # the passive party computes its own gradient
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+
+def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
+    """What a deployed run cannot do (yet), refused before anything connects."""
+    if cfg.dataset != "csv":
+        raise UserError("--peer runs on your own files: --dataset csv --party-file ACTIVE.csv (the passive parties "
+                        "read theirs)")
+    if len(cfg.data.party_files) != 1:
+        raise UserError("with --peer, give only this (the active) party's file: --party-file ACTIVE.csv; each passive "
+                        "party reads its own (securevfl party --party-file)")
+    expected = [passive_name(k) for k in range(1, len(peers) + 1)]
+    if sorted(peers) != expected:
+        raise UserError(f"--peer names must be {', '.join(expected)} (one per passive party), got {', '.join(peers)}")
+    if cfg.method not in DEPLOYABLE_METHODS:
+        raise UserError(f"method {cfg.method} cannot run across processes yet: its stages outside the supervised "
+                        f"loop have no passive-party script (deployable: {', '.join(DEPLOYABLE_METHODS)})")
+    for a in cfg.attacks:
+        raise UserError(f"attack {a}: attacks run in the simulator only; across processes the adversary's view lives "
+                        "in its own process and scoring needs ground truth no party holds (run it with --dataset csv "
+                        "and every party file)")
+    if getattr(cfg.data, "task", "classification") == "regression":  # (a setting of later versions)
+        raise UserError("--task regression cannot run across processes yet (the deployed head is a classifier)")
+    if len(cfg.train.lr_grid) > 1:
+        raise UserError("--lr-grid with several rates snapshots every party between runs: not deployable yet")
+
+
+def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
+    """Train and evaluate as the active party with every passive party in its own process.
+
+    Args:
+        cfg: the run (``--dataset csv``, this party's file only).
+        channel: a connected :class:`~securevfl.channel.grpc.GrpcChannel` for party ``active``.
+        peers: passive party name → address (for the record).
+        progress: progress bars on stderr.
+
+    Returns:
+        The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
+    from securevfl.lab.compose import check_compatibility, resolve_config, run_warnings
+    from securevfl.methods import METHODS, MethodContext
+
+    check_deployable(cfg, peers)
+    defenses = _defenses(cfg)
+    cfg = resolve_config(cfg)
+    method = METHODS.get(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
+                                                   hooks=defenses, record=cfg.record, progress=progress,
+                                                   params=cfg.method_params))
+    check_compatibility(cfg, method, defenses, [])
+    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
+    names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
+    n_parties = len(names) + 1
+    ep = channel.endpoint(ACTIVE)
+    path = Path(cfg.data.party_files[0])
+    df = _read_table(path)
+    if cfg.data.label_column not in df.columns:
+        raise UserError(f"party file {path} (active party): no label column {cfg.data.label_column!r} (columns: "
+                        f"{', '.join(map(str, df.columns))}; use --label-column)")
+    id_col = cfg.data.id_columns[0] if cfg.data.id_columns else cfg.data.id_column
+    own = _ids(df, path, id_col, cfg.data.numeric_ids)
+    y_all, has_label, classes = _labels(df[cfg.data.label_column], path, cfg.data.label_column)
+    t0 = time.perf_counter()
+    channel.wait_ready()
+    phases: dict[str, dict] = {}
+    mark = _Marks(channel)
+
+    # 1. every passive party gets the run and reads its file
+    for k, name in enumerate(names, start=1):
+        ep.send_json(name, MessageKind.CONTROL, run_description(cfg, k, n_parties, method.interactive_layer))
+    for name in names:
+        reply = _expect(ep.recv_json(name, MessageKind.CONTROL), "handshake")
+        if "error" in reply:
+            raise UserError(f"{name}: {reply['error']}")
+    # 2. alignment
+    channel.netstats.phase = "alignment"
+    per_party = []
+    for name in names:
+        if cfg.partition.alignment == "plain":
+            per_party.append(ep.recv_ids(name, MessageKind.ALIGNMENT))
+        else:
+            client = psi.psi_client_start(ep, name, own)
+            per_party.append(psi.psi_client_finish(ep, name, client, own))
+    aligned = psi.plain_intersection([own, *per_party])
+    if len(aligned) == 0:
+        raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids is set")
+    split = _split(aligned, own, has_label, cfg.partition, cfg.seed)
+    for name in names:
+        ep.send_ids(name, MessageKind.ALIGNMENT, aligned)
+        ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
+    labels = _ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
+    a_data, ingest = _party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels)
+    remotes = [RemotePassive(n, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
+               for n in names]
+    # the active party's models from the same seed streams as the simulator's standard_models
+    bottom = fresh_bottom(a_data, cfg.model, cfg.seed, 0)
+    widths = [cut.out_dim(cfg.model.cut_dim)] * len(names)
+    torch.manual_seed(seed_for(cfg.seed, n_parties))
+    head = build_head(cfg.model.cut_dim + sum(widths), len(classes), cfg.model)
+    active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
+                         passive_names=names, passive_widths=widths, n_classes=len(classes), seed=cfg.seed,
+                         interactive_lr=cfg.optim.interactive_lr)
+    fed = Federation(channel, active, remotes, RemoteCut(cut), len(classes))  # type: ignore[arg-type]
+    active.learn_alignment(split.train_aligned, a_data.test_ids)
+    for name in names:
+        ep.send_ids(name, MessageKind.ALIGNMENT, split.train_aligned)
+    phases["alignment"] = mark.take()
+    # 3. training and evaluation: the simulator's own code (the torch RNG continues from the head's
+    # initialisation, as in the simulator, where the head is built last)
+    channel.netstats.phase = "train"
+    t_train = time.perf_counter()
+    method.train(fed)
+    phases["train"] = mark.take(steps=active.step, seconds=time.perf_counter() - t_train)
+    channel.netstats.phase = "evaluate"
+    t_eval = time.perf_counter()
+    utility = method.evaluate(fed)
+    phases["evaluate"] = mark.take(seconds=time.perf_counter() - t_eval)
+    # 4. end: every passive party reports
+    for name, r in zip(names, remotes, strict=True):
+        ep.send_json(name, MessageKind.CONTROL, {"op": "end"})
+        r.report = _expect(ep.recv_json(name, MessageKind.CONTROL), "report")
+    seconds = time.perf_counter() - t0
+    out = _result(cfg, fed, utility, phases, seconds, channel, peers, classes, ingest, split, aligned)
+    out["warnings"] = run_warnings(fed, progress) + out["warnings"]
+    return out
+
+
+def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
+    """:func:`run_deployed`, with every failure one :class:`UserError` and the peers told why (an
+    abort message), so that they end at once rather than at their timeout. Bytes a peer sent that do
+    not decode as the protocol says (a malformed message) fail the run, never this process."""
+    try:
+        return run_deployed(cfg, channel, peers, progress)
+    except UserError as e:
+        channel.abort(str(e))
+        raise
+    except _BAD_BYTES as e:
+        channel.abort("the active party failed on a malformed message")
+        raise UserError(f"malformed message from a passive party ({type(e).__name__}: {e})") from None
+
+
+def _decode_errors() -> tuple[type[Exception], ...]:
+    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
+                                           UnicodeDecodeError, struct.error, RuntimeError, AssertionError)
+    try:  # PSI messages are protobufs (openmined-psi)
+        from google.protobuf.message import Error as ProtobufError
+    except ImportError:
+        return errors
+    return (*errors, ProtobufError)
+
+
+_BAD_BYTES = _decode_errors()
+"""What decoding a peer's malformed bytes raises (codec, JSON, PSI, HE deserialisation, tensor shapes)."""
+
+
+class _Marks:
+    """Byte and message counts of the active party's traffic between two marks, per direction."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.last: dict = {}
+
+    def take(self, steps: int | None = None, seconds: float | None = None) -> dict:
+        now = self.channel.stats.as_dict()["by_direction"]
+        out: dict[str, Any] = {}
+        for key, v in now.items():
+            prev = self.last.get(key, {"bytes": 0, "messages": 0})
+            b, m = v["bytes"] - prev["bytes"], v["messages"] - prev["messages"]
+            if m:
+                _, route = key.split(":", 1)
+                d = out.setdefault(route, {"bytes": 0, "messages": 0})
+                d["bytes"] += b
+                d["messages"] += m
+        self.last = {k: dict(v) for k, v in now.items()}
+        phase = self.channel.netstats.phase
+        rts = {peer: n for (ph, peer), n in self.channel.netstats.round_trips.items() if ph == phase}
+        rpcs = {peer: n for (ph, peer), n in self.channel.netstats.rpcs.items() if ph == phase}
+        res: dict[str, Any] = {"by_direction": out, "round_trips": rts, "rpcs": rpcs}
+        if steps:
+            res["steps"] = steps
+            res["per_step"] = {route: {"bytes": round(d["bytes"] / steps, 1),
+                                       "messages": round(d["messages"] / steps, 2)} for route, d in out.items()}
+            res["round_trips_per_step"] = {p: round(n / steps, 2) for p, n in rts.items()}
+            res["rpcs_per_step"] = {p: round(n / steps, 2) for p, n in rpcs.items()}
+        if seconds is not None:
+            res["seconds"] = round(seconds, 4)
+            if steps:
+                res["seconds_per_step"] = round(seconds / steps, 5)
+        return res
+
+
+def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, seconds: float, channel: Any,
+            peers: dict[str, str], classes: list, ingest: dict, split: _Split, aligned: np.ndarray) -> dict:
+    from securevfl import __version__
+    from securevfl.result import feature_privacy, json_safe, privacy_report, randomness_report
+
+    stats = channel.stats.as_dict()
+    he = fed.cut.describe()
+    if cfg.he != "off":  # the key owners describe the scheme; HE time is spent on both sides
+        reports = {p.name: p.report.get("he", {}) for p in fed.passives}  # type: ignore[attr-defined]
+        by_party = {ACTIVE: he.get("seconds", 0.0), **{n: r.get("seconds", 0.0) for n, r in reports.items()}}
+        he_kinds = {k: v for k, v in stats["bytes_by_kind"].items() if k.startswith("he_")}
+        he.update({"params": next(iter(reports.values())).get("params", he.get("params")),
+                   "seconds": round(sum(by_party.values()), 4), "seconds_by_party": by_party,
+                   "bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
+                   "seconds_per_step": round(sum(by_party.values()) / max(fed.active.step, 1), 4)})
+    tls = channel.net.tls is not None
+    return json_safe({
+        "dataset": cfg.dataset, "method": cfg.method, "seed": cfg.seed, "defense": cfg.defense,
+        "utility": utility, "attacks": {},
+        "privacy": {**privacy_report(fed), "features": feature_privacy(fed), **randomness_report(cfg)},
+        "cost": {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
+                 "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step,
+                 "network": phases},
+        "partition": {"parties": len(fed.passives) + 1, "aligned": int(len(aligned)),
+                      "labeled": int(len(split.labeled_ids)), "test_rows": int(len(split.test_ids)),
+                      "classes": [str(c) for c in classes], "ingest": ingest},
+        "transport": {"kind": "grpc", "security": "mutual TLS" if tls else "INSECURE (plaintext, --insecure)",
+                      "peers": dict(peers), "timeout_s": channel.net.timeout,
+                      "max_message_bytes": channel.net.max_message_bytes,
+                      "passive_reports": {p.name: p.report for p in fed.passives}},  # type: ignore[attr-defined]
+        "method_info": fed.meta, "warnings": [] if tls else ["--insecure: plaintext gRPC, no peer authentication"],
+        "versions": {"securevfl": __version__, "torch": torch.__version__},
+        "config": cfg.to_dict(),
+    })
+
+
+# ---------------------------------------------------------------------------------- the server
+def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False) -> int:
+    """``securevfl party``: answer runs of the active party on ``channel`` (a listening
+    :class:`~securevfl.channel.grpc.GrpcChannel`); one run, or one after another with ``serve_forever``.
+    A run that fails (bad bytes, a vanished or stalled peer, a bad file) ends with one ``error:``
+    line here and an abort message to the active party; the server itself never crashes on it.
+
+    Returns:
+        The exit status: 0 when the (last) run finished, 2 when it failed."""
+    status = 0
+    while True:
+        hello = None
+        while hello is None:  # idle until the active party starts a run (no timeout: a server waits)
+            hello = channel.wait_inbox(ACTIVE, MessageKind.CONTROL, timeout=1.0)
+        print(f"{channel.party}: run started by the active party", file=sys.stderr, flush=True)
+        try:
+            desc = _expect(decode_json(hello), "run description")
+            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column)
+            channel.drain(grace=min(10.0, channel.net.timeout))
+            print(json.dumps({"party": channel.party, "steps": report["steps"], "bytes": channel.stats.as_dict()}))
+            status = 0
+        except UserError as e:
+            status = _fail(channel, str(e))
+        except _BAD_BYTES as e:  # bytes that do not decode as the protocol says
+            status = _fail(channel, f"malformed message from the active party ({type(e).__name__}: {e})")
+        if not serve_forever:
+            return status
+        channel.reset()
+
+
+def _fail(channel: Any, reason: str) -> int:
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    channel.abort(reason)
+    channel.drain(grace=2.0)
+    return 2
