@@ -119,14 +119,16 @@ def distance_correlation(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     return (dcov2_xz.clamp_min(0.0) / denom).clamp_min(1e-30).sqrt()
 
 
-def discretize(t: torch.Tensor, bins: int) -> torch.Tensor:
-    """Discrete SGD's quantisation (Dryden et al. 2016 as used against label leakage by VFLAIR's
-    DiscreteSGD): round every entry to the nearest multiple of the step 2σ / ⌊(bins + 1) / 2⌋, σ the
-    standard deviation of the message. Reading: σ is taken per message (VFLAIR fixes it at the
-    first batch)."""
-    levels = (bins + 1) // 2
-    std = float(t.float().std()) if t.numel() > 1 else 0.0
-    if levels < 1 or std == 0.0 or not math.isfinite(std):
-        return t
-    step = 2.0 * std / levels
-    return (torch.round(t / step) * step).to(t.dtype)
+def quantize(t: torch.Tensor, width: float, half: int) -> torch.Tensor:
+    """Discrete SGD's levels (VFLAIR's ``DiscreteSGD``, used by ``discrete-sgd`` and ``dcae``): every
+    entry rounded to the nearest k·``width``, k = −``half`` … ``half`` (values beyond take the outer
+    level); a zero width (an all-constant first batch) is the single level 0."""
+    if width == 0:
+        return torch.zeros_like(t)
+    return (torch.round(t.double() / width).clamp(-half, half) * width).to(t.dtype)
+
+
+def level_width(t: torch.Tensor, half: int) -> float:
+    """The bin width 2σ₀ / ``half`` from the first batch's standard deviation σ₀ (VFLAIR's reading:
+    the levels span ±2σ₀, fixed once per receiver)."""
+    return 2 * float(t.double().std()) / half if t.numel() > 1 else 0.0

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from defenses import parse_defense
-from defenses.functional import discretize, distance_correlation
+from defenses.functional import distance_correlation, quantize
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
 from securevfl.lab.compose import execute
@@ -97,7 +97,7 @@ def test_dcae_quantises_returned_gradients():
     step = 2 * float(g.std()) / 6
     assert torch.allclose(out / step, torch.round(out / step), atol=1e-4)
     assert len(out.unique()) < len(g.unique())
-    assert torch.equal(discretize(torch.zeros(4, 3), 12), torch.zeros(4, 3))
+    assert torch.equal(quantize(torch.ones(4, 3), 0.0, 6), torch.zeros(4, 3))
 
 
 def test_distance_correlation_is_careful():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from defenses.base import DEFENSES, Defense
+from defenses.functional import level_width, quantize
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, MessageTransform
@@ -41,11 +42,8 @@ class DiscreteSGD(Defense, MessageTransform):
             return tensor
         half = (self.config["bins"] + 1) // 2
         if ctx.dst not in self.width:
-            self.width[ctx.dst] = 2 * float(tensor.double().std()) / half
-        w = self.width[ctx.dst]
-        if w == 0:
-            return torch.zeros_like(tensor)  # an all-constant first batch: one level
-        return (torch.round(tensor.double() / w).clamp(-half, half) * w).to(tensor.dtype)
+            self.width[ctx.dst] = level_width(tensor, half)
+        return quantize(tensor, self.width[ctx.dst], half)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "width": dict(self.width)}

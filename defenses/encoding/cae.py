@@ -15,7 +15,7 @@ downstream sees the originals), trains on them, and decodes at prediction: the h
 becomes D(p) (a last head layer that is the identity in training). The gradients the passive
 parties receive are those of the confused labels: it targets model completion (``mc``) and gradient
 scoring (``norm``, ``direction``). ``dcae`` adds DiscreteSGD's quantisation of every returned
-gradient (``bins`` levels; :func:`defenses.functional.discretize`).
+gradient (``bins`` levels; :func:`defenses.functional.quantize`, as ``discrete-sgd``).
 
 Reading where the paper is open: the autoencoder (VFLAIR's shape: hidden (6K + 2)², normal(0, 0.01)
 initialisation) trains ``ae_steps`` Adam steps on random one-hot batches drawn from the defense's own
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from defenses.base import DEFENSES, Defense, _finite
-from defenses.functional import discretize
+from defenses.functional import level_width, quantize
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, LabelTransform, MessageTransform, ModelWrap
@@ -152,6 +152,14 @@ class DCAE(CAE, MessageTransform):
         super().validate()
         if self.config["bins"] < 2:
             raise UserError(f"dcae bins must be ≥ 2, got {self.config['bins']}")
+        self.width: dict[str, float] = {}
 
     def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
-        return discretize(tensor, self.config["bins"]) if ctx.training else tensor
+        """The returned gradients on discrete-sgd's levels (the same quantiser, fixed at each passive
+        party's first batch)."""
+        if not ctx.training:
+            return tensor
+        half = (self.config["bins"] + 1) // 2
+        if ctx.dst not in self.width:
+            self.width[ctx.dst] = level_width(tensor, half)
+        return quantize(tensor, self.width[ctx.dst], half)
