@@ -214,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             threads.configure()
         return COMMANDS[args.command](args)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        from securevfl.limits import cap_line
+
+        print(f"error: {cap_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

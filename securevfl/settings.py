@@ -243,12 +243,15 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> dict[str, Any]:
 
 
 def _parse_keyvalue(flag: str, text: str) -> tuple[str, object]:
-    import yaml  # only when a KEY=VALUE flag is given
+    from securevfl.limits import load_yaml  # only when a KEY=VALUE flag is given
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise UserError(f"{flag} {text!r}: expected KEY=VALUE")
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), load_yaml(value)
+    except UserError as e:
+        raise UserError(f"{flag} {key.strip()}: {e}") from None
 
 
 def apply_flags(cfg: object, args: argparse.Namespace) -> None:

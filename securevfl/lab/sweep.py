@@ -276,8 +276,12 @@ def _check_top_level(data: object, source: str) -> str:
     if unknown:
         raise _fail(sorted(unknown)[0], f"unknown key; expected one of {', '.join(sorted(_TOP_KEYS))}")
     name = data.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise _fail("name", "a non-empty name without '/' is required")
+    # the name becomes a file name (runs/<name>.sqlite): no path separators, control characters (NUL
+    # included) or leading dot, and a length every file system takes
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith(".") \
+            or len(name) > 200 or any(not ch.isprintable() for ch in name):
+        raise _fail("name", "a non-empty name (at most 200 printable characters, no '/', '\\' or leading '.') "
+                            "is required")
     return name
 
 
@@ -389,10 +393,7 @@ def _he_modes(value: object) -> list[tuple[str, dict]]:
 
 def load_sweep(path: str | Path) -> Sweep:
     p = Path(path)
-    try:
-        data = load_config_file(p)
-    except UserError as e:
-        raise UserError(str(e).replace("config file", "sweep file", 1)) from None
+    data = load_config_file(p, "sweep file")
     return parse_sweep(data, str(p))
 
 
