@@ -154,6 +154,8 @@ def make_parser() -> _Parser:
                     help="cells run in parallel (local processes or Ray tasks); auto: one per idle core")
     sw.add_argument("--engine", default="local", help="local (default) or ray (optional extra)")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+    sw.add_argument("--take-over-leases", action="store_true",
+                    help="run cells another sweep has claimed (for stale claims, e.g. of a host that is gone)")
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
     rp.add_argument("store")
     rp.add_argument("--out", required=True, help="output directory")
@@ -164,7 +166,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from securevfl.lab.engine import run_sweep
 
     try:
-        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet)
+        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet,
+                      take_over_leases=args.take_over_leases)
     except KeyboardInterrupt:
         print("error: sweep interrupted; finished cells are stored, rerun the same command to resume",
               file=sys.stderr)
@@ -177,7 +180,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from securevfl.lab.report import write_report
+    from securevfl.lab.store import Store
 
+    Store.open_existing(args.store).close()  # a missing or foreign store: refused before --out is created
     _check_writable_dir(args.out, "report --out")
     paths = write_report(args.store, args.out)
     print("report: " + ", ".join(str(p) for p in paths))

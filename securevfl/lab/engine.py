@@ -117,9 +117,9 @@ def make_engine(name: str, workers: int | str) -> Engine:
 
 
 def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, engine: str = "local",
-              progress: bool = True) -> dict:
+              progress: bool = True, take_over_leases: bool = False) -> dict:
     """Run a sweep file into its store, skipping rows already ``ok``. Returns counts. ``workers="auto"``:
-    one per idle core, at most one per cell."""
+    one per idle core, at most one per cell. ``take_over_leases``: run cells other sweeps claim too."""
     import sys
 
     from tqdm.auto import tqdm
@@ -140,6 +140,7 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
         workers = workers_auto(len(sweep.cells))
     runner = make_engine(engine, workers)
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
+    store.take_over_leases = take_over_leases
     done = store.completed()
     todo = [c for c in sweep.cells if c.run_id not in done]
     counts: dict[str, Any] = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,

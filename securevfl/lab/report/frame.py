@@ -30,10 +30,14 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise UserError(f"store {store_path} has no runs")
     runs, attacks = [], []
     for r in rows:
-        res = json.loads(r["result_json"]) if r["result_json"] else {}
-        swept = json.loads(r["swept_json"] or "{}")
-        cost = res.get("cost", {})
-        he = cost.get("he") or {}
+        # a store of another version or a damaged row: what cannot be read counts as absent, never a crash
+        res, swept = _json_object(r["result_json"]), _json_object(r["swept_json"])
+        cost = res.get("cost") if isinstance(res.get("cost"), dict) else {}
+        he = cost.get("he") if isinstance(cost.get("he"), dict) else {}
+        if not isinstance(res.get("privacy"), dict | None):
+            res["privacy"] = None
+        if not isinstance(r["utility"], int | float):
+            r["utility"] = None
         base = {"run_id": r["run_id"], "sweep": r["sweep"], "dataset": r["dataset"], "method": r["method"],
                 "defense": r["defense"], "family": r["defense_family"] or "none",
                 "strength": r["strength"] if r["strength"] is not None else (0.0 if r["defense"] == "none"
@@ -53,7 +57,10 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
-        for name, a in (res.get("attacks") or {}).items():
+        for name, a in (res.get("attacks") if isinstance(res.get("attacks"), dict) else {}).items():
+            if not isinstance(a, dict) or isinstance(a.get("value"), bool) \
+                    or not isinstance(a.get("value"), int | float):  # a damaged entry: nothing to plot
+                continue
             refs = [x for x in (a.get("control"), a.get("baseline")) if x is not None]
             leakage = a.get("leakage", a["value"] - max(refs) if refs and a.get("value") is not None else None)
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
@@ -64,6 +71,17 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}),
                             "examples": json.dumps(a["examples"]) if a.get("examples") else None})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
+
+
+def _json_object(text: object) -> dict:
+    """A stored JSON column as a mapping: ``{}`` for NULL, garbage or any other JSON type."""
+    if not isinstance(text, str | bytes):
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def feature_epsilon(result: dict) -> float | None:
