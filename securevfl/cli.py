@@ -102,7 +102,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(r))
         return 0
     u, c, pr = r["utility"], r["cost"], r["privacy"]
-    print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {u['test']:.4f}")
+    test = "undefined" if u["test"] is None else f"{u['test']:.4f}"  # AUC of one-class test rows
+    print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {test}")
     print(f"  partition: {r['partition']['parties']} parties, {r['partition']['aligned']} aligned, "
           f"{r['partition']['labeled']} labeled, {r['partition']['test_rows']} test rows")
     eps = "n/a" if pr["epsilon"] is None else f"{pr['epsilon']:.3g} (δ={pr['delta']:.2g})"

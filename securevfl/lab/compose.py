@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -74,7 +75,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     utility = method.evaluate(fed)
     seconds = time.perf_counter() - t0
 
-    warnings = run_warnings(fed, progress)
+    warnings = run_warnings(fed, progress, utility)
     result = RunResult(config=cfg, utility=utility, privacy={**privacy_report(fed), "features": feature_privacy(fed),
                                                                  **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
@@ -171,10 +172,14 @@ def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: i
     return built
 
 
-def run_warnings(fed: Federation, progress: bool | None) -> list[str]:
-    """The method's advice about this configuration, plus a warning when training was too short;
-    printed to stderr in interactive use (sweeps keep them in the stored JSON instead)."""
+def run_warnings(fed: Federation, progress: bool | None, utility: dict | None = None) -> list[str]:
+    """The method's advice about this configuration, plus a warning when training was too short or the
+    test score is undefined; printed to stderr in interactive use (sweeps keep them in the stored JSON)."""
     warnings = list(fed.meta.pop("warnings", []))
+    test = (utility or {}).get("test")
+    if isinstance(test, float) and math.isnan(test):  # AUC of test rows that hold one class only
+        warnings.append(f"test {utility.get('metric') if utility else 'metric'} is undefined (utility.test is null): "
+                        "the aligned test rows hold one class only — use more rows or a stratified split")
     if 0 < fed.active.step < MIN_STEPS:  # a first try that "trains" for a handful of steps misleads
         warnings.append(f"training ran only {fed.active.step} supervised steps in all; the model is likely "
                         f"undertrained — raise --epochs or lower --batch-size (≥ {MIN_STEPS} steps)")

@@ -42,7 +42,9 @@ from securevfl.errors import UserError
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
-              "label_column"}
+              "label_column", "id_columns", "drop_columns", "categorical", "numeric"}
+# list-valued data settings: a list of names is the value itself; only a list of such lists sweeps them
+_LIST_KEYS = {"party_files", "id_columns", "drop_columns", "categorical", "numeric"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
 _GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "he", "seeds", "train", "model", "optim"}
 # top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
@@ -311,8 +313,10 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
     for k, v in ds.items():
         if k == "name":
             continue
-        if k == "columns" or not isinstance(v, list):
+        if k == "columns" or not isinstance(v, list) or (k in _LIST_KEYS and not _is_list_axis(v)):
             section = "data" if k in _DATA_KEYS else "partition"
+            if k in _LIST_KEYS and len(v) == 1 and isinstance(v[0], list):
+                v = v[0]  # [[guest.csv, host.csv]]: one value written as a one-point list, not an axis
             fixed[section][_PARTITION_ALIASES.get(k, k)] = v
         else:
             axes[k] = _as_list(v, f"dataset.{k}")
@@ -329,6 +333,11 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
         except UserError as e:
             raise UserError(f"sweep file: {e}") from None
     return base, axes
+
+
+def _is_list_axis(v: list) -> bool:
+    """A list-valued key is swept only by a list of at least two lists."""
+    return len(v) > 1 and all(isinstance(x, list) for x in v)
 
 
 def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> list[Cell]:
