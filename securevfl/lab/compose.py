@@ -23,7 +23,7 @@ from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import PartyHook
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
-from securevfl.models import apply_model_preset
+from securevfl.models import apply_model_preset, check_model_memory
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
 from securevfl.roles import passive_name
 from securevfl.validate import validate_config
@@ -66,6 +66,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
+    check_model_memory(cfg.model, [p.feature_shape for p in partition.parties], partition.n_classes,
+                       method.interactive_layer or cfg.he != "off")
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
