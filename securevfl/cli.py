@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -212,6 +214,35 @@ def main(argv: list[str] | None = None) -> int:
         print(parser.format_help(), file=sys.stderr)
         print("error: choose a command (securevfl COMMAND --help for its options)", file=sys.stderr)
         return 2
+    with _runtime_warnings_held() as held:
+        code = _run(argv)
+    if code != 2:  # a user error's line stands alone; otherwise the numeric warnings still show
+        for w in held:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return code
+
+
+@contextlib.contextmanager
+def _runtime_warnings_held() -> Iterator[list[warnings.WarningMessage]]:
+    """Hold back numpy's RuntimeWarnings (overflow, invalid value) while a command runs: a run that ends
+    in an ``error:`` line prints that line alone, not the warnings that led to it."""
+    held: list[warnings.WarningMessage] = []
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, RuntimeWarning):
+            held.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield held
+    finally:
+        warnings.showwarning = shown
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         args = make_parser().parse_args(argv)
         if args.command in ("train", "sweep"):  # this process's thread share (securevfl/threads.py)

@@ -134,10 +134,18 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
             validate_config(config_from_dict(cell.config))
         except UserError as e:
             raise UserError(f"sweep file {path}: cell {cell.method} / {cell.defense} / seed {cell.seed}: {e}") from None
+    unique = list({c.run_id: c for c in sweep.cells}.values())  # equal configurations: one row, computed once
+    if len(unique) < len(sweep.cells):
+        print(f"sweep {sweep.name}: {len(sweep.cells) - len(unique)} cells repeat another cell's configuration; "
+              "each is computed once", file=sys.stderr)
+        sweep.cells = unique
     if workers == "auto":
         from securevfl.threads import workers_auto
 
         workers = workers_auto(len(sweep.cells))
+    elif isinstance(workers, int) and workers > (os.cpu_count() or 1):
+        print(f"warning: --workers {workers} on a machine with {os.cpu_count()} cores: the cells will compete for "
+              "them and memory; --workers auto picks one per idle core", file=sys.stderr)
     runner = make_engine(engine, workers)
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
     store.take_over_leases = take_over_leases

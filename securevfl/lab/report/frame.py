@@ -32,8 +32,8 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     for r in rows:
         # a store of another version or a damaged row: what cannot be read counts as absent, never a crash
         res, swept = _json_object(r["result_json"]), _json_object(r["swept_json"])
-        cost = res.get("cost") if isinstance(res.get("cost"), dict) else {}
-        he = cost.get("he") if isinstance(cost.get("he"), dict) else {}
+        cost: dict = res["cost"] if isinstance(res.get("cost"), dict) else {}
+        he: dict = cost["he"] if isinstance(cost.get("he"), dict) else {}
         if not isinstance(res.get("privacy"), dict | None):
             res["privacy"] = None
         if not isinstance(r["utility"], int | float):
@@ -57,7 +57,8 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {})})
-        for name, a in (res.get("attacks") if isinstance(res.get("attacks"), dict) else {}).items():
+        found: dict = res["attacks"] if isinstance(res.get("attacks"), dict) else {}
+        for name, a in found.items():
             if not isinstance(a, dict) or isinstance(a.get("value"), bool) \
                     or not isinstance(a.get("value"), int | float):  # a damaged entry: nothing to plot
                 continue
