@@ -11,8 +11,8 @@ import os
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from itertools import islice
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any
 
@@ -28,14 +28,19 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:500]
 
 
+def cell_row(cell: Cell, sweep: str) -> dict:
+    """The store columns a cell's row has whatever its outcome."""
+    return {"run_id": cell.run_id, "sweep": sweep, "dataset": cell.config["dataset"], "method": cell.method,
+            "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
+            "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
+
+
 def run_cell(cell: Cell, sweep: str) -> dict:
     """Run one cell and return its store row; any exception becomes a ``failed`` row."""
     from securevfl.lab.compose import execute
     from securevfl.lab.sweep import config_from_dict
 
-    row = {"run_id": cell.run_id, "sweep": sweep, "dataset": cell.config["dataset"], "method": cell.method,
-           "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
-           "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
+    row = cell_row(cell, sweep)
     try:
         r = execute(config_from_dict(cell.config), progress=False).to_json()
     except UserError as e:  # includes TrainingDiverged: the configuration, not the code, failed
@@ -80,25 +85,73 @@ class LocalEngine(Engine):
 
     name = "local"
 
+    cell_fn: Callable[[Cell, str], dict] = staticmethod(run_cell)  # type: ignore[assignment]
+    """What a worker runs per cell (a module-level function, so spawned workers can import it)."""
+
+    max_breaks = 2
+    """A cell in flight when a worker died this many times is recorded failed instead of retried."""
+
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
         if self.workers == 1:
             for cell in cells:
-                on_result(run_cell(cell, sweep))
+                on_result(self.cell_fn(cell, sweep))
             return
-        from securevfl.threads import idle_cores, share_for
-
-        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=init_worker,
-                                   initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
         todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
+        retry: list[Cell] = []
+        breaks: dict[str, int] = {}
+        pool = self._pool()
+        pending: dict[Future, Cell] = {}
+
+        def submit() -> None:
+            cell = retry.pop(0) if retry else next(todo, None)
+            if cell is not None:
+                pending[pool.submit(self.cell_fn, cell, sweep)] = cell
+
         try:
-            pending = {pool.submit(run_cell, c, sweep) for c in islice(todo, self.workers)}
+            for _ in range(self.workers):
+                submit()
             while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                broken, free = False, 0
                 for f in done:
-                    on_result(f.result())
-                    pending |= {pool.submit(run_cell, c, sweep) for c in islice(todo, 1)}
+                    cell = pending.pop(f)
+                    try:
+                        row = f.result()
+                    except BrokenProcessPool:  # a worker was killed (kill -9, out of memory)
+                        broken = True
+                        retry.append(cell)
+                        continue
+                    on_result(row)
+                    free += 1
+                if not broken:
+                    for _ in range(free):
+                        submit()
+                else:
+                    # every cell in flight in the broken pool is lost with it: each is retried in a fresh
+                    # pool; one that was in flight at max_breaks deaths is recorded failed
+                    lost = [*retry, *pending.values()]
+                    pending.clear()
+                    retry.clear()
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    for cell in dict.fromkeys(lost):
+                        breaks[cell.run_id] = breaks.get(cell.run_id, 0) + 1
+                        if breaks[cell.run_id] >= self.max_breaks:
+                            on_result({**cell_row(cell, sweep), "status": "failed",
+                                       "error": f"a worker process died while running this cell ({self.max_breaks} "
+                                                "times: killed, or out of memory)"})
+                        else:
+                            retry.append(cell)
+                    pool = self._pool()
+                    for _ in range(self.workers):
+                        submit()
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def _pool(self) -> ProcessPoolExecutor:
+        from securevfl.threads import idle_cores, share_for
+
+        return ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=init_worker,
+                                   initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
 
 
 ENGINES: Registry[type[Engine]] = Registry("engine")
