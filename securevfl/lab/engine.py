@@ -88,8 +88,11 @@ class LocalEngine(Engine):
     cell_fn: Callable[[Cell, str], dict] = staticmethod(run_cell)  # type: ignore[assignment]
     """What a worker runs per cell (a module-level function, so spawned workers can import it)."""
 
+    worker_init: Callable[[int, int], None] = staticmethod(init_worker)  # type: ignore[assignment]
+    """Each worker's start-up: (thread share, sweep pid)."""
+
     max_breaks = 2
-    """A cell in flight when a worker died this many times is recorded failed instead of retried."""
+    """A cell whose worker died this many times while it ran alone is recorded failed, not retried."""
 
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
         if self.workers == 1:
@@ -97,60 +100,62 @@ class LocalEngine(Engine):
                 on_result(self.cell_fn(cell, sweep))
             return
         todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
-        retry: list[Cell] = []
+        # cells in flight when a worker died (killed, out of memory): which one it ran is unknown, so each
+        # is retried alone; a death while one cell runs alone is that cell's, counted in `breaks`
+        suspects: list[Cell] = []
         breaks: dict[str, int] = {}
         pool = self._pool()
         pending: dict[Future, Cell] = {}
 
-        def submit() -> None:
-            cell = retry.pop(0) if retry else next(todo, None)
-            if cell is not None:
-                pending[pool.submit(self.cell_fn, cell, sweep)] = cell
+        def fill() -> None:
+            if suspects:
+                if not pending:
+                    cell = suspects.pop(0)
+                    pending[pool.submit(self.cell_fn, cell, sweep)] = cell
+                return
+            while len(pending) < self.workers:
+                nxt = next(todo, None)
+                if nxt is None:
+                    return
+                pending[pool.submit(self.cell_fn, nxt, sweep)] = nxt
 
         try:
-            for _ in range(self.workers):
-                submit()
+            fill()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                broken, free = False, 0
+                lost: list[Cell] = []
                 for f in done:
                     cell = pending.pop(f)
                     try:
                         row = f.result()
-                    except BrokenProcessPool:  # a worker was killed (kill -9, out of memory)
-                        broken = True
-                        retry.append(cell)
+                    except BrokenProcessPool:
+                        lost.append(cell)
                         continue
                     on_result(row)
-                    free += 1
-                if not broken:
-                    for _ in range(free):
-                        submit()
-                else:
-                    # every cell in flight in the broken pool is lost with it: each is retried in a fresh
-                    # pool; one that was in flight at max_breaks deaths is recorded failed
-                    lost = [*retry, *pending.values()]
+                if lost:  # the pool is broken: every cell still in it is lost with it
+                    lost += pending.values()
                     pending.clear()
-                    retry.clear()
                     pool.shutdown(wait=False, cancel_futures=True)
-                    for cell in dict.fromkeys(lost):
+                    if len(lost) == 1:
+                        (cell,) = lost
                         breaks[cell.run_id] = breaks.get(cell.run_id, 0) + 1
                         if breaks[cell.run_id] >= self.max_breaks:
                             on_result({**cell_row(cell, sweep), "status": "failed",
                                        "error": f"a worker process died while running this cell ({self.max_breaks} "
                                                 "times: killed, or out of memory)"})
                         else:
-                            retry.append(cell)
+                            suspects.insert(0, cell)
+                    else:
+                        suspects[:0] = lost
                     pool = self._pool()
-                    for _ in range(self.workers):
-                        submit()
+                fill()
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _pool(self) -> ProcessPoolExecutor:
         from securevfl.threads import idle_cores, share_for
 
-        return ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=init_worker,
+        return ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=self.worker_init,
                                    initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
 
 

@@ -80,6 +80,8 @@ def write_report(store_path: str | Path, out_dir: str | Path) -> list[Path]:
     if out.is_symlink():
         raise UserError(f"report --out {out}: is a symbolic link; give a real directory")
     out.mkdir(parents=True, exist_ok=True)
+    for name in ("report.md", "report.html"):  # refused before the work, not after it
+        _no_symlink(out / name)
     summary = summarise(runs, attacks)
     sections: list[tuple[str, list]] = [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out))
                                         for ds in sorted(runs.dataset.unique())]
