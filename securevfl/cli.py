@@ -169,8 +169,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from securevfl.lab.engine import run_sweep
 
     try:
-        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet,
-                      take_over_leases=args.take_over_leases)
+        extra = {"take_over_leases": True} if args.take_over_leases else {}
+        c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet, **extra)
     except KeyboardInterrupt:
         print("error: sweep interrupted; finished cells are stored, rerun the same command to resume",
               file=sys.stderr)

@@ -38,6 +38,13 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             res["privacy"] = None
         if not isinstance(r["utility"], int | float):
             r["utility"] = None
+        for key in ("dataset", "method", "defense", "defense_family", "he", "sweep"):  # group keys: text
+            r[key] = None if r[key] is None else str(r[key])
+        if not isinstance(r["seed"], int) or isinstance(r["seed"], bool):
+            r["seed"] = -1  # a damaged row: shown, never merged with a real seed
+        if not isinstance(r["strength"], int | float) or isinstance(r["strength"], bool):
+            r["strength"] = None
+        r["dataset"], r["method"], r["defense"] = r["dataset"] or "?", r["method"] or "?", r["defense"] or "none"
         base = {"run_id": r["run_id"], "sweep": r["sweep"], "dataset": r["dataset"], "method": r["method"],
                 "defense": r["defense"], "family": r["defense_family"] or "none",
                 "strength": r["strength"] if r["strength"] is not None else (0.0 if r["defense"] == "none"
