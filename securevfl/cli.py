@@ -104,7 +104,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(r))
         return 0
     u, c, pr = r["utility"], r["cost"], r["privacy"]
-    test = "undefined" if u["test"] is None else f"{u['test']:.4f}"  # AUC of one-class test rows
+    test = _score(u["test"])
     print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {test}")
     print(f"  partition: {r['partition']['parties']} parties, {r['partition']['aligned']} aligned, "
           f"{r['partition']['labeled']} labeled, {r['partition']['test_rows']} test rows")
@@ -121,8 +121,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra = "".join(f", {label} {a[key]:.4f}" for key, label in
                         (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)
         leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
-        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra}){leak}")
+        print(f"  attack {name}: {a['metric']} = {_score(a['value'])} (prior {_score(a.get('prior'))}{extra}){leak}")
     return 0
+
+
+def _score(x: float | None) -> str:
+    """A score as printed; ``undefined`` for null (an AUC over rows of one class)."""
+    return "undefined" if x is None else f"{x:.4f}"
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:

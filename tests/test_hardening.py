@@ -302,6 +302,14 @@ def test_undefined_test_auc_warns():
     assert run_warnings(fed, False, {"metric": "auc", "test": 0.7}) == []
 
 
+def test_max_rows_5_with_one_class_test_rows_says_undefined(capsys):
+    # 5 rows: one test row, so the test AUC (and the norm attack's) is undefined; it used to crash the summary
+    assert main(["train", "--dataset", "breast-cancer", "--attack", "norm", "--epochs", "1", "--max-rows", "5"]) == 0
+    out = capsys.readouterr()
+    assert "test auc = undefined" in out.out and "auc = undefined" in out.out.split("attack norm")[1]
+    assert "test auc is undefined" in out.err
+
+
 def test_runtime_warnings_are_not_printed_beside_an_error(capsys, monkeypatch):
     import warnings
 
