@@ -135,7 +135,7 @@ class LocalEngine(Engine):
                 if lost:  # the pool is broken: every cell still in it is lost with it
                     lost += pending.values()
                     pending.clear()
-                    pool.shutdown(wait=False, cancel_futures=True)
+                    pool.shutdown(wait=True, cancel_futures=True)  # its processes are gone: joins at once
                     if len(lost) == 1:
                         (cell,) = lost
                         breaks[cell.run_id] = breaks.get(cell.run_id, 0) + 1
@@ -149,8 +149,12 @@ class LocalEngine(Engine):
                         suspects[:0] = lost
                     pool = self._pool()
                 fill()
-        finally:
+        except BaseException:  # interrupted: do not wait for cells in flight (the workers die with us)
             pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        # every cell is done: let the workers exit and release their semaphores (no "leaked semaphore"
+        # warning at exit)
+        pool.shutdown(wait=True)
 
     def _pool(self) -> ProcessPoolExecutor:
         from securevfl.threads import idle_cores, share_for
