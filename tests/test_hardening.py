@@ -395,6 +395,19 @@ def test_csv_non_finite_values_and_huge_label_codes(tmp_path, capsys):
     assert part.n_classes == 2 and sorted(part.meta["classes"]) == ["1", "9223372036854775808"]
 
 
+def test_csv_size_and_column_limits(tmp_path, monkeypatch):
+    act, p = _csv(tmp_path)
+    f = tmp_path / "a.csv"
+    act.to_csv(f, index=False)
+    monkeypatch.setenv("SECUREVFL_MAX_CSV_COLUMNS", "2")
+    with pytest.raises(UserError, match="more than 2 columns"):
+        _partition([f, p])
+    monkeypatch.setenv("SECUREVFL_MAX_CSV_COLUMNS", "3")
+    monkeypatch.setenv("SECUREVFL_MAX_CSV_BYTES", "100")
+    with pytest.raises(UserError, match="larger than 100 bytes"):
+        _partition([f, p])
+
+
 # ------------------------------------------------------------------------------------ 7. a worker dies
 @pytest.mark.parametrize("fn", ["die_once", "die_always"])
 def test_a_killed_worker_costs_at_most_its_cell(tmp_path, monkeypatch, fn):

@@ -38,12 +38,24 @@ from securevfl.data.partition import Partition, PartitionSpec, PartyData, party_
 from securevfl.data.registry import DATASETS, DatasetEntry
 from securevfl.data.tabular import encode_party, hash_values
 from securevfl.errors import UserError
-from securevfl.limits import brief
+from securevfl.limits import brief, env_limit
 
 
 def _read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"party file {path}: no such file")
+    # bounded before reading: a party file is read whole into memory (the streaming readers serve Criteo/Avazu)
+    max_bytes = env_limit("SECUREVFL_MAX_CSV_BYTES", 4 << 30)
+    if path.stat().st_size > max_bytes:
+        raise UserError(f"party file {path}: larger than {max_bytes} bytes (SECUREVFL_MAX_CSV_BYTES)")
+    max_columns = env_limit("SECUREVFL_MAX_CSV_COLUMNS", 10_000)
+    try:
+        with open(path, "rb") as f:
+            head = f.readline(1 << 20)  # the header line (a first megabyte of it at most)
+    except OSError as e:
+        raise UserError(f"party file {path}: cannot read ({e.strerror or e})") from None
+    if path.suffix.lower() not in (".parquet", ".pq") and head.count(b",") + 1 > max_columns:
+        raise UserError(f"party file {path}: more than {max_columns} columns (SECUREVFL_MAX_CSV_COLUMNS)")
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(path)
