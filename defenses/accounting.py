@@ -23,6 +23,20 @@ from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 ORDERS = [1.0 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [80, 128, 256, 512, 1024]
 
 
+MAX_DELTA = 0.01
+"""Largest δ a DP defense accepts: (ε, δ)-DP allows a total failure with probability δ, so δ must be
+far below 1/n (a δ of 0.99 bounds nothing); 1 % is already generous for any dataset we run."""
+
+
+def check_delta(name: str, delta: float) -> None:
+    """A user error unless 0 < δ ≤ :data:`MAX_DELTA`."""
+    if not 0 < delta <= MAX_DELTA:
+        from securevfl.errors import UserError
+
+        raise UserError(f"{name} delta must be in (0, {MAX_DELTA}] (δ is the probability that the guarantee fails; "
+                        f"it should be far below 1/rows), got {delta}")
+
+
 def ledger_rdp(ledger: list[dict], orders: list[float] = ORDERS) -> np.ndarray:
     """RDP of the whole ledger at each order. Entries: ``{"kind": "gaussian", "noise_multiplier": z,
     "participations": k}`` or ``{"kind": "pure", "epsilon": e}``."""
@@ -31,7 +45,8 @@ def ledger_rdp(ledger: list[dict], orders: list[float] = ORDERS) -> np.ndarray:
         if e["kind"] == "gaussian":
             if e["participations"] == 0:
                 continue
-            if e["noise_multiplier"] <= 0:
+            # no noise, or so little that 1/z² overflows (z = 1e-300): RDP α/(2z²) is unbounded
+            if e["noise_multiplier"] <= 0 or e["noise_multiplier"] ** 2 < 1e-300:
                 return np.full(len(orders), math.inf)
             rdp += np.asarray(compute_rdp(q=1.0, noise_multiplier=e["noise_multiplier"], steps=e["participations"],
                                           orders=orders))

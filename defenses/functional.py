@@ -67,7 +67,8 @@ def randomized_response(labels: np.ndarray, n_classes: int, eps: float, rng: np.
     """K-ary randomized response: keep the label with probability e^ε/(e^ε + K − 1), otherwise move
     it to each other class with probability 1/(e^ε + K − 1) (Warner 1965; Ghazi et al. 2021, RR)."""
     labels = np.asarray(labels)
-    keep = math.exp(eps) / (math.exp(eps) + n_classes - 1)
+    e = math.exp(min(eps, 700.0))  # e^700 already makes keep 1.0; e^710 overflows
+    keep = e / (e + n_classes - 1)
     flip = rng.random(len(labels)) >= keep
     shift = rng.integers(1, n_classes, size=len(labels))  # uniform over the K − 1 other classes
     return np.where(flip, (labels + shift) % n_classes, labels).astype(labels.dtype)
@@ -78,7 +79,7 @@ def rr_with_prior_probs(prior: np.ndarray, label: int, eps: float) -> np.ndarray
     classes of highest prior that maximise e^ε/(e^ε + k − 1) · Σ_top-k prior, randomized response
     restricted to them (a label outside them becomes uniform over them)."""
     order = np.argsort(-prior, kind="stable")
-    e = math.exp(eps)
+    e = math.exp(min(eps, 700.0))  # as in randomized_response
     ks = np.arange(1, len(prior) + 1)
     k = int(ks[np.argmax(e / (e + ks - 1) * np.cumsum(prior[order]))])
     top = order[:k]

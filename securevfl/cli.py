@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -133,7 +135,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(r))
         return 0
     u, c, pr = r["utility"], r["cost"], r["privacy"]
-    print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {u['test']:.4f}")
+    test = _score(u["test"])
+    print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {test}")
     print(f"  partition: {r['partition']['parties']} parties, {r['partition']['aligned']} aligned, "
           f"{r['partition']['labeled']} labeled, {r['partition']['test_rows']} test rows")
     eps = "n/a" if pr["epsilon"] is None else f"{pr['epsilon']:.3g} (δ={pr['delta']:.2g})"
@@ -154,7 +157,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         extra = "".join(f", {label} {a[key]:.4f}" for key, label in
                         (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)
         leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
-        print(f"  attack {name}: {a['metric']} = {a['value']:.4f} (prior {a['prior']:.4f}{extra}){leak}")
+        print(f"  attack {name}: {a['metric']} = {_score(a['value'])} (prior {_score(a.get('prior'))}{extra}){leak}")
     return 0
 
 
@@ -238,6 +241,11 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _score(x: float | None) -> str:
+    """A score as printed; ``undefined`` for null (an AUC over rows of one class)."""
+    return "undefined" if x is None else f"{x:.4f}"
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from securevfl.data import DATASETS, dataset_status
     from securevfl.data.dataset import DataConfig
@@ -315,6 +323,8 @@ def make_parser() -> _Parser:
     ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
     ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")
     ce.add_argument("--out", required=True, help="new folder: OUT/<party>/ per party, OUT/ca/ the CA")
+    sw.add_argument("--take-over-leases", action="store_true",
+                    help="run cells another sweep has claimed (for stale claims, e.g. of a host that is gone)")
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
     rp.add_argument("store")
     rp.add_argument("--out", required=True, help="output directory")
@@ -325,8 +335,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from securevfl.lab.engine import run_sweep
 
     try:
+        extra = {"take_over_leases": True} if args.take_over_leases else {}
         c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet,
-                      command=_command_line(args))
+                      command=_command_line(args), **extra)
     except KeyboardInterrupt:
         print("error: sweep interrupted; finished cells are stored, rerun the same command to resume",
               file=sys.stderr)
@@ -350,7 +361,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from securevfl.lab.report import write_report
+    from securevfl.lab.store import Store
 
+    Store.open_existing(args.store).close()  # a missing or foreign store: refused before --out is created
     _check_writable_dir(args.out, "report --out")
     paths = write_report(args.store, args.out, command=_command_line(args))
     print("report: " + ", ".join(str(p) for p in paths))
@@ -387,6 +400,35 @@ def main(argv: list[str] | None = None) -> int:
         print(parser.format_help(), file=sys.stderr)
         print("error: choose a command (securevfl COMMAND --help for its options)", file=sys.stderr)
         return 2
+    with _runtime_warnings_held() as held:
+        code = _run(argv)
+    if code != 2:  # a user error's line stands alone; otherwise the numeric warnings still show
+        for w in held:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return code
+
+
+@contextlib.contextmanager
+def _runtime_warnings_held() -> Iterator[list[warnings.WarningMessage]]:
+    """Hold back numpy's RuntimeWarnings (overflow, invalid value) while a command runs: a run that ends
+    in an ``error:`` line prints that line alone, not the warnings that led to it."""
+    held: list[warnings.WarningMessage] = []
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, RuntimeWarning):
+            held.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield held
+    finally:
+        warnings.showwarning = shown
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         args = make_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -396,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
             threads.configure()
         return COMMANDS[args.command](args)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        from securevfl.limits import cap_line
+
+        print(f"error: {cap_line(str(e))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -14,12 +14,11 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import OptimConfig
+from securevfl.limits import brief, load_yaml, read_text_limited
 from securevfl.models import ModelConfig
 from securevfl.settings import setting
 from securevfl.training import TrainConfig
@@ -78,27 +77,27 @@ def _coerce(value: object, typ: object, key: str) -> object:
                 return _coerce(value, a, key)
             except UserError:
                 continue
-        raise UserError(f"config key {key!r}: {value!r} is not a valid {typ}")
+        raise UserError(f"config key {key!r}: {brief(value)} is not a valid {typ}")
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
-            raise UserError(f"config key {key!r}: expected a list, got {value!r}")
+            raise UserError(f"config key {key!r}: expected a list, got {brief(value)}")
         return origin(value)
     if origin is dict or typ is dict:
         if not isinstance(value, dict):
-            raise UserError(f"config key {key!r}: expected a mapping, got {value!r}")
+            raise UserError(f"config key {key!r}: expected a mapping, got {brief(value)}")
         return value
     if typ is bool:
         if not isinstance(value, bool):
-            raise UserError(f"config key {key!r}: expected true/false, got {value!r}")
+            raise UserError(f"config key {key!r}: expected true/false, got {brief(value)}")
         return value
     if typ in (int, float):
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
                 or (typ is int and value != int(value)):
-            raise UserError(f"config key {key!r}: expected a finite {typ.__name__}, got {value!r}")
+            raise UserError(f"config key {key!r}: expected a finite {typ.__name__}, got {brief(value)}")
         return typ(value)
     if typ is str:
         if not isinstance(value, str):
-            raise UserError(f"config key {key!r}: expected a string, got {value!r}")
+            raise UserError(f"config key {key!r}: expected a string, got {brief(value)}")
         return value
     return value
 
@@ -120,20 +119,16 @@ def apply_dict(obj: typing.Any, data: dict, prefix: str = "") -> None:
             setattr(obj, name, _coerce(value, hints[name], prefix + str(key)))
 
 
-def load_config_file(path: str | Path) -> dict:
+def load_config_file(path: str | Path, what: str = "config file") -> dict:
+    """A YAML config (or sweep) file as a mapping, read under the limits of :mod:`securevfl.limits`."""
     p = Path(path)
     if not p.exists() or p.is_dir():  # exists(), not is_file(): also accept pipes like <(...)
-        raise UserError(f"config file {p} not found")
+        raise UserError(f"{what} {p} not found")
+    text = read_text_limited(p, what)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as e:
-        raise UserError(f"config file {p}: not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise UserError(f"config file {p}: cannot read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"config file {p}{where}: not valid YAML") from None
+        data = load_yaml(text) or {}
+    except UserError as e:
+        raise UserError(f"{what} {p} {e}" if str(e).startswith("line ") else f"{what} {p}: {e}") from None
     if not isinstance(data, dict):
-        raise UserError(f"config file {p}: top level must be a mapping")
+        raise UserError(f"{what} {p}: top level must be a mapping")
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -113,6 +114,42 @@ class TabularEncoder(nn.Module):
         ids = x[:, self.n_numeric:].long()
         parts += [emb(ids[:, j]) for j, emb in enumerate(self.embeddings)]
         return self.mlp(torch.cat(parts, dim=1))
+
+
+def estimate_model_bytes(cfg: ModelConfig, shapes: list[tuple[int, ...]], n_classes: int, interactive: bool) -> int:
+    """A coarse upper estimate of the memory the models of one run take (parameters with their
+    gradients and two Adam moments; the interactive layer's d × d matrices per passive party), from the
+    configuration and the parties' feature shapes, before anything is allocated."""
+    params = 0
+    for shape in shapes:
+        in_dim = 1
+        for s in shape:
+            in_dim *= s
+        widths = [in_dim, *cfg.hidden, cfg.cut_dim] if cfg.bottom != "cnn" or len(shape) != 2 else \
+            [cfg.cnn_channels[-1] * in_dim, cfg.cut_dim]  # a CNN's last linear layer bounds it
+        params += sum(a * b for a, b in zip(widths, widths[1:], strict=False))
+    head = [cfg.cut_dim * len(shapes), *cfg.head_hidden, n_classes]
+    params += sum(a * b for a, b in zip(head, head[1:], strict=False))
+    if interactive:  # W_P and the masks of the interactive layer: d × d per passive party, float64
+        params += 2 * cfg.cut_dim * cfg.cut_dim * max(1, len(shapes) - 1)
+    return 4 * 8 * params
+
+
+def check_model_memory(cfg: ModelConfig, shapes: list[tuple[int, ...]], n_classes: int, interactive: bool) -> None:
+    """A user error when :func:`estimate_model_bytes` exceeds the limit (``SECUREVFL_MAX_MODEL_BYTES``,
+    default half the machine's memory), instead of an allocation that swaps or is killed."""
+    from securevfl.limits import env_limit
+
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 16 << 30
+    limit = env_limit("SECUREVFL_MAX_MODEL_BYTES", ram // 2)
+    need = estimate_model_bytes(cfg, shapes, n_classes, interactive)
+    if need > limit:
+        raise UserError(f"the models would need about {need / 2**30:.1f} GiB (cut_dim {cfg.cut_dim}, hidden "
+                        f"{list(cfg.hidden)}), more than the limit of {limit / 2**30:.1f} GiB "
+                        "(SECUREVFL_MAX_MODEL_BYTES); lower --cut-dim or the hidden widths")
 
 
 def set_mode(module: nn.Module, training: bool) -> None:

@@ -213,6 +213,17 @@ def metavar(entry: Entry) -> str | None:
     return "KEY=VALUE" if s.cli == "keyvalue" else s.flag[2:].upper().replace("-", "_")
 
 
+class _Once(argparse.Action):
+    """A single-valued flag given twice is refused: argparse would keep the last one silently
+    (``--defense iso:5 --defense dp:...``; compose defenses with ``+`` instead)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        if getattr(namespace, self.dest, None) is not None:
+            hint = "; compose defenses with '+' in one --defense" if option_string == "--defense" else ""
+            raise UserError(f"{option_string} given more than once (the last would win silently){hint}")
+        setattr(namespace, self.dest, values)
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type) -> dict[str, Any]:
     """One flag per setting under ``cls`` that declares one, in an argument group per section (top-level
     settings under "run settings"); returns the groups by section key ("" for the top level). Every flag
@@ -236,6 +247,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> dict[str, Any]:
         else:
             kw["type"] = _number_or_keyword(typ, s.keywords) if s.keywords else typ
             kw["choices"] = s.choices
+            kw["action"] = _Once
         if kw.get("action") != "store_true":
             kw["metavar"] = metavar(entry)
         groups[entry.key.rpartition(".")[0]].add_argument(s.flag, **kw)
@@ -243,12 +255,15 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> dict[str, Any]:
 
 
 def _parse_keyvalue(flag: str, text: str) -> tuple[str, object]:
-    import yaml  # only when a KEY=VALUE flag is given
+    from securevfl.limits import load_yaml  # only when a KEY=VALUE flag is given
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise UserError(f"{flag} {text!r}: expected KEY=VALUE")
-    return key.strip(), yaml.safe_load(value)
+    try:
+        return key.strip(), load_yaml(value)
+    except UserError as e:
+        raise UserError(f"{flag} {key.strip()}: {e}") from None
 
 
 def apply_flags(cfg: object, args: argparse.Namespace) -> None:

@@ -60,6 +60,10 @@ def validate_config(cfg: object) -> None:
             raise UserError(f"{entry.label}: {value!r} is not a valid {_describe(entry.hint)}"
                             + (" (numbers must be finite)" if isinstance(value, float) else ""))
         settings.check(entry, value)
+    if hasattr(cfg, "dataset") and hasattr(cfg, "data") and hasattr(cfg, "partition"):  # a whole run's config
+        from securevfl.data.registry import check_data_options
+
+        check_data_options(cfg.dataset, cfg.data, cfg.partition)
 
 
 def whole_number(owner: str, key: str, value: typing.Any) -> int:

@@ -63,7 +63,7 @@ def test_a_claim_held_by_a_live_process_is_respected_and_a_dead_owners_is_taken(
     store = Store(tmp_path / "s.sqlite")
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        store.db.execute("INSERT INTO leases VALUES ('cell', ?, ?, ?)",
+        store.db.execute("INSERT INTO leases (run_id, pid, host, claimed_at) VALUES ('cell', ?, ?, ?)",
                          (holder.pid, __import__("socket").gethostname(), time.time()))
         assert not store.claim("cell")  # another live sweep is computing it
     finally:

@@ -75,6 +75,7 @@ class BatchLabelInference(Attack):
 
     name = "bli"
     summary = "batch-level label inference: dummy labels (+ dummy top model) fitted to each received gradient"
+    kind = "label_inference"
     requires = frozenset({"transcript", "received_gradients"})
     defaults = {"batches": 5, "steps": 100, "lr": 0.05, "control": True}
 

@@ -58,6 +58,7 @@ class DirectLabelInference(Attack):
     """Labels every training row from the sign of the gradient it received (agg head)."""
 
     name = "dli"
+    kind = "label_inference"
     summary = "direct label inference: the one negative entry of each returned logit gradient is the label"
     requires = frozenset({"transcript", "received_gradients"})
     heads = frozenset({"agg"})

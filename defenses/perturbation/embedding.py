@@ -30,7 +30,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from defenses.accounting import epsilon
+from defenses.accounting import check_delta, epsilon
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import clip_per_example, dp_sgd_release, gaussian
 from securevfl.channel import MessageKind
@@ -83,9 +83,7 @@ class EmbeddingDP(Defense, MessageTransform, PerExamplePassiveStep):
         _finite("embedding-dp clip", c["clip"], 0.0, lo_inclusive=False)
         _finite("embedding-dp grad_clip", c["grad_clip"], 0.0, lo_inclusive=False)
         _finite("embedding-dp noise", c["noise"])
-        if not 0 < c["delta"] < 1:
-            from securevfl.errors import UserError
-            raise UserError(f"embedding-dp delta must be in (0, 1), got {c['delta']}")
+        check_delta("embedding-dp", c["delta"])
         self.releases: Counter = Counter()
 
     def _count(self, ids: np.ndarray | None) -> None:

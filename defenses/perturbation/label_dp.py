@@ -30,7 +30,7 @@ from collections import Counter
 
 import numpy as np
 
-from defenses.accounting import epsilon, exponential_mechanism, noise_for_target
+from defenses.accounting import check_delta, epsilon, exponential_mechanism, noise_for_target
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import dp_sgd_release
 from securevfl.channel import MessageKind
@@ -67,8 +67,7 @@ class LabelDP(Defense, PerExampleActiveStep):
             _finite("dp noise", c["noise"])
         else:
             _finite("dp epsilon", c["epsilon"], 0.0, lo_inclusive=False)
-        if not 0 < c["delta"] < 1:
-            raise UserError(f"dp delta must be in (0, 1), got {c['delta']}")
+        check_delta("dp", c["delta"])
         _finite("dp select_epsilon", c["select_epsilon"], 0.0, lo_inclusive=False)
         self.noise_multiplier: float | None = c.get("noise")
         self.ledger: list[dict] = []

@@ -66,6 +66,7 @@ import tenseal.sealapi as sealapi
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
+from securevfl.procs import remove_when_gone
 from securevfl.validate import whole_number
 
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
@@ -164,6 +165,7 @@ def _scratch() -> str:
         except OSError:  # /dev/shm present but not writable (some containers)
             d = tempfile.mkdtemp(prefix="securevfl-he-")
         atexit.register(shutil.rmtree, d, True)
+        remove_when_gone(d)  # also after kill -9, which skips atexit
         _SCRATCH.append(d)
     return os.path.join(_SCRATCH[0], f"{os.getpid()}-{threading.get_ident()}")
 

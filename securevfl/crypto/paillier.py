@@ -32,6 +32,7 @@ Naive (``packing: false``): the textbook baseline the benchmark compares against
 from __future__ import annotations
 
 import multiprocessing
+import os
 import secrets
 import weakref
 from concurrent.futures import ProcessPoolExecutor
@@ -43,6 +44,7 @@ from phe import paillier
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
+from securevfl.procs import watch_parent
 
 DEFAULTS: dict[str, object] = {"key_bits": 3072, "packing": True, "mask_bits": 40}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
@@ -116,7 +118,8 @@ def combine(cts: list, coeffs, addend_slots, n: gmpy2.mpz, nn: gmpy2.mpz, w: int
 _WORKER: dict = {}
 
 
-def _init_worker(n: int, h: int, w: int, pq: tuple[int, int] | None) -> None:
+def _init_worker(n: int, h: int, w: int, pq: tuple[int, int] | None, parent: int) -> None:
+    watch_parent(parent)  # it holds p and q: it must not outlive the key holder (kill -9 included)
     nn = gmpy2.mpz(n) * n
     _WORKER.update(n=gmpy2.mpz(n), nn=nn, w=w, obf=_Obfuscators(h, int(nn)))
     if pq is not None:
@@ -204,7 +207,8 @@ class PaillierBackend(HEBackend):
         if getattr(self, "_pool", None) is None or self._pool_k != k:
             pq = (self.private_key.p, self.private_key.q) if self.private_key is not None else None
             self._pool = ProcessPoolExecutor(k, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(int(self.n), self.h, self.w, pq))
+                                             initializer=_init_worker,
+                                             initargs=(int(self.n), self.h, self.w, pq, os.getpid()))
             self._pool_k = k
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
         worker = _combine_task if op == "combine" else _decrypt_task

@@ -74,4 +74,4 @@ def load_uci_credit(cfg: DataConfig) -> Dataset:
 
 
 DATASETS.register(DatasetEntry("uci-credit", "UCI default of credit card clients, 30,000 × 23, binary",
-                               load_uci_credit, _locate))
+                               load_uci_credit, _locate, takes_path=True))

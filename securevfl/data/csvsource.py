@@ -42,17 +42,47 @@ from securevfl.data.registry import DATASETS, DatasetEntry
 from securevfl.data.tabular import encode_party, encode_rows, hash_values
 from securevfl.errors import UserError
 from securevfl.ids import difference, member
+from securevfl.limits import brief, env_limit
 
 
 def _read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"party file {path}: no such file")
+    # bounded before reading: a party file is read whole into memory (the streaming readers serve Criteo/Avazu)
+    max_bytes = env_limit("SECUREVFL_MAX_CSV_BYTES", 4 << 30)
+    if path.stat().st_size > max_bytes:
+        raise UserError(f"party file {path}: larger than {max_bytes} bytes (SECUREVFL_MAX_CSV_BYTES)")
+    max_columns = env_limit("SECUREVFL_MAX_CSV_COLUMNS", 10_000)
+    try:
+        with open(path, "rb") as f:
+            head = f.readline(1 << 20)  # the header line (a first megabyte of it at most)
+    except OSError as e:
+        raise UserError(f"party file {path}: cannot read ({e.strerror or e})") from None
+    if path.suffix.lower() not in (".parquet", ".pq") and head.count(b",") + 1 > max_columns:
+        raise UserError(f"party file {path}: more than {max_columns} columns (SECUREVFL_MAX_CSV_COLUMNS)")
     try:
         if path.suffix.lower() in (".parquet", ".pq"):
             return pd.read_parquet(path)
         return pd.read_csv(path, dtype=str, keep_default_na=False)
     except Exception as e:  # noqa: BLE001 - any reader failure is the user's file
         raise UserError(f"party file {path}: cannot read ({str(e).splitlines()[0]})") from None
+
+
+def _index_as_column(df: pd.DataFrame, path: Path, id_col: str) -> pd.DataFrame:
+    """A header one name shorter than its rows (``DataFrame.to_csv`` with an unnamed index): pandas
+    reads the first column as the index, and so do we. The index is the row's key, so it becomes the ID
+    column when the header has none; otherwise it is dropped (row labels are no feature)."""
+    if isinstance(df.index, pd.RangeIndex):
+        return df
+    if df.index.nlevels > 1:
+        raise UserError(f"party file {path}: the header has {df.index.nlevels} names fewer than the rows")
+    use = id_col not in df.columns
+    print(f"party file {path}: the header has one name fewer than the rows: reading the first column as the "
+          f"index, as pandas does{f', used as the ID column {id_col!r}' if use else ' (not a feature)'}",
+          file=sys.stderr)
+    if use:
+        df = df.rename_axis(id_col).reset_index()
+    return df.reset_index(drop=True)
 
 
 MISSING = {"", "na", "n/a", "nan", "null", "none", "?"}
@@ -104,6 +134,11 @@ def _features(df: pd.DataFrame, path: Path, drop: list[str], cfg: DataConfig
         if c in cfg.categorical:
             cat_cols.append(c)
         elif c in cfg.numeric or not not_num.any():
+            inf = np.flatnonzero(np.isinf(np.asarray(parsed, dtype=np.float64)))
+            if len(inf):  # 1e999, inf: no model can take it (a missing value is written empty or nan)
+                i = int(inf[0])
+                raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {brief(df[c].iloc[i])} is not "
+                                "a finite number (non-finite input); fix the file or leave the cell empty")
             num_cols.append(c)
             num_values.append(parsed)
             if _looks_like_row_counter(num_values[-1]):
@@ -153,7 +188,9 @@ def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification
         bad = values[~miss][~np.isfinite(parsed[~miss])].iloc[0]
         raise UserError(f"party file {path}: label column {column!r}: value {bad!r} is not a number "
                         "(--task regression)")
-    if numeric:  # numeric codes, or a continuous target
+    # numeric codes while exact as float64 and int64 (a code ≥ 2⁵³ is read as text: 2⁶³ would wrap),
+    # or a continuous target
+    if numeric and (task == "regression" or (np.abs(parsed[~miss]) < 2.0 ** 53).all()):
         present = parsed[~miss]
         fractional = bool((present != np.round(present)).any())
         if task == "auto" and fractional:
@@ -229,8 +266,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     labeled rows into train/test and encode every party's features on its own training rows."""
     _check_request(cfg, spec)
     paths = [Path(p) for p in cfg.party_files]
-    frames = [_read_table(p) for p in paths]
     id_cols = _id_columns(cfg, len(paths))
+    frames = [_index_as_column(_read_table(p), p, col) for p, col in zip(paths, id_cols, strict=True)]
     _check_columns(cfg, paths, frames)
     ids = [_ids(df, p, col, cfg.numeric_ids) for df, p, col in zip(frames, paths, id_cols, strict=True)]
     aligned, psi_bytes = _align(ids, "plain" if spec.alignment == "plain" else "psi")

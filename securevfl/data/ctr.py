@@ -223,6 +223,6 @@ def load_avazu(cfg: DataConfig) -> Dataset:
 
 
 DATASETS.register(DatasetEntry("criteo", "Criteo display-ads click log (Kaggle train.txt), binary", load_criteo,
-                               _criteo_locate))
+                               _criteo_locate, takes_path=True))
 DATASETS.register(DatasetEntry("avazu", "Avazu click log (Kaggle CSV), 22 categorical fields, binary", load_avazu,
-                               _avazu_locate))
+                               _avazu_locate, takes_path=True))

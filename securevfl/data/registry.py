@@ -32,6 +32,8 @@ class DatasetEntry:
     partition: Callable | None = None
     """Sources whose parties come from separate files build their partition themselves:
     ``(DataConfig, PartitionSpec, seed) → Partition``."""
+    takes_path: bool = False
+    """A single-file dataset that reads ``--data-path``; for any other, the flag is refused (not ignored)."""
 
 
 DATASETS: Registry[DatasetEntry] = Registry("dataset")
@@ -75,6 +77,41 @@ def dataset_status(source: DataConfig | str | Path | None = None) -> list[tuple[
         except UserError as e:
             rows.append((name, False, str(e)))
     return rows
+
+
+_FILE_OPTIONS = {"party_files": "--party-file", "id_column": "--id-column", "id_columns": "--id-column",
+                 "drop_columns": "--drop-columns", "categorical": "--categorical", "numeric": "--numeric",
+                 "numeric_ids": "--numeric-ids"}
+"""Options only the per-party-file sources read: given with another dataset they would be ignored."""
+
+
+def check_data_options(dataset: str, cfg: DataConfig, spec: object) -> None:
+    """Refuse options the chosen dataset would silently ignore or resolve by a hidden rule: file
+    options with a built-in dataset, ``--max-rows`` or ``--data-path`` with per-party files, a column
+    both numeric and categorical, ``aligned_fraction`` beside ``aligned_count``, ``--parties`` unlike
+    the number of party files. ``spec`` is the run's PartitionSpec."""
+    entry = DATASETS.get(dataset)  # an unknown name is refused here, before any cell or file is read
+    defaults = DataConfig()
+    if entry.partition is None:
+        given = [flag for key, flag in _FILE_OPTIONS.items() if getattr(cfg, key) != getattr(defaults, key)]
+        if given:
+            raise UserError(f"{given[0]} is for per-party files (--dataset csv); dataset {dataset} does not read it")
+    else:
+        if cfg.max_rows is not None:
+            raise UserError(f"--max-rows is not read by dataset {dataset} (per-party files are read whole); "
+                            "cut the files instead")
+        n_parties = getattr(spec, "n_parties", None)
+        if cfg.party_files and n_parties not in (None, 2, len(cfg.party_files)):  # 2: the default
+            raise UserError(f"--parties {n_parties} but {len(cfg.party_files)} party files: the files are the "
+                            "parties; drop --parties or give one file per party")
+    if cfg.path is not None and not entry.takes_path:
+        raise UserError(f"--data-path is not read by dataset {dataset} (only by single-file datasets: "
+                        f"{', '.join(n for n in DATASETS.names() if DATASETS.get(n).takes_path)})")
+    both = sorted(set(cfg.numeric) & set(cfg.categorical))
+    if both:
+        raise UserError(f"column {both[0]!r} is given as both --numeric and --categorical; choose one")
+    if getattr(spec, "aligned_count", None) is not None and getattr(spec, "aligned_fraction", 1.0) != 1.0:
+        raise UserError("give aligned_count or aligned_fraction, not both (aligned_count would win silently)")
 
 
 def search_dirs(cfg: DataConfig, name: str) -> list[Path]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import LabelTransform, PartyHook
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
-from securevfl.models import apply_model_preset
+from securevfl.models import apply_model_preset, check_model_memory
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
 from securevfl.roles import passive_name
 from securevfl.validate import validate_config
@@ -72,6 +73,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     check_task(cfg, partition.regression, method, defenses, attack_specs)
     if save is not None:
         check_savable(cfg, method, partition)
+    check_model_memory(cfg.model, [p.feature_shape for p in partition.parties], partition.n_classes,
+                       method.interactive_layer or cfg.he != "off")
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -81,7 +84,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     utility = method.evaluate(fed)
     seconds = time.perf_counter() - t0
 
-    warnings = run_warnings(fed, progress)
+    warnings = run_warnings(fed, progress, utility)
     result = RunResult(config=cfg, utility=utility, privacy={**privacy_report(fed), "features": feature_privacy(fed),
                                                                  **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
@@ -283,10 +286,14 @@ def prepare_attacks(attack_specs: Sequence[AttackSpec], fed: Federation, seed: i
     return built
 
 
-def run_warnings(fed: Federation, progress: bool | None) -> list[str]:
-    """The method's advice about this configuration, plus a warning when training was too short;
-    printed to stderr in interactive use (sweeps keep them in the stored JSON instead)."""
+def run_warnings(fed: Federation, progress: bool | None, utility: dict | None = None) -> list[str]:
+    """The method's advice about this configuration, plus a warning when training was too short or the
+    test score is undefined; printed to stderr in interactive use (sweeps keep them in the stored JSON)."""
     warnings = list(fed.meta.pop("warnings", []))
+    test = (utility or {}).get("test")
+    if isinstance(test, float) and math.isnan(test):  # AUC of test rows that hold one class only
+        warnings.append(f"test {utility.get('metric') if utility else 'metric'} is undefined (utility.test is null): "
+                        "the aligned test rows hold one class only — use more rows or a stratified split")
     if 0 < fed.active.step < MIN_STEPS:  # a first try that "trains" for a handful of steps misleads
         warnings.append(f"training ran only {fed.active.step} supervised steps in all; the model is likely "
                         f"undertrained — raise --epochs or lower --batch-size (≥ {MIN_STEPS} steps)")

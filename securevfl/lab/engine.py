@@ -11,8 +11,8 @@ import os
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from itertools import islice
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any
 
@@ -28,14 +28,19 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:500]
 
 
+def cell_row(cell: Cell, sweep: str) -> dict:
+    """The store columns a cell's row has whatever its outcome."""
+    return {"run_id": cell.run_id, "sweep": sweep, "dataset": cell.config["dataset"], "method": cell.method,
+            "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
+            "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
+
+
 def run_cell(cell: Cell, sweep: str) -> dict:
     """Run one cell and return its store row; any exception becomes a ``failed`` row."""
     from securevfl.lab.compose import execute
     from securevfl.lab.sweep import config_from_dict
 
-    row = {"run_id": cell.run_id, "sweep": sweep, "dataset": cell.config["dataset"], "method": cell.method,
-           "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
-           "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
+    row = cell_row(cell, sweep)
     try:
         r = execute(config_from_dict(cell.config), progress=False, save=cell.save).to_json()
     except UserError as e:  # includes TrainingDiverged: the configuration, not the code, failed
@@ -81,25 +86,82 @@ class LocalEngine(Engine):
 
     name = "local"
 
+    cell_fn: Callable[[Cell, str], dict] = staticmethod(run_cell)  # type: ignore[assignment]
+    """What a worker runs per cell (a module-level function, so spawned workers can import it)."""
+
+    worker_init: Callable[[int, int], None] = staticmethod(init_worker)  # type: ignore[assignment]
+    """Each worker's start-up: (thread share, sweep pid)."""
+
+    max_breaks = 2
+    """A cell whose worker died this many times while it ran alone is recorded failed, not retried."""
+
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
         if self.workers == 1:
             for cell in cells:
-                on_result(run_cell(cell, sweep))
+                on_result(self.cell_fn(cell, sweep))
             return
+        todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
+        # cells in flight when a worker died (killed, out of memory): which one it ran is unknown, so each
+        # is retried alone; a death while one cell runs alone is that cell's, counted in `breaks`
+        suspects: list[Cell] = []
+        breaks: dict[str, int] = {}
+        pool = self._pool()
+        pending: dict[Future, Cell] = {}
+
+        def fill() -> None:
+            if suspects:
+                if not pending:
+                    cell = suspects.pop(0)
+                    pending[pool.submit(self.cell_fn, cell, sweep)] = cell
+                return
+            while len(pending) < self.workers:
+                nxt = next(todo, None)
+                if nxt is None:
+                    return
+                pending[pool.submit(self.cell_fn, nxt, sweep)] = nxt
+
+        try:
+            fill()
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                lost: list[Cell] = []
+                for f in done:
+                    cell = pending.pop(f)
+                    try:
+                        row = f.result()
+                    except BrokenProcessPool:
+                        lost.append(cell)
+                        continue
+                    on_result(row)
+                if lost:  # the pool is broken: every cell still in it is lost with it
+                    lost += pending.values()
+                    pending.clear()
+                    pool.shutdown(wait=True, cancel_futures=True)  # its processes are gone: joins at once
+                    if len(lost) == 1:
+                        (cell,) = lost
+                        breaks[cell.run_id] = breaks.get(cell.run_id, 0) + 1
+                        if breaks[cell.run_id] >= self.max_breaks:
+                            on_result({**cell_row(cell, sweep), "status": "failed",
+                                       "error": f"a worker process died while running this cell ({self.max_breaks} "
+                                                "times: killed, or out of memory)"})
+                        else:
+                            suspects.insert(0, cell)
+                    else:
+                        suspects[:0] = lost
+                    pool = self._pool()
+                fill()
+        except BaseException:  # interrupted: do not wait for cells in flight (the workers die with us)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        # every cell is done: let the workers exit and release their semaphores (no "leaked semaphore"
+        # warning at exit)
+        pool.shutdown(wait=True)
+
+    def _pool(self) -> ProcessPoolExecutor:
         from securevfl.threads import idle_cores, share_for
 
-        pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=init_worker,
+        return ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=self.worker_init,
                                    initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
-        todo = iter(cells)  # pulled lazily: a cell is claimed in the store only when a worker is free
-        try:
-            pending = {pool.submit(run_cell, c, sweep) for c in islice(todo, self.workers)}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for f in done:
-                    on_result(f.result())
-                    pending |= {pool.submit(run_cell, c, sweep) for c in islice(todo, 1)}
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
 
 
 ENGINES: Registry[type[Engine]] = Registry("engine")
@@ -118,10 +180,11 @@ def make_engine(name: str, workers: int | str) -> Engine:
 
 
 def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, engine: str = "local",
-              progress: bool = True, command: str | None = None) -> dict:
+              progress: bool = True, command: str | None = None, take_over_leases: bool = False) -> dict:
     """Run a sweep file into its store, skipping rows already ``ok``. Returns counts. ``workers="auto"``:
     one per idle core, at most one per cell. ``command``: the command line to record with the sweep
-    file's provenance (default: the equivalent ``securevfl sweep`` command)."""
+    file's provenance (default: the equivalent ``securevfl sweep`` command). ``take_over_leases``:
+    run cells other sweeps claim too."""
     import sys
 
     from tqdm.auto import tqdm
@@ -136,15 +199,24 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
             validate_config(config_from_dict(cell.config))
         except UserError as e:
             raise UserError(f"sweep file {path}: cell {cell.method} / {cell.defense} / seed {cell.seed}: {e}") from None
+    unique = list({c.run_id: c for c in sweep.cells}.values())  # equal configurations: one row, computed once
+    if len(unique) < len(sweep.cells):
+        print(f"sweep {sweep.name}: {len(sweep.cells) - len(unique)} cells repeat another cell's configuration; "
+              "each is computed once", file=sys.stderr)
+        sweep.cells = unique
     if workers == "auto":
         from securevfl.threads import workers_auto
 
         workers = workers_auto(len(sweep.cells))
+    elif isinstance(workers, int) and workers > (os.cpu_count() or 1):
+        print(f"warning: --workers {workers} on a machine with {os.cpu_count()} cores: the cells will compete for "
+              "them and memory; --workers auto picks one per idle core", file=sys.stderr)
     runner = make_engine(engine, workers)
     store = Store(store_path or f"runs/{sweep.name}.sqlite")
     store.record_sweep(sweep_provenance(path, sweep.name, command or
                                         f"securevfl sweep {path} --store {store.path} --workers {workers} "
                                         f"--engine {engine}"))
+    store.take_over_leases = take_over_leases
     done = store.completed()
     todo = [c for c in sweep.cells if c.run_id not in done]
     counts: dict[str, Any] = {"cells": len(sweep.cells), "skipped": len(sweep.cells) - len(todo), "ok": 0, "failed": 0,

@@ -51,7 +51,9 @@ from securevfl.errors import UserError
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
-              "label_column", "task"}
+              "label_column", "task", "id_columns", "drop_columns", "categorical", "numeric"}
+# list-valued data settings: a list of names is the value itself; only a list of such lists sweeps them
+_LIST_KEYS = {"party_files", "id_columns", "drop_columns", "categorical", "numeric"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
 _GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "attack_search", "he", "seeds", "train", "model",
               "optim", "save"}
@@ -394,8 +396,12 @@ def _check_top_level(data: object, source: str) -> str:
     if unknown:
         raise _fail(sorted(unknown)[0], f"unknown key; expected one of {', '.join(sorted(_TOP_KEYS))}")
     name = data.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
-        raise _fail("name", "a non-empty name without '/' is required")
+    # the name becomes a file name (runs/<name>.sqlite): no path separators, control characters (NUL
+    # included) or leading dot, and a length every file system takes
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith(".") \
+            or len(name) > 200 or any(not ch.isprintable() for ch in name):
+        raise _fail("name", "a non-empty name (at most 200 printable characters, no '/', '\\' or leading '.') "
+                            "is required")
     return name
 
 
@@ -425,8 +431,10 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
     for k, v in ds.items():
         if k == "name":
             continue
-        if k == "columns" or not isinstance(v, list):
+        if k == "columns" or not isinstance(v, list) or (k in _LIST_KEYS and not _is_list_axis(v)):
             section = "data" if k in _DATA_KEYS else "partition"
+            if k in _LIST_KEYS and len(v) == 1 and isinstance(v[0], list):
+                v = v[0]  # [[guest.csv, host.csv]]: one value written as a one-point list, not an axis
             fixed[section][_PARTITION_ALIASES.get(k, k)] = v
         else:
             axes[k] = _as_list(v, f"dataset.{k}")
@@ -447,6 +455,11 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
         except UserError as e:
             raise UserError(f"sweep file: {e}") from None
     return base, axes
+
+
+def _is_list_axis(v: list) -> bool:
+    """A list-valued key is swept only by a list of at least two lists."""
+    return len(v) > 1 and all(isinstance(x, list) for x in v)
 
 
 def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> list[Cell]:
@@ -515,10 +528,7 @@ def _he_modes(value: object) -> list[tuple[str, dict]]:
 
 def load_sweep(path: str | Path) -> Sweep:
     p = Path(path)
-    try:
-        data = load_config_file(p)
-    except UserError as e:
-        raise UserError(str(e).replace("config file", "sweep file", 1)) from None
+    data = load_config_file(p, "sweep file")
     return parse_sweep(data, str(p))
 
 

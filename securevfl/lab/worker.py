@@ -8,22 +8,7 @@ A sweep killed while its workers start up then leaves none behind.
 
 from __future__ import annotations
 
-import os
-
-
-def die_with_parent(parent: int) -> None:
-    """Linux: ask the kernel to kill this worker when the sweep process dies, however it dies (kill -9
-    included), so no worker lives on as an orphan; elsewhere the pool's own shutdown does it."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
+from securevfl.procs import die_with_parent
 
 
 def init_worker(share: int, parent: int) -> None:

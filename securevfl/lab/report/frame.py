@@ -31,13 +31,25 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise UserError(f"store {store_path} has no runs")
     runs, attacks = [], []
     for r in rows:
-        res = json.loads(r["result_json"]) if r["result_json"] else {}
-        swept = json.loads(r["swept_json"] or "{}")
+        # a store of another version or a damaged row: what cannot be read counts as absent, never a crash
+        res, swept = _json_object(r["result_json"]), _json_object(r["swept_json"])
+        cost: dict = res["cost"] if isinstance(res.get("cost"), dict) else {}
+        he: dict = cost["he"] if isinstance(cost.get("he"), dict) else {}
+        if not isinstance(res.get("privacy"), dict | None):
+            res["privacy"] = None
+        if not isinstance(r["utility"], int | float):
+            r["utility"] = None
+        for key in ("dataset", "method", "defense", "defense_family", "he", "sweep"):  # group keys: text
+            r[key] = None if r[key] is None else str(r[key])
+        if not isinstance(r["seed"], int) or isinstance(r["seed"], bool):
+            r["seed"] = -1  # a damaged row: shown, never merged with a real seed
+        if not isinstance(r["strength"], int | float) or isinstance(r["strength"], bool):
+            r["strength"] = None
+        r["dataset"], r["method"], r["defense"] = r["dataset"] or "?", r["method"] or "?", r["defense"] or "none"
         # a worst-case search's tries are one cell: the try index leaves the cell's identity
-        search_try = int(swept.pop("search:try", 0))
-        config = json.loads(r["config_json"] or "{}")
-        cost = res.get("cost", {})
-        he = cost.get("he") or {}
+        search_try = swept.pop("search:try", 0)
+        search_try = search_try if isinstance(search_try, int) and not isinstance(search_try, bool) else 0
+        config = _json_object(r["config_json"])
         base = {"run_id": r["run_id"], "sweep": r["sweep"], "dataset": r["dataset"], "method": r["method"],
                 "defense": r["defense"], "family": r["defense_family"] or "none",
                 "strength": r["strength"] if r["strength"] is not None else (0.0 if r["defense"] == "none"
@@ -45,6 +57,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 "seed": r["seed"], "he": r["he"] or "off", "swept": json.dumps(swept, sort_keys=True),
                 "search_try": search_try, **{f"swept_{k}": v for k, v in swept.items()}}
         utility = res.get("utility") or {}
+        found: dict = res["attacks"] if isinstance(res.get("attacks"), dict) else {}
         runs.append({**base, "status": r["status"], "error": r["error"], "utility": r["utility"],
                      "metric": r["utility_metric"], "utility_prior": utility.get("prior"),
                      "test_rows": (res.get("partition") or {}).get("test_rows"), "epsilon": r["epsilon"],
@@ -62,9 +75,12 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "config": r["config_json"], "partition": json.dumps(res.get("partition") or {}),
                      "versions": r["versions_json"], "finished_at": r["finished_at"],
                      # trained beside an attack that acts during training (a backdoor): not the clean utility
-                     "malicious": any((a or {}).get("malicious_training")
-                                      for a in (res.get("attacks") or {}).values())})
-        for name, a in (res.get("attacks") or {}).items():
+                     "malicious": any(isinstance(a, dict) and a.get("malicious_training")
+                                      for a in found.values())})
+        for name, a in found.items():
+            if not isinstance(a, dict) or isinstance(a.get("value"), bool) \
+                    or not isinstance(a.get("value"), int | float):  # a damaged entry: nothing to plot
+                continue
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
                             "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),
                             "leakage": _leakage(a), "inverted": scores.inverted(a.get("metric"), a.get("value")),
@@ -119,6 +135,17 @@ def _entry_params(config: dict, name: str) -> dict:
             rest = entry.split(":", 1)[1] if ":" in entry else ""
             return dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
     return {}
+
+
+def _json_object(text: object) -> dict:
+    """A stored JSON column as a mapping: ``{}`` for NULL, garbage or any other JSON type."""
+    if not isinstance(text, str | bytes):
+        return {}
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def feature_epsilon(result: dict) -> float | None:

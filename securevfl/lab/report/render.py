@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
 
 from securevfl import provenance
 from securevfl.lab import scores
+from securevfl.errors import UserError
 from securevfl.lab.report.figures import encryption_figure, image_grid, size_figure, tradeoff_figure
 from securevfl.lab.report.frame import (
     attack_names,
@@ -42,6 +44,33 @@ def _md_table(df: pd.DataFrame) -> str:
     return df.to_markdown(index=False) if not df.empty else "(none)"
 
 
+def _no_symlink(path: Path) -> Path:
+    """``path`` unless it is a symbolic link (left by someone else): the report never writes through one."""
+    if path.is_symlink():
+        raise UserError(f"report: {path} is a symbolic link; refusing to write through it")
+    return path
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` without following a symbolic link there (O_NOFOLLOW where it exists)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(_no_symlink(path), flags, 0o644)
+    except OSError as e:
+        raise UserError(f"report: cannot write {path} ({e.strerror or e})") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _figure_path(out: Path, *parts: str) -> Path:
+    """A figure's path in ``out`` from names that come from the store (dataset, attack, swept key):
+    only letters, digits, ``.``, ``_`` and ``-`` survive, so a name like ``../x`` or one with quotes
+    cannot leave the folder or break out of an HTML attribute."""
+    safe = ["".join(ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "-" for ch in str(p))[:60].lstrip(".")
+            or "x" for p in parts]
+    return _no_symlink(out / ("_".join(safe) + ".png"))
+
+
 def write_report(store_path: str | Path, out_dir: str | Path, command: str | None = None) -> list[Path]:
     """Render a sweep store as ``report.md`` + a self-contained ``report.html`` and their figures.
 
@@ -55,7 +84,11 @@ def write_report(store_path: str | Path, out_dir: str | Path, command: str | Non
     """
     runs, attacks = load_frames(store_path)
     out = Path(out_dir)
+    if out.is_symlink():
+        raise UserError(f"report --out {out}: is a symbolic link; give a real directory")
     out.mkdir(parents=True, exist_ok=True)
+    for name in ("report.md", "report.html"):  # refused before the work, not after it
+        _no_symlink(out / name)
     summary = summarise(runs, attacks)
     ok_attacks = attacks[attacks.run_id.isin(runs[runs.status == "ok"].run_id)] if len(attacks) else attacks
     table = scores.score_table(summary, ok_attacks)
@@ -65,8 +98,8 @@ def write_report(store_path: str | Path, out_dir: str | Path, command: str | Non
     sections += _run_wide_sections(runs)
     sections.append(("Provenance", _provenance_blocks(runs, store_path, command)))
     intro = _intro(runs, attacks, store_path)
-    (out / "report.md").write_text(_render_md(intro, sections, out))
-    (out / "report.html").write_text(_render_html(intro, sections))
+    _write_new(out / "report.md", _render_md(intro, sections, out))
+    _write_new(out / "report.html", _render_html(intro, sections))
     figures = [content for _, blocks in sections for kind, content in blocks if kind == "img"]
     return [out / "report.md", out / "report.html", *figures]
 
@@ -110,10 +143,10 @@ def _encryption_blocks(summary: pd.DataFrame, attacks: pd.DataFrame, ds: str, ou
         blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
                              f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
         fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
-                                out / f"encryption_{ds}_{f}.png", kinds)
+                                _figure_path(out, "encryption", ds, f), kinds)
         blocks.append(("img", fig))  # the plot first: it is what the first screen must show
         blocks.append(("ul", encryption_headline(summary, ds, f, labels_[0] if labels_ else None)))
-        grid = image_grid(attacks, ds, f, out / f"reconstructions_{ds}_{f}.png")
+        grid = image_grid(attacks, ds, f, _figure_path(out, "reconstructions", ds, f))
         if grid is not None:
             blocks.append(("img", grid))
     return blocks
@@ -139,7 +172,7 @@ def _tradeoff_blocks(summary: pd.DataFrame, ds: str, a: str, out: Path, kinds: d
         drawn = sub[~sub.chance.astype(bool)] if "chance" in sub else sub
         if not drawn[drawn.dataset == ds][f"{a}_value"].notna().any():
             continue
-        fig = tradeoff_figure(drawn, ds, a, out / f"tradeoff_{ds}_{a}{suffix}.png", label, kinds.get(a, ""))
+        fig = tradeoff_figure(drawn, ds, a, _figure_path(out, "tradeoff", ds, f"{a}{suffix}"), label, kinds.get(a, ""))
         blocks.append(("img", fig))
     return blocks
 
@@ -242,7 +275,7 @@ def _size_blocks(summary: pd.DataFrame, runs: pd.DataFrame, ds: str, out: Path) 
     """Utility against each swept data key (e.g. the aligned fraction)."""
     blocks: list = []
     for key in sorted({c[len("swept_"):] for c in runs.columns if c.startswith("swept_") and ":" not in c}):
-        fig = size_figure(summary, runs, ds, key, out / f"utility_vs_{key}_{ds}.png")
+        fig = size_figure(summary, runs, ds, key, _figure_path(out, "utility_vs", key, ds))
         if fig is not None:
             blocks.append(("img", fig))
     return blocks
@@ -324,7 +357,7 @@ def _render_html(intro: str, sections: list) -> str:
                             + "</ul>")
             elif kind == "img":
                 data = base64.b64encode(content.read_bytes()).decode()
-                body.append(f"<img alt='{content.stem}' src='data:image/png;base64,{data}'>")
+                body.append(f"<img alt='{html.escape(content.stem, quote=True)}' src='data:image/png;base64,{data}'>")
             elif kind == "table":
                 body.append(content.to_html(index=False, border=0, na_rep="–", escape=True)
                             if not content.empty else "<p>(none)</p>")

@@ -304,11 +304,11 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
             lines.append(f"Attack **{name}**: the passive party `{adv}` completes its bottom model with a head "
                          f"and trains the {g.finetunes.iloc[0]}: {params.get('steps')} steps of "
                          f"{'MixMatch' if name != 'mc-plain' else 'supervised training'} on "
-                         f"{int(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
+                         f"{_count(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
                          f"local-SSL baseline: SimSiam on all the adversary's rows, as many epochs as the method's "
                          f"own SSL stage, 10 without one ({ssl_text}).")
         elif name.startswith("fr"):
-            aux = (f"knows the passive features of {int(g.n_aux.iloc[0])} aligned rows and trains a decoder from"
+            aux = (f"knows the passive features of {_count(g.n_aux.iloc[0])} aligned rows and trains a decoder from"
                    if name == "fr" else "knows no passive row; fits a generator from its own features and a "
                    "surrogate of the passive bottom model to")
             lines.append(f"Attack **{name}**: the active party attacks `{adv}`'s features: it {aux} what it "
@@ -352,3 +352,8 @@ def he_table(runs: pd.DataFrame) -> pd.DataFrame:
                            if (r.dataset, r.method, r.defense) in off.index else "–" for r in g.itertuples()]
     g["MB sent"] = (g.bytes_sent / 1e6).round(2)
     return g.drop(columns=["bytes_sent"])
+
+
+def _count(x: object) -> str:
+    """A stored count as text; ``?`` when an older or damaged row lacks it."""
+    return str(int(x)) if isinstance(x, int | float) and math.isfinite(x) else "?"
