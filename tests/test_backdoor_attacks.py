@@ -110,7 +110,7 @@ def test_bad_parameters_are_one_line_errors(spec, needle):
 
 def test_bad_parameters_exit_2_from_the_cli(capsys):
     for spec, needle in (("backdoor-gr:poison=2", "poison"), ("backdoor-gr:target=10", "classes 0..9"),
-                         ("missing-feature:adversary=passive3", "no such passive party")):
+                         ("missing-feature:adversary=passive3", "is not a passive party")):
         assert main(["train", "--dataset", "digits", "--epochs", "1", "--attack", spec]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err

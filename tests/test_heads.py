@@ -112,10 +112,15 @@ def test_the_head_setting_at_its_default_keeps_run_ids():
     import hashlib
     import json
 
-    from securevfl.lab.sweep import run_id
+    from securevfl.lab.sweep import HASH_EXEMPT_DEFAULTS, run_id
 
     split, agg = RunConfig().to_dict(), RunConfig().to_dict()
     agg["model"]["head"] = "agg"
-    before = {**split, "model": {k: v for k, v in split["model"].items() if k != "head"}}  # as recorded pre-head
+    before = json.loads(json.dumps(split))  # as recorded before these settings existed
+    for *path, leaf in HASH_EXEMPT_DEFAULTS:
+        node = before
+        for key in path:
+            node = node[key]
+        node.pop(leaf)
     want = hashlib.sha256(json.dumps(before, sort_keys=True, default=str).encode()).hexdigest()[:20]
     assert run_id(split) == want and run_id(agg) != want and split["model"]["head"] == "split"

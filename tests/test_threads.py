@@ -48,7 +48,7 @@ def test_explicit_environment_wins(monkeypatch):
 def test_cli_workers_auto_and_bad_value(tmp_path, capsys, monkeypatch):
     seen = {}
 
-    def fake_run_sweep(file, store, workers, engine, progress):
+    def fake_run_sweep(file, store, workers, engine, progress, **_):
         seen["workers"] = workers
         return {"cells": 0, "ok": 0, "failed": 0, "skipped": 0, "store": "x"}
 
