@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from securevfl import provenance
-from securevfl.lab import scores
 from securevfl.errors import UserError
+from securevfl.lab import scores
 from securevfl.lab.report.figures import encryption_figure, image_grid, size_figure, tradeoff_figure
 from securevfl.lab.report.frame import (
     attack_names,
