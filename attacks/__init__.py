@@ -9,6 +9,7 @@ from attacks.backdoor import gr, villain  # noqa: F401  (registration)
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, adversary_party, attack_spec, parse_attack
 from attacks.feature import fr  # noqa: F401  (registration)
 from attacks.gradient import scoring  # noqa: F401  (registration)
+from attacks.gradient.audit import AUDIT_SCORERS, CanaryScorer
 from attacks.model_completion import mc  # noqa: F401  (registration)
 
-__all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "adversary_party", "attack_spec", "parse_attack"]
+__all__ = ["ATTACKS", "AUDIT_SCORERS", "CanaryScorer", "Attack", "AttackResult", "AttackTarget", "adversary_party", "attack_spec", "parse_attack"]

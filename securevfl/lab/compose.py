@@ -14,6 +14,7 @@ import torch
 
 import attacks as attack_lib  # noqa: I001  (composition layer: the one place core imports these)
 import defenses as defense_lib
+from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
@@ -21,6 +22,7 @@ from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import PartyHook
+from securevfl.lab.audit import audit_config, audit_result, insert_canaries
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
@@ -54,17 +56,21 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         UserError: a bad value or an incompatible combination, before any data is read."""
     defenses = [*defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
-    cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
+    audit = audit_config(cfg.audit)
+    scorer = attack_lib.AUDIT_SCORERS.get(str(audit["attack"])) if audit["canaries"] else None
+    cfg = resolve_config(cfg, transcript=scorer is not None or any("transcript" in cls.requires
+                                                                     for cls, _ in attack_specs))
     # an active adversary reads the passive messages it received from its channel view: the federation
     # is built recording then (recording is chosen here, never switched on a live federation)
     record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
         record=record, progress=progress, params=cfg.method_params))
-    check_compatibility(cfg, method, defenses, attack_specs)
+    check_compatibility(cfg, method, defenses, attack_specs, audit=scorer is not None)
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
+    plan = insert_canaries(partition, int(audit["canaries"]), cfg.seed, cfg.mechanism_seed) if scorer else None
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -75,8 +81,15 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     seconds = time.perf_counter() - t0
 
     warnings = run_warnings(fed, progress)
-    result = RunResult(config=cfg, utility=utility, privacy={**privacy_report(fed), "features": feature_privacy(fed),
-                                                                 **randomness_report(cfg)},
+    privacy = privacy_report(fed)
+    if plan is not None and scorer is not None:
+        scores = scorer.scores(attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method), plan.canaries,
+                               cfg.seed)
+        claimed = privacy.get("epsilon") is not None  # audit at the claimed δ; pure ε (or no claim): δ = 0
+        privacy["audit"] = audit_result(plan, scores, float(privacy.get("delta") or 0.0) if claimed else 0.0,
+                                        float(audit["confidence"]), int(audit["guesses"]), scorer.name)
+    result = RunResult(config=cfg, utility=utility, privacy={**privacy, "features": feature_privacy(fed),
+                                                             **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
     result.attacks = run_attacks(attacks, result)
@@ -118,7 +131,7 @@ def build_partition(cfg: RunConfig) -> Partition:
 
 
 def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[PartyHook],
-                        attack_specs: Sequence[AttackSpec]) -> None:
+                        attack_specs: Sequence[AttackSpec], audit: bool = False) -> None:
     """Every cross-component rule of a run, in one place: HE, defenses and attacks against what
     the method does, and the partition against what the method needs.
 
@@ -143,6 +156,9 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
         if hook.needs_aligned_batches and not m.aligned_batches:
             raise UserError(f"defense {hook.name} accounts per labeled example of an aligned batch, but method "
                             f"{cfg.method} trains on unaligned batches (rows mix several entities' labels)")
+    if audit and (MessageKind.GRADIENT not in m.sends or not m.aligned_batches or not m.uses_passives):
+        raise UserError(f"--audit: method {cfg.method} returns no per-example gradients of aligned labeled batches to "
+                        "a passive party, so the label audit's adversary has nothing to score")
     if cfg.he != "off" and not method.interactive_layer:
         raise UserError(f"--he {cfg.he}: method {cfg.method} with these parameters has no linear first head "
                         "layer to run the encrypted interactive layer on (risa: --method-param evidential=false)")

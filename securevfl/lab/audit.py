@@ -1,0 +1,127 @@
+"""One-run privacy auditing of the label side (Steinke, Nasr & Jagielski, NeurIPS 2023): an
+empirical ε lower bound beside the claimed ε, from the same training run.
+
+Reading for label DP (replace-one-label neighbours; the paper's "include with probability ½"):
+``canaries`` rows are drawn (with the public run seed: the adversary may know which rows they are,
+and their true labels) from the active party's labeled aligned training rows. For each canary,
+independently with probability ½ and from private randomness, S_i = +1 keeps its true label and
+S_i = −1 replaces it with the other class; the two datasets differ in one label, exactly the pair
+the mechanism's ε speaks about. The run then trains as configured, mechanism included (``rr``
+randomises the canary labels like any other; ``dp`` clips and noises their gradients).
+
+After training the adversary, the passive party ``passive1`` from its own view (the gradients it
+received), scores each canary (:data:`attacks.AUDIT_SCORERS`); a score for "trained with label 1"
+becomes a score for S_i = +1 by the canary's known true label. It guesses +1 on the k highest, −1
+on the k lowest, and abstains on the rest. k is not tuned on the answers: a fixed schedule of
+guess counts r = 2k is tried and the confidence is split over them (Bonferroni), so reporting the
+best is still a valid bound (the paper sweeps k; we pay for the sweep instead of ignoring it).
+The correct guesses become ε_lower with :func:`securevfl.lab.audit_bound.epsilon_lower_bound` at
+the claimed δ (0 for pure ε and for runs that claim nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import secrets
+
+import numpy as np
+
+from securevfl.data.partition import IdIndex, Partition
+from securevfl.errors import UserError
+from securevfl.lab.audit_bound import epsilon_lower_bound
+from securevfl.spec import check_params
+
+DEFAULTS: dict[str, object] = {"canaries": 0, "attack": "direction", "confidence": 0.95, "guesses": 0}
+"""``--audit`` keys: ``canaries`` (0 = no audit), the scorer, the confidence 1 − β, and the number of
+guesses r (0: the Bonferroni schedule :data:`GUESS_FRACTIONS`)."""
+
+GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.5, 1.0)
+"""Guess counts tried, as shares of the canaries (the paper's sweep over k, at a split confidence)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditPlan:
+    canaries: np.ndarray
+    true_labels: np.ndarray
+    included: np.ndarray
+    """S_i: True where the canary kept its true label."""
+
+
+def audit_config(given: dict) -> dict:
+    """The checked ``--audit`` mapping merged over :data:`DEFAULTS`.
+
+    Raises:
+        UserError: an unknown key, a wrong type or a value out of range."""
+    cfg = {**DEFAULTS, **check_params("--audit", DEFAULTS, given)}
+    if cfg["canaries"] != 0 and cfg["canaries"] < 2:
+        raise UserError(f"--audit canaries must be 0 (off) or ≥ 2, got {cfg['canaries']}")
+    if not 0 < cfg["confidence"] < 1:
+        raise UserError(f"--audit confidence must be in (0, 1), got {cfg['confidence']}")
+    if cfg["guesses"] < 0 or cfg["guesses"] > cfg["canaries"]:
+        raise UserError(f"--audit guesses must be in [0, canaries], got {cfg['guesses']}")
+    return cfg
+
+
+def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed: int | None) -> AuditPlan:
+    """Choose ``count`` labeled aligned rows as canaries and flip each one's label with probability
+    ½ (private randomness unless the mechanism seed is fixed). The partition is changed in place: the
+    active party trains on the canary labels, and the simulator's ground truth follows them.
+
+    Raises:
+        UserError: a task that is not binary, or fewer labeled aligned rows than canaries."""
+    if partition.n_classes != 2:
+        raise UserError(f"--audit: the label audit needs a binary task ({partition.dataset} has "
+                        f"{partition.n_classes} classes)")
+    act = partition.active
+    assert act.label_ids is not None and act.y_labels is not None  # the active party holds labels
+    pool = np.intersect1d(partition.labeled_ids, act.label_ids)
+    if count > len(pool):
+        raise UserError(f"--audit canaries={count}: only {len(pool)} labeled aligned training rows")
+    canaries = np.sort(np.random.default_rng([seed, 0xA0D1]).choice(pool, size=count, replace=False))
+    private = np.random.default_rng(secrets.randbits(64) if mechanism_seed is None else [mechanism_seed, 0xA0D1])
+    included = private.random(count) < 0.5
+    truth = partition.true_labels(canaries)
+    flipped = np.where(included, truth, 1 - truth)
+    y = act.y_labels.copy()
+    y[IdIndex(act.label_ids).positions(canaries)] = flipped
+    partition.parties[0] = dataclasses.replace(act, y_labels=y)  # PartyData indexes its fields at init
+    if partition.truth_ids is not None and partition.truth_y is not None:
+        ty = partition.truth_y.copy()
+        pos = IdIndex(partition.truth_ids).positions(canaries)
+        ty[pos[pos >= 0]] = flipped[pos >= 0]
+        partition.truth_y = ty
+    return AuditPlan(canaries, truth, included)
+
+
+def guess_counts(m: int, guesses: int) -> list[int]:
+    """The guess counts r (even: k = r / 2 on each side) the audit tries."""
+    if guesses:
+        return [max(2, guesses - guesses % 2)]
+    return sorted({max(2, int(round(f * m / 2)) * 2) for f in GUESS_FRACTIONS if int(round(f * m / 2)) * 2 <= m}
+                  | ({m - m % 2} if m >= 2 else set()))
+
+
+def audit_result(plan: AuditPlan, label1_scores: np.ndarray, delta: float, confidence: float, guesses: int,
+                 attack: str) -> dict:
+    """Guesses from the adversary's scores, and the bound they support (best over the schedule, each
+    at confidence 1 − β / len(schedule))."""
+    m = len(plan.canaries)
+    s = np.where(plan.true_labels == 1, label1_scores, -label1_scores)  # a score for S_i = +1
+    order = np.argsort(s, kind="stable")
+    counts = guess_counts(m, guesses)
+    level = 1.0 - (1.0 - confidence) / len(counts)
+    best: dict = {"epsilon_lower": 0.0, "guesses": counts[0], "correct": 0}
+    for r in counts:
+        k = r // 2
+        correct = int((~plan.included[order[:k]]).sum() + plan.included[order[m - k:]].sum())
+        eps = epsilon_lower_bound(m, r, correct, delta, level)
+        if eps > best["epsilon_lower"] or (eps == best["epsilon_lower"] and correct > best["correct"]):
+            best = {"epsilon_lower": eps, "guesses": r, "correct": correct}
+    if math.isinf(best["epsilon_lower"]):
+        best["epsilon_lower"] = None
+    return {**best, "confidence": confidence, "delta": delta, "canaries": m, "attack": attack,
+            "adversary": "passive1", "guess_schedule": counts, "per_guess_confidence": level,
+            "included": int(plan.included.sum()),
+            "reading": "canary label kept or flipped with probability 1/2 (replace-one-label); the adversary "
+                       "guesses which from the gradients it received"}
