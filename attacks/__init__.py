@@ -12,4 +12,5 @@ from attacks.gradient import scoring  # noqa: F401  (registration)
 from attacks.gradient.audit import AUDIT_SCORERS, CanaryScorer
 from attacks.model_completion import mc  # noqa: F401  (registration)
 
-__all__ = ["ATTACKS", "AUDIT_SCORERS", "CanaryScorer", "Attack", "AttackResult", "AttackTarget", "adversary_party", "attack_spec", "parse_attack"]
+__all__ = ["ATTACKS", "AUDIT_SCORERS", "Attack", "AttackResult", "AttackTarget", "CanaryScorer", "adversary_party",
+           "attack_spec", "parse_attack"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import secrets
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def audit_config(given: dict) -> dict:
 
     Raises:
         UserError: an unknown key, a wrong type or a value out of range."""
-    cfg = {**DEFAULTS, **check_params("--audit", DEFAULTS, given)}
+    cfg: dict[str, Any] = {**DEFAULTS, **check_params("--audit", DEFAULTS, given)}
     if cfg["canaries"] != 0 and cfg["canaries"] < 2:
         raise UserError(f"--audit canaries must be 0 (off) or ≥ 2, got {cfg['canaries']}")
     if not 0 < cfg["confidence"] < 1:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from scipy.stats import binom
 
 
@@ -36,10 +37,9 @@ def p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) -> float
     tail = float(binom.sf(v - 1, r, q))  # P[Binomial(r, q) ≥ v]
     if delta == 0 or v == 0:
         return min(tail, 1.0)
-    alpha, window = 0.0, 0.0
-    for i in range(1, v + 1):  # window = P[v − i ≤ Binomial(r, q) < v]
-        window += float(binom.pmf(v - i, r, q))
-        alpha = max(alpha, window / i)
+    i = np.arange(1, v + 1)
+    windows = np.cumsum(binom.pmf(v - i, r, q))  # windows[i − 1] = P[v − i ≤ Binomial(r, q) < v]
+    alpha = float(np.max(windows / i))
     return min(tail + 2.0 * m * delta * alpha, 1.0)
 
 
