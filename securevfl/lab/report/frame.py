@@ -42,6 +42,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                 **{f"swept_{k}": v for k, v in swept.items()}}
         runs.append({**base, "status": r["status"], "error": r["error"], "utility": r["utility"],
                      "metric": r["utility_metric"], "epsilon": r["epsilon"], "seconds": r["seconds"],
+                     "epsilon_audit": ((res.get("privacy") or {}).get("audit") or {}).get("epsilon_lower"),
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
                      "train_steps": cost.get("train_steps"),
                      "he_bytes": he.get("bytes"),
@@ -84,10 +85,13 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     steps = pd.to_numeric(ok.get("train_steps"), errors="coerce").where(lambda x: x > 0)
     ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
+    if "epsilon_audit" not in ok:  # a frame built without audits
+        ok = ok.assign(epsilon_audit=np.nan)
     g = ok.groupby(_GROUP, dropna=False)
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
                 metric=("metric", "first"), epsilon=("epsilon", "mean"),
-                feature_epsilon=("feature_epsilon", "mean"), feature_side=("feature_side", "max"),
+                epsilon_audit=("epsilon_audit", "mean"), feature_epsilon=("feature_epsilon", "mean"),
+                feature_side=("feature_side", "max"),
                 seconds=("seconds", "mean"),
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
