@@ -82,10 +82,14 @@ def test_guesses_and_refusals():
     plan_scores = np.arange(10.0)
     from securevfl.lab.audit import AuditPlan
     plan = AuditPlan(np.arange(10), np.ones(10, dtype=np.int64), plan_scores >= 5)
-    res = audit_result(plan, plan_scores, 0.0, 0.95, 10, "direction")  # a perfect scorer
-    assert res["correct"] == 10 and res["guesses"] == 10
-    res = audit_result(plan, -plan_scores, 0.0, 0.95, 10, "direction")  # an anti-scorer gains nothing
+    res = audit_result(plan, {"good": plan_scores}, 0.0, 0.95, 10)  # a perfect scorer
+    assert res["correct"] == 10 and res["guesses"] == 10 and res["attack"] == "good"
+    res = audit_result(plan, {"bad": -plan_scores}, 0.0, 0.95, 10)  # an anti-scorer gains nothing
     assert res["correct"] == 0 and res["epsilon_lower"] == 0.0
+    both = audit_result(plan, {"bad": -plan_scores, "good": plan_scores}, 0.0, 0.95, 10)
+    assert both["attack"] == "good" and both["per_guess_confidence"] == pytest.approx(0.975)
+    # trying two scorers costs confidence: a smaller bound than the good scorer alone
+    assert 0 < both["epsilon_lower"] < res_good(plan, plan_scores)
     for bad in ({"canaries": 1}, {"confidence": 1.0}, {"canaries": 10, "guesses": 11}, {"canary": 5}):
         with pytest.raises(UserError):
             audit_config(bad)
@@ -93,6 +97,10 @@ def test_guesses_and_refusals():
         insert_canaries(build_partition(RunConfig(dataset="digits", method="splitnn")), 10, 0, None)
     with pytest.raises(UserError, match="labeled aligned"):
         insert_canaries(build_partition(RunConfig(dataset="breast-cancer", method="splitnn")), 10**5, 0, None)
+
+
+def res_good(plan, scores):
+    return audit_result(plan, {"good": scores}, 0.0, 0.95, 10)["epsilon_lower"]
 
 
 def test_cli_bad_audit_is_a_one_line_error(capsys):
@@ -134,7 +142,8 @@ def test_audit_catches_a_broken_mechanism(broken, claimed):
     assert run.privacy["epsilon"] == pytest.approx(claimed, rel=0.05)  # it claims its ε ...
     audit = run.privacy["audit"]
     assert audit["epsilon_lower"] > claimed + 0.5, audit  # ... and the audit, at 95 %, refutes it
-    assert audit["canaries"] == 200 and audit["attack"] == "direction" and audit["correct"] <= audit["guesses"]
+    assert audit["canaries"] == 200 and audit["attacks_tried"] == ["aux-axis", "direction", "norm"]
+    assert audit["correct"] <= audit["guesses"]
 
 
 def test_audit_of_the_correct_mechanism_fast():

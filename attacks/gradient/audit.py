@@ -13,6 +13,11 @@ names it with ``--audit attack=NAME``.
   Per batch: the axis is the top right singular vector of the received rows, oriented by the
   adversary's own labeled auxiliary rows in the batch (or, with none there, by the previous batch's
   axis); a canary's score is the sum over the batches that hold it of its row's cosine with that axis.
+- ``aux-axis``: under heavy noise one batch's axis is mostly noise; this scorer pools the whole run
+  instead: the axis is Σ (2y − 1)·g over every gradient row of the adversary's own labeled rows,
+  and a canary's score is the sum of its rows' projections on it (with isotropic Gaussian noise the
+  projection, not the cosine, is the statistic that averages the noise out). It assumes the head's
+  Jacobian drifts little over training.
 - ``norm`` (Li et al. 2022): the minority class gets larger gradients; a canary's score is its
   summed row norm, signed toward the minority class known from the auxiliary rows.
 """
@@ -58,11 +63,12 @@ def _aux_labels(target: AttackTarget, canaries: np.ndarray, seed: int) -> dict:
 
 
 def _accumulate(target: AttackTarget, canaries: np.ndarray,
-                batch_scores: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+                batch_scores: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                pairs: list[tuple[np.ndarray, np.ndarray]] | None = None) -> np.ndarray:
     """Sum ``batch_scores(ids, rows)`` over every received training batch, per canary."""
     index = {c: i for i, c in enumerate(canaries.tolist())}
     total = np.zeros(len(canaries))
-    for ids, g in received_gradient_batches(target):
+    for ids, g in received_gradient_batches(target) if pairs is None else pairs:
         s = batch_scores(ids, g)
         for row, e in enumerate(ids.tolist()):
             if e in index:
@@ -96,6 +102,22 @@ def _direction_scores(target: AttackTarget, canaries: np.ndarray, seed: int) -> 
         return cos
 
     return _accumulate(target, canaries, per_batch)
+
+
+@AUDIT_SCORERS.register
+class AuxAxisScorer(CanaryScorer):
+    name = "aux-axis"
+
+    @classmethod
+    def scores(cls, target: AttackTarget, canaries: np.ndarray, seed: int) -> np.ndarray:
+        aux = _aux_labels(target, canaries, seed)
+        pairs = received_gradient_batches(target)
+        axis = np.zeros(pairs[0][1].shape[1] if pairs else 0)
+        for ids, g in pairs:
+            for i, e in enumerate(ids.tolist()):
+                if e in aux:
+                    axis += (2 * aux[e] - 1) * g[i]
+        return _accumulate(target, canaries, lambda ids, g: g @ axis, pairs)
 
 
 @AUDIT_SCORERS.register

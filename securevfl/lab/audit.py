@@ -10,11 +10,13 @@ the mechanism's ε speaks about. The run then trains as configured, mechanism in
 randomises the canary labels like any other; ``dp`` clips and noises their gradients).
 
 After training the adversary, the passive party ``passive1`` from its own view (the gradients it
-received), scores each canary (:data:`attacks.AUDIT_SCORERS`); a score for "trained with label 1"
+received), scores each canary with each of its scorers (:data:`attacks.AUDIT_SCORERS`; by default
+all of them, the strongest one counting, paid for in the confidence split below); a score for "trained with label 1"
 becomes a score for S_i = +1 by the canary's known true label. It guesses +1 on the k highest, −1
 on the k lowest, and abstains on the rest. k is not tuned on the answers: a fixed schedule of
-guess counts r = 2k is tried and the confidence is split over them (Bonferroni), so reporting the
-best is still a valid bound (the paper sweeps k; we pay for the sweep instead of ignoring it).
+guess counts r = 2k is tried for every scorer and the confidence is split over all those
+(scorer, r) pairs (Bonferroni), so reporting the best is still a valid bound (the paper sweeps k; we
+pay for the sweep instead of ignoring it).
 The correct guesses become ε_lower with :func:`securevfl.lab.audit_bound.epsilon_lower_bound` at
 the claimed δ (0 for pure ε and for runs that claim nothing).
 """
@@ -33,9 +35,10 @@ from securevfl.errors import UserError
 from securevfl.lab.audit_bound import epsilon_lower_bound
 from securevfl.spec import check_params
 
-DEFAULTS: dict[str, object] = {"canaries": 0, "attack": "direction", "confidence": 0.95, "guesses": 0}
-"""``--audit`` keys: ``canaries`` (0 = no audit), the scorer, the confidence 1 − β, and the number of
-guesses r (0: the Bonferroni schedule :data:`GUESS_FRACTIONS`)."""
+DEFAULTS: dict[str, object] = {"canaries": 0, "attack": "all", "confidence": 0.95, "guesses": 0}
+"""``--audit`` keys: ``canaries`` (0 = no audit), the scorer (``all``: every registered scorer, the
+confidence split over them), the confidence 1 − β, and the number of guesses r (0: the Bonferroni
+schedule :data:`GUESS_FRACTIONS`)."""
 
 GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.5, 1.0)
 """Guess counts tried, as shares of the canaries (the paper's sweep over k, at a split confidence)."""
@@ -103,25 +106,27 @@ def guess_counts(m: int, guesses: int) -> list[int]:
                   | ({m - m % 2} if m >= 2 else set()))
 
 
-def audit_result(plan: AuditPlan, label1_scores: np.ndarray, delta: float, confidence: float, guesses: int,
-                 attack: str) -> dict:
-    """Guesses from the adversary's scores, and the bound they support (best over the schedule, each
-    at confidence 1 − β / len(schedule))."""
+def audit_result(plan: AuditPlan, label1_scores: dict[str, np.ndarray], delta: float, confidence: float,
+                 guesses: int) -> dict:
+    """Guesses from each scorer's scores (name → one score per canary for "trained with label 1"),
+    and the bound they support: the best over scorers and the guess schedule, each at confidence
+    1 − β / (scorers × schedule)."""
     m = len(plan.canaries)
-    s = np.where(plan.true_labels == 1, label1_scores, -label1_scores)  # a score for S_i = +1
-    order = np.argsort(s, kind="stable")
     counts = guess_counts(m, guesses)
-    level = 1.0 - (1.0 - confidence) / len(counts)
-    best: dict = {"epsilon_lower": 0.0, "guesses": counts[0], "correct": 0}
-    for r in counts:
-        k = r // 2
-        correct = int((~plan.included[order[:k]]).sum() + plan.included[order[m - k:]].sum())
-        eps = epsilon_lower_bound(m, r, correct, delta, level)
-        if eps > best["epsilon_lower"] or (eps == best["epsilon_lower"] and correct > best["correct"]):
-            best = {"epsilon_lower": eps, "guesses": r, "correct": correct}
+    level = 1.0 - (1.0 - confidence) / (len(counts) * len(label1_scores))
+    best: dict = {"epsilon_lower": 0.0, "guesses": counts[0], "correct": 0, "attack": next(iter(label1_scores))}
+    for name, scores in label1_scores.items():
+        s = np.where(plan.true_labels == 1, scores, -scores)  # a score for S_i = +1
+        order = np.argsort(s, kind="stable")
+        for r in counts:
+            k = r // 2
+            correct = int((~plan.included[order[:k]]).sum() + plan.included[order[m - k:]].sum())
+            eps = epsilon_lower_bound(m, r, correct, delta, level)
+            if eps > best["epsilon_lower"] or (eps == best["epsilon_lower"] and correct > best["correct"]):
+                best = {"epsilon_lower": eps, "guesses": r, "correct": correct, "attack": name}
     if math.isinf(best["epsilon_lower"]):
         best["epsilon_lower"] = None
-    return {**best, "confidence": confidence, "delta": delta, "canaries": m, "attack": attack,
+    return {**best, "confidence": confidence, "delta": delta, "canaries": m, "attacks_tried": list(label1_scores),
             "adversary": "passive1", "guess_schedule": counts, "per_guess_confidence": level,
             "included": int(plan.included.sum()),
             "reading": "canary label kept or flipped with probability 1/2 (replace-one-label); the adversary "

@@ -57,20 +57,20 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     defenses = [*defense_lib.parse_defense(cfg.defense, mechanism_seed=cfg.mechanism_seed), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
     audit = audit_config(cfg.audit)
-    scorer = attack_lib.AUDIT_SCORERS.get(str(audit["attack"])) if audit["canaries"] else None
-    cfg = resolve_config(cfg, transcript=scorer is not None or any("transcript" in cls.requires
-                                                                     for cls, _ in attack_specs))
+    scorers = ([attack_lib.AUDIT_SCORERS.get(n) for n in attack_lib.AUDIT_SCORERS.names()] if audit["attack"] == "all"
+               else [attack_lib.AUDIT_SCORERS.get(str(audit["attack"]))]) if audit["canaries"] else []
+    cfg = resolve_config(cfg, transcript=bool(scorers) or any("transcript" in cls.requires for cls, _ in attack_specs))
     # an active adversary reads the passive messages it received from its channel view: the federation
     # is built recording then (recording is chosen here, never switched on a live federation)
     record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
         record=record, progress=progress, params=cfg.method_params))
-    check_compatibility(cfg, method, defenses, attack_specs, audit=scorer is not None)
+    check_compatibility(cfg, method, defenses, attack_specs, audit=bool(scorers))
     # no first linear layer to split (e.g. RISA's evidential heads): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     partition = build_partition(cfg)
-    plan = insert_canaries(partition, int(audit["canaries"]), cfg.seed, cfg.mechanism_seed) if scorer else None
+    plan = insert_canaries(partition, int(audit["canaries"]), cfg.seed, cfg.mechanism_seed) if scorers else None
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -82,12 +82,12 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
 
     warnings = run_warnings(fed, progress)
     privacy = privacy_report(fed)
-    if plan is not None and scorer is not None:
-        scores = scorer.scores(attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method), plan.canaries,
-                               cfg.seed)
+    if plan is not None:
+        target = attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method)
+        scores = {s.name: s.scores(target, plan.canaries, cfg.seed) for s in scorers}
         claimed = privacy.get("epsilon") is not None  # audit at the claimed δ; pure ε (or no claim): δ = 0
         privacy["audit"] = audit_result(plan, scores, float(privacy.get("delta") or 0.0) if claimed else 0.0,
-                                        float(audit["confidence"]), int(audit["guesses"]), scorer.name)
+                                        float(audit["confidence"]), int(audit["guesses"]))
     result = RunResult(config=cfg, utility=utility, privacy={**privacy, "features": feature_privacy(fed),
                                                              **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
