@@ -79,8 +79,14 @@ class Sweep:
     swept_keys: list[str]
 
 
+_HASHED_ONLY_IF_SET = {"audit": {}}
+"""Settings added after stores existed, left out of the hash at their default: every existing run id
+(and the mechanism seeds derived from it) stays what it was."""
+
+
 def run_id(config: dict) -> str:
     """Hash of the resolved configuration: equal configs share a row, whatever the sweep file."""
+    config = {k: v for k, v in config.items() if _HASHED_ONLY_IF_SET.get(k, object()) != v}
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
