@@ -197,6 +197,9 @@ def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
     notes += ["`ε`: the label-DP bound of the defense at the reported δ; – where the defense has "
               "no DP accounting (no defense, ISO, sparsification), so no ε exists.",
               "`train s`: training wall time per run on this machine (attacks excluded)."]
+    if "epsilon_audit" in d and d.epsilon_audit.notna().any():
+        notes.append("`audited ε ≥`: the one-run audit's empirical ε lower bound (95 %, mean over seeds; "
+                     "docs/audit.md); above ε refutes the claim, below it is evidence, not proof.")
     if "feature_epsilon" in d and d.feature_epsilon.notna().any():
         notes.append("`feature ε`: the largest feature-level ε (δ 1e-5) of any passive party under embedding-dp "
                      "(replace one entity's feature row, against the active party's whole view).")
