@@ -14,13 +14,14 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from defenses.functional import dp_sgd_release
+from defenses.functional import clip_per_example, dp_sgd_release
+from defenses.perturbation.embedding import EmbeddingDP
 from defenses.perturbation.label_dp import LabelDP
 from defenses.perturbation.rr import RandomizedResponse
 from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
-from securevfl.lab.audit import audit_config, audit_result, guess_counts, insert_canaries
+from securevfl.lab.audit import audit_config, audit_result, guess_counts, insert_canaries, insert_feature_canaries
 from securevfl.lab.audit_bound import epsilon_lower_bound, p_value
 from securevfl.lab.compose import build_partition, execute
 
@@ -77,11 +78,25 @@ def test_canaries_flip_labels_with_private_coins():
     assert np.array_equal(again.canaries, plan.canaries) and not np.array_equal(again.included, plan.included)
 
 
+def test_feature_canaries_take_the_donor_row():
+    part = build_partition(RunConfig(dataset="breast-cancer", method="splitnn", seed=1))
+    before = part.parties[1].X_train.copy()
+    plan = insert_feature_canaries(part, 60, 1, mechanism_seed=None)
+    victim = part.parties[1]
+    donor_row = victim.rows(np.asarray([plan.donor]))[0]
+    assert plan.donor not in plan.canaries.tolist()
+    out, kept = plan.canaries[~plan.included], plan.canaries[plan.included]
+    assert (victim.rows(out) == donor_row).all()
+    pos = {e: i for i, e in enumerate(victim.train_ids.tolist())}
+    assert np.array_equal(victim.rows(kept), before[[pos[e] for e in kept.tolist()]])
+    assert part.active.X_train is not None and 10 < plan.included.sum() < 50
+
+
 def test_guesses_and_refusals():
     assert guess_counts(200, 0) == [10, 20, 40, 100, 200] and guess_counts(200, 51) == [50]
     plan_scores = np.arange(10.0)
     from securevfl.lab.audit import AuditPlan
-    plan = AuditPlan(np.arange(10), np.ones(10, dtype=np.int64), plan_scores >= 5)
+    plan = AuditPlan(np.arange(10), plan_scores >= 5)
     res = audit_result(plan, {"good": plan_scores}, 0.0, 0.95, 10)  # a perfect scorer
     assert res["correct"] == 10 and res["guesses"] == 10 and res["attack"] == "good"
     res = audit_result(plan, {"bad": -plan_scores}, 0.0, 0.95, 10)  # an anti-scorer gains nothing
@@ -90,7 +105,8 @@ def test_guesses_and_refusals():
     assert both["attack"] == "good" and both["per_guess_confidence"] == pytest.approx(0.975)
     # trying two scorers costs confidence: a smaller bound than the good scorer alone
     assert 0 < both["epsilon_lower"] < res_good(plan, plan_scores)
-    for bad in ({"canaries": 1}, {"confidence": 1.0}, {"canaries": 10, "guesses": 11}, {"canary": 5}):
+    for bad in ({"canaries": 1}, {"confidence": 1.0}, {"canaries": 10, "guesses": 11}, {"canary": 5},
+                {"canaries": 10, "side": "both"}):
         with pytest.raises(UserError):
             audit_config(bad)
     with pytest.raises(UserError, match="binary"):
@@ -153,6 +169,27 @@ def test_audit_of_the_correct_mechanism_fast():
     run = execute(cfg, hooks=[RandomizedResponse(seed=0, epsilon=1.0)], progress=False)
     assert run.privacy["audit"]["epsilon_lower"] <= 1.0
     assert run.to_json()["privacy"]["audit"]["canaries"] == 200
+
+
+class NoiselessEmbeddingDP(EmbeddingDP):
+    """Broken on purpose: clips and counts every released row as usual but adds no noise."""
+
+    def __call__(self, tensor, ctx):
+        self._count(ctx.batch_ids)
+        return clip_per_example(tensor, self.config["clip"])
+
+
+@pytest.mark.parametrize("mechanism", [NoiselessEmbeddingDP, EmbeddingDP])
+def test_feature_audit(mechanism):
+    cfg = audit_cfg(side="features")
+    run = execute(cfg, hooks=[mechanism(seed=0, noise=5.0)], progress=False)
+    claimed = run.privacy["features"]["passive1"]["epsilon"]  # the queries of the audit are charged too
+    audit = run.privacy["audit"]
+    assert audit["side"] == "features" and audit["delta"] == 1e-5 and claimed < 2.0
+    if mechanism is NoiselessEmbeddingDP:  # the donor's row comes back bit for bit: the claim is refuted
+        assert audit["epsilon_lower"] > claimed + 0.5, audit
+    else:
+        assert audit["epsilon_lower"] <= claimed
 
 
 @pytest.mark.slow

@@ -35,10 +35,11 @@ from securevfl.errors import UserError
 from securevfl.lab.audit_bound import epsilon_lower_bound
 from securevfl.spec import check_params
 
-DEFAULTS: dict[str, object] = {"canaries": 0, "attack": "all", "confidence": 0.95, "guesses": 0}
-"""``--audit`` keys: ``canaries`` (0 = no audit), the scorer (``all``: every registered scorer, the
-confidence split over them), the confidence 1 − β, and the number of guesses r (0: the Bonferroni
-schedule :data:`GUESS_FRACTIONS`)."""
+DEFAULTS: dict[str, object] = {"canaries": 0, "side": "labels", "attack": "all", "confidence": 0.95, "guesses": 0}
+"""``--audit`` keys: ``canaries`` (0 = no audit), ``side`` (``labels``: the active party's labels
+against ``passive1``; ``features``: ``passive1``'s feature rows against the active party), the label
+scorer (``all``: every registered scorer, the confidence split over them), the confidence 1 − β, and
+the number of guesses r (0: the Bonferroni schedule :data:`GUESS_FRACTIONS`)."""
 
 GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.5, 1.0)
 """Guess counts tried, as shares of the canaries (the paper's sweep over k, at a split confidence)."""
@@ -47,9 +48,11 @@ GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.5, 1.0)
 @dataclasses.dataclass(frozen=True)
 class AuditPlan:
     canaries: np.ndarray
-    true_labels: np.ndarray
     included: np.ndarray
-    """S_i: True where the canary kept its true label."""
+    """S_i: True where the canary kept its true label (feature side: its own feature row)."""
+    true_labels: np.ndarray | None = None
+    donor: int | None = None
+    """Feature side: the row whose features the excluded canaries take."""
 
 
 def audit_config(given: dict) -> dict:
@@ -62,6 +65,8 @@ def audit_config(given: dict) -> dict:
         raise UserError(f"--audit canaries must be 0 (off) or ≥ 2, got {cfg['canaries']}")
     if not 0 < cfg["confidence"] < 1:
         raise UserError(f"--audit confidence must be in (0, 1), got {cfg['confidence']}")
+    if cfg["side"] not in ("labels", "features"):
+        raise UserError(f"--audit side must be labels or features, got {cfg['side']!r}")
     if cfg["guesses"] < 0 or cfg["guesses"] > cfg["canaries"]:
         raise UserError(f"--audit guesses must be in [0, canaries], got {cfg['guesses']}")
     return cfg
@@ -95,7 +100,38 @@ def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed:
         pos = IdIndex(partition.truth_ids).positions(canaries)
         ty[pos[pos >= 0]] = flipped[pos >= 0]
         partition.truth_y = ty
-    return AuditPlan(canaries, truth, included)
+    return AuditPlan(canaries, included, true_labels=truth)
+
+
+def insert_feature_canaries(partition: Partition, count: int, seed: int, mechanism_seed: int | None) -> AuditPlan:
+    """Feature side (replace-one-row at ``passive1``): ``count`` of ``passive1``'s labeled aligned
+    training rows are canaries and one other row is the donor (both public); each canary keeps its own
+    feature row (S_i = +1) or, with probability ½ from private coins, takes the donor's (S_i = −1).
+
+    Raises:
+        UserError: no passive party, or fewer rows than canaries plus the donor."""
+    if len(partition.parties) < 2:
+        raise UserError("--audit side=features needs a passive party")
+    victim = partition.parties[1]
+    pool = np.intersect1d(partition.labeled_ids, victim.train_ids)
+    if count + 1 > len(pool):
+        raise UserError(f"--audit canaries={count}: passive1 has only {len(pool)} labeled aligned training rows "
+                        "(one more is the donor)")
+    chosen = np.random.default_rng([seed, 0xFEA7]).choice(pool, size=count + 1, replace=False)
+    donor, canaries = chosen[0], np.sort(chosen[1:])
+    private = np.random.default_rng(secrets.randbits(64) if mechanism_seed is None else [mechanism_seed, 0xFEA7])
+    included = private.random(count) < 0.5
+    x = victim.X_train.copy()
+    index = IdIndex(victim.train_ids)
+    x[index.positions(canaries[~included])] = x[index.positions(np.asarray([donor]))[0]]
+    partition.parties[1] = dataclasses.replace(victim, X_train=x)
+    return AuditPlan(canaries, included, donor=donor.item())
+
+
+def inclusion_scores(plan: AuditPlan, label1_scores: np.ndarray) -> np.ndarray:
+    """A label scorer's "trained with label 1" scores as scores for S_i = +1 (true label kept)."""
+    assert plan.true_labels is not None  # a label-side plan
+    return np.where(plan.true_labels == 1, label1_scores, -label1_scores)
 
 
 def guess_counts(m: int, guesses: int) -> list[int]:
@@ -106,17 +142,16 @@ def guess_counts(m: int, guesses: int) -> list[int]:
                   | ({m - m % 2} if m >= 2 else set()))
 
 
-def audit_result(plan: AuditPlan, label1_scores: dict[str, np.ndarray], delta: float, confidence: float,
-                 guesses: int) -> dict:
-    """Guesses from each scorer's scores (name → one score per canary for "trained with label 1"),
-    and the bound they support: the best over scorers and the guess schedule, each at confidence
+def audit_result(plan: AuditPlan, scores: dict[str, np.ndarray], delta: float, confidence: float,
+                 guesses: int, side: str = "labels") -> dict:
+    """Guesses from each scorer's scores (name → one score per canary for S_i = +1), and the bound
+    they support: the best over scorers and the guess schedule, each at confidence
     1 − β / (scorers × schedule)."""
     m = len(plan.canaries)
     counts = guess_counts(m, guesses)
-    level = 1.0 - (1.0 - confidence) / (len(counts) * len(label1_scores))
-    best: dict = {"epsilon_lower": 0.0, "guesses": counts[0], "correct": 0, "attack": next(iter(label1_scores))}
-    for name, scores in label1_scores.items():
-        s = np.where(plan.true_labels == 1, scores, -scores)  # a score for S_i = +1
+    level = 1.0 - (1.0 - confidence) / (len(counts) * len(scores))
+    best: dict = {"epsilon_lower": 0.0, "guesses": counts[0], "correct": 0, "attack": next(iter(scores))}
+    for name, s in scores.items():
         order = np.argsort(s, kind="stable")
         for r in counts:
             k = r // 2
@@ -126,8 +161,10 @@ def audit_result(plan: AuditPlan, label1_scores: dict[str, np.ndarray], delta: f
                 best = {"epsilon_lower": eps, "guesses": r, "correct": correct, "attack": name}
     if math.isinf(best["epsilon_lower"]):
         best["epsilon_lower"] = None
-    return {**best, "confidence": confidence, "delta": delta, "canaries": m, "attacks_tried": list(label1_scores),
-            "adversary": "passive1", "guess_schedule": counts, "per_guess_confidence": level,
-            "included": int(plan.included.sum()),
-            "reading": "canary label kept or flipped with probability 1/2 (replace-one-label); the adversary "
-                       "guesses which from the gradients it received"}
+    reading = ("canary label kept or flipped with probability 1/2 (replace-one-label); passive1 guesses which from "
+               "the gradients it received") if side == "labels" else (
+               "canary feature row at passive1 kept or replaced by a donor row's with probability 1/2 "
+               "(replace-one-row); the active party guesses which from the rows it receives")
+    return {**best, "confidence": confidence, "delta": delta, "canaries": m, "attacks_tried": list(scores),
+            "side": side, "adversary": "passive1" if side == "labels" else "active", "guess_schedule": counts,
+            "per_guess_confidence": level, "included": int(plan.included.sum()), "reading": reading}

@@ -79,7 +79,7 @@ class Sweep:
     swept_keys: list[str]
 
 
-_HASHED_ONLY_IF_SET = {"audit": {}}
+_HASHED_ONLY_IF_SET: dict[str, object] = {"audit": {}}
 """Settings added after stores existed, left out of the hash at their default: every existing run id
 (and the mechanism seeds derived from it) stays what it was."""
 
