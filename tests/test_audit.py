@@ -220,3 +220,12 @@ def test_store_and_report_carry_the_audit(tmp_path):
     paths = write_report(tmp_path / "s.sqlite", tmp_path / "report")
     text = (tmp_path / "report" / "report.md").read_text()
     assert "audited ε ≥" in text and any(p.name == "epsilon_audit.png" for p in paths)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_feature_audit_stays_below_the_claim(seed):
+    cfg = audit_cfg(seed=seed, epochs=5, mechanism_seed=None, confidence=0.99, side="features")
+    cfg.defense = "embedding-dp:noise=2"
+    run = execute(cfg, progress=False)
+    assert run.privacy["audit"]["epsilon_lower"] <= run.privacy["features"]["passive1"]["epsilon"]
