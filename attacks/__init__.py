@@ -8,7 +8,10 @@ from attacks import robustness  # noqa: F401  (registration)
 from attacks.backdoor import gr, villain  # noqa: F401  (registration)
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, adversary_party, attack_spec, parse_attack
 from attacks.feature import fr  # noqa: F401  (registration)
+from attacks.feature.audit import donor_distance_scores
 from attacks.gradient import bli, dli, scoring  # noqa: F401  (registration)
+from attacks.gradient.audit import AUDIT_SCORERS, CanaryScorer
 from attacks.model_completion import mc  # noqa: F401  (registration)
 
-__all__ = ["ATTACKS", "Attack", "AttackResult", "AttackTarget", "adversary_party", "attack_spec", "parse_attack"]
+__all__ = ["ATTACKS", "AUDIT_SCORERS", "Attack", "AttackResult", "AttackTarget", "CanaryScorer", "adversary_party",
+           "attack_spec", "donor_distance_scores", "parse_attack"]

@@ -16,6 +16,7 @@ import torch
 
 import attacks as attack_lib  # noqa: I001  (composition layer: the one place core imports these)
 import defenses as defense_lib
+from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
 from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
@@ -23,6 +24,14 @@ from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import LabelTransform, PartyHook
+from securevfl.lab.audit import (
+    AuditPlan,
+    audit_config,
+    audit_result,
+    inclusion_scores,
+    insert_canaries,
+    insert_feature_canaries,
+)
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset, check_model_memory
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
@@ -59,14 +68,19 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         UserError: a bad value or an incompatible combination, before any data is read."""
     defenses = [*defense_hooks(cfg), *hooks]
     attack_specs = [attack_lib.parse_attack(entry) for entry in cfg.attacks]
-    cfg = resolve_config(cfg, transcript=any("transcript" in cls.requires for cls, _ in attack_specs))
+    audit = audit_config(cfg.audit)
+    if audit["canaries"] and audit["attack"] != "all":
+        attack_lib.AUDIT_SCORERS.get(str(audit["attack"]))  # an unknown scorer is named before any data is read
+    # either audit's adversary reads what it received from the recorded channel
+    cfg = resolve_config(cfg, transcript=bool(audit["canaries"]) or any("transcript" in cls.requires
+                                                                        for cls, _ in attack_specs))
     # an active adversary reads the passive messages it received from its channel view: the federation
     # is built recording then (recording is chosen here, never switched on a live federation)
     record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
         record=record, progress=progress, params=cfg.method_params))
-    check_compatibility(cfg, method, defenses, attack_specs)
+    check_compatibility(cfg, method, defenses, attack_specs, audit=str(audit["side"]) if audit["canaries"] else None)
     # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer and cfg.model.head == "split", **cfg.he_params)
     partition = build_partition(cfg)
@@ -75,6 +89,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         check_savable(cfg, method, partition)
     check_model_memory(cfg.model, [p.feature_shape for p in partition.parties], partition.n_classes,
                        method.interactive_layer or cfg.he != "off")
+    insert = insert_canaries if audit["side"] == "labels" else insert_feature_canaries
+    plan = insert(partition, int(audit["canaries"]), cfg.seed, cfg.mechanism_seed) if audit["canaries"] else None
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -85,8 +101,13 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     seconds = time.perf_counter() - t0
 
     warnings = run_warnings(fed, progress, utility)
-    result = RunResult(config=cfg, utility=utility, privacy={**privacy_report(fed), "features": feature_privacy(fed),
-                                                                 **randomness_report(cfg)},
+    # the feature audit's inference queries are releases: made before the feature ε is computed, so it covers them
+    feature_scores = run_feature_audit(plan, fed, partition, method) if plan and audit["side"] == "features" else None
+    privacy, features = privacy_report(fed), feature_privacy(fed)
+    if plan is not None:
+        privacy["audit"] = run_audit(audit, plan, fed, partition, method, cfg.seed, feature_scores,
+                                     privacy if feature_scores is None else features.get(passive_name(1), {}))
+    result = RunResult(config=cfg, utility=utility, privacy={**privacy, "features": features, **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
     if save is not None:  # before the attacks, which may probe (not change) the trained models
@@ -134,6 +155,26 @@ def check_savable(cfg: RunConfig, method: Method, partition: Partition) -> None:
 
 
 # ----------------------------------------------------------------------------------------- stages
+def run_feature_audit(plan: AuditPlan, fed: Federation, partition: Partition, method: Method) -> dict:
+    """The feature audit's scores: the active party's donor-distance queries on the trained federation."""
+    target = attack_lib.AttackTarget(fed, partition, passive_name(1), method=method)
+    return {"donor-distance": attack_lib.donor_distance_scores(target, plan.canaries, plan.donor)}
+
+
+def run_audit(audit: dict, plan: AuditPlan, fed: Federation, partition: Partition, method: Method, seed: int,
+              feature_scores: dict | None, claim: dict) -> dict:
+    """``privacy.audit``: the label adversary's scores (every registered scorer, or the one named) or
+    the feature adversary's, turned into the ε lower bound at the claim's δ (0 for pure ε or no claim)."""
+    scores = feature_scores
+    if scores is None:
+        names = attack_lib.AUDIT_SCORERS.names() if audit["attack"] == "all" else [str(audit["attack"])]
+        target = attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method)
+        scores = {n: inclusion_scores(plan, attack_lib.AUDIT_SCORERS.get(n).scores(target, plan.canaries, seed))
+                  for n in names}
+    delta = float(claim.get("delta") or 0.0) if claim.get("epsilon") is not None else 0.0
+    return audit_result(plan, scores, delta, float(audit["confidence"]), int(audit["guesses"]), str(audit["side"]))
+
+
 def resolve_config(cfg: RunConfig, transcript: bool = False) -> RunConfig:
     """A validated copy of ``cfg`` with everything the run will use filled in: the optimizer's
     default learning rate, the model preset, the method's partition defaults, and channel recording
@@ -168,7 +209,7 @@ def build_partition(cfg: RunConfig) -> Partition:
 
 
 def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[PartyHook],
-                        attack_specs: Sequence[AttackSpec]) -> None:
+                        attack_specs: Sequence[AttackSpec], audit: str | None = None) -> None:
     """Every cross-component rule of a run, in one place: HE, defenses and attacks against what
     the method does, and the partition against what the method needs.
 
@@ -200,6 +241,11 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
         if hook.needs_aligned_batches and not m.aligned_batches:
             raise UserError(f"defense {hook.name} accounts per labeled example of an aligned batch, but method "
                             f"{cfg.method} trains on unaligned batches (rows mix several entities' labels)")
+    if audit == "labels" and (MessageKind.GRADIENT not in m.sends or not m.aligned_batches or not m.uses_passives):
+        raise UserError(f"--audit: method {cfg.method} returns no per-example gradients of aligned labeled batches to "
+                        "a passive party, so the label audit's adversary has nothing to score")
+    if audit == "features" and (MessageKind.ACTIVATION not in m.sends or not m.uses_passives):
+        raise UserError(f"--audit side=features: method {cfg.method} sends no passive activations to the active party")
     if cfg.he != "off" and not method.interactive_layer:
         raise UserError(f"--he {cfg.he}: method {cfg.method} with these parameters has no linear first head "
                         "layer to run the encrypted interactive layer on (risa: --method-param evidential=false)")

@@ -51,6 +51,7 @@ def run_cell(cell: Cell, sweep: str) -> dict:
     return {**row, "status": "ok", "error": None, "result_json": r, "utility": r["utility"]["test"],
             "utility_metric": r["utility"]["metric"], "epsilon": r["privacy"].get("epsilon"),
             "privacy_status": r["privacy"].get("status"),
+            "epsilon_audit": (r["privacy"].get("audit") or {}).get("epsilon_lower"),
             "seconds": r["cost"]["seconds"], "bytes_sent": r["cost"]["bytes_sent"], "versions_json": r["versions"],
             "version": r["versions"]["securevfl"]}
 

@@ -50,6 +50,7 @@ COLUMNS = {
     "utility": "REAL",
     "utility_metric": "TEXT",
     "epsilon": "REAL",
+    "epsilon_audit": "REAL",  # the one-run audit's empirical ε lower bound (--audit), or NULL
     "privacy_status": "TEXT",  # "not private (mechanism seed fixed)", or NULL
     "seconds": "REAL",
     "bytes_sent": "INTEGER",

@@ -279,3 +279,27 @@ def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> 
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def audit_figure(runs: pd.DataFrame, path: Path) -> Path | None:
+    """Claimed ε against the one-run audit's lower bound (mean over seeds), one point per dataset and
+    label-DP setting; a point above the diagonal is an audit that refutes the claim."""
+    ok = runs[(runs.status == "ok") & runs.epsilon.notna()]
+    if "epsilon_audit" not in ok or ok.epsilon_audit.isna().all():
+        return None
+    g = ok[ok.epsilon_audit.notna()].groupby(["dataset", "family", "defense"]).agg(
+        claimed=("epsilon", "mean"), audited=("epsilon_audit", "mean"), low=("epsilon_audit", "min"),
+        high=("epsilon_audit", "max")).reset_index()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5), layout="constrained")
+    markers = ["o", "s", "^", "D", "v"]
+    for i, ((ds, family), d) in enumerate(g.groupby(["dataset", "family"])):
+        d = d.sort_values("claimed")
+        ax.errorbar(d.claimed, d.audited, yerr=[d.audited - d.low, d.high - d.audited], marker=markers[i % 5],
+                    capsize=2, lw=1.2, label=f"{ds} · {family}")
+    top = float(max(g.claimed.max(), g.high.max())) * 1.05
+    ax.plot([0, top], [0, top], color="grey", ls=":", lw=1, label="audited = claimed")
+    ax.set(xlabel="claimed ε (accountant)", ylabel="audited ε lower bound (95 %)", xlim=(0, top), ylim=(0, top))
+    ax.legend(fontsize=8)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

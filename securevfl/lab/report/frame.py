@@ -62,6 +62,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "metric": r["utility_metric"], "utility_prior": utility.get("prior"),
                      "test_rows": (res.get("partition") or {}).get("test_rows"), "epsilon": r["epsilon"],
                      "seconds": r["seconds"],
+                     "epsilon_audit": ((res.get("privacy") or {}).get("audit") or {}).get("epsilon_lower"),
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
                      "train_steps": cost.get("train_steps"),
                      "he_bytes": he.get("bytes"),
@@ -166,6 +167,8 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     steps = pd.to_numeric(ok.get("train_steps"), errors="coerce").where(lambda x: x > 0)
     ok = ok.assign(step_s=ok.seconds / steps, mb_step=ok.bytes_sent / steps / 1e6)
+    if "epsilon_audit" not in ok:  # a frame built without audits
+        ok = ok.assign(epsilon_audit=np.nan)
     # a cell's utility is one run per seed: a run trained without a malicious party where there is one (a
     # backdoor sweep into the same store scores its own runs' utility), then the first search try (the sweep
     # file's own attack parameters; the other tries repeat the same training)
@@ -175,7 +178,8 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
     out = g.agg(utility=("utility", "mean"), utility_std=("utility", "std"), seeds=("seed", "nunique"),
                 utility_prior=("utility_prior", "mean"), test_rows=("test_rows", "mean"),
                 metric=("metric", "first"), epsilon=("epsilon", "mean"),
-                feature_epsilon=("feature_epsilon", "mean"), feature_side=("feature_side", "max"),
+                epsilon_audit=("epsilon_audit", "mean"), feature_epsilon=("feature_epsilon", "mean"),
+                feature_side=("feature_side", "max"),
                 seconds=("seconds", "mean"),
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
