@@ -286,7 +286,7 @@ def _run_wide_sections(runs: pd.DataFrame, out: Path | None = None) -> list[tupl
     sections: list[tuple[str, list]] = []
     eps = epsilon_table(runs)
     if not eps.empty:
-        audit = audit_figure(runs, out / "epsilon_audit.png") if out is not None else None
+        audit = audit_figure(runs, _figure_path(out, "epsilon_audit")) if out is not None else None
         sections.append(("Differential privacy (ε at the reported δ; label-DP of the active party's training labels: "
                          "dp = DP-SGD, rr = randomized response)",
                          [("table", eps)] + ([("p", "Audited ε ≥: the one-run audit's empirical lower bound "
