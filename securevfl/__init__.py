@@ -1,4 +1,4 @@
 """securevfl: vertical federated learning on partially aligned data, with privacy built in and an
 attack/defense lab on top."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,0 +1,87 @@
+"""Regenerate the committed reference reports listed in ``reports/manifest.yaml`` (issue 34).
+
+    python scripts/regenerate_reports.py            # every report, in the manifest's order
+    python scripts/regenerate_reports.py quick he   # the named ones
+
+Each report's sweeps run into a fresh store ``runs/NAME.sqlite`` (an existing one is renamed
+``.old``: the sweep would otherwise resume cells an older version computed), then ``securevfl
+report`` rewrites ``reports/NAME``. The sweeps print their progress; a sweep that is interrupted
+resumes when the script is run again with ``--resume`` (the store is then kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "reports" / "manifest.yaml"
+
+
+def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
+    """The manifest's entries, each checked for its keys (the test reads it through this too)."""
+    entries = yaml.safe_load(path.read_text())
+    for name, entry in entries.items():
+        unknown = set(entry) - {"sweeps", "workers", "data"}
+        if unknown or not entry.get("sweeps"):
+            raise SystemExit(f"error: {path.name}: entry {name!r} needs `sweeps` and knows only "
+                             f"sweeps/workers/data (got {sorted(entry)})")
+    return entries
+
+
+def commands(name: str, entry: dict) -> list[list[str]]:
+    """The securevfl command lines that regenerate one report."""
+    store = f"runs/{name}.sqlite"
+    cli = [sys.executable, "-m", "securevfl"]
+    runs = [cli + ["sweep", s, "--store", store, "--workers", str(entry.get("workers", 1))]
+            for s in entry["sweeps"]]
+    return runs + [cli + ["report", store, "--out", f"reports/{name}"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="reports to regenerate (default: all in the manifest)")
+    parser.add_argument("--resume", action="store_true", help="keep runs/NAME.sqlite and resume its sweeps")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    entries = load_manifest()
+    unknown = [n for n in args.names if n not in entries]
+    if unknown:
+        print(f"error: no report {', '.join(unknown)} in reports/manifest.yaml (known: {', '.join(entries)})",
+              file=sys.stderr)
+        return 2
+    chosen = args.names or list(entries)
+    missing = [(n, entries[n]["data"]) for n in chosen
+               if "data" in entries[n] and not (ROOT / entries[n]["data"]).exists()]
+    if missing:
+        print(f"error: report {missing[0][0]} needs {missing[0][1]}, which is not there", file=sys.stderr)
+        return 2
+    for name in chosen:
+        cmds = commands(name, entries[name])
+        if args.dry_run:
+            print("\n".join(" ".join(c[2:] if c[0] == sys.executable else c) for c in cmds))
+            continue
+        store = ROOT / "runs" / f"{name}.sqlite"
+        if store.exists() and not args.resume:
+            for part in ("", "-wal", "-shm"):  # SQLite's WAL files travel with the store
+                if Path(f"{store}{part}").exists():
+                    shutil.move(f"{store}{part}", f"{store}.old{part}")
+        started = time.time()
+        for cmd in cmds:
+            print("+ securevfl " + " ".join(cmd[3:]), flush=True)
+            rc = subprocess.call(cmd, cwd=ROOT)
+            if rc != 0:
+                print(f"error: {' '.join(cmd[3:5])} for report {name} exited {rc}", file=sys.stderr)
+                return rc
+        print(f"report {name}: {time.time() - started:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

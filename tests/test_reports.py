@@ -1,0 +1,100 @@
+"""The committed reference reports are current (issue 34): each folder under ``reports/`` is listed in
+``reports/manifest.yaml``, was made by this securevfl version from the current text of its sweep
+files, and its setup lines print no ``None`` for a set value. Regenerate with
+``python scripts/regenerate_reports.py NAME``."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import securevfl
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = ROOT / "reports"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("regenerate_reports", ROOT / "scripts" / "regenerate_reports.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _version() -> str:
+    found = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert found is not None
+    return found.group(1)
+
+
+MANIFEST = _script().load_manifest(REPORTS / "manifest.yaml")
+
+
+def report_problems(name: str, entry: dict, text: str, version: str) -> list[str]:
+    """What makes a committed report stale: another version, another sweep-file text, a None setting."""
+    problems = []
+    made = re.search(r"Report made by securevfl (\S+?),", text)
+    if made is None:
+        problems.append("no provenance line (made before reports recorded their version)")
+    elif made.group(1) != version:
+        problems.append(f"made by securevfl {made.group(1)}, this is {version}")
+    for sweep in entry["sweeps"]:
+        digest = hashlib.sha256((ROOT / sweep).read_bytes()).hexdigest()
+        if f"`{sweep}` (sha256 `{digest}`)" not in text:
+            problems.append(f"not made from the current text of {sweep} (sha256 {digest[:12]}…)")
+    for line in text.splitlines():
+        if line.startswith(("- Data:", "- Training:")) and re.search(r"\bNone\b", line):
+            problems.append(f"setup line shows None: {line.strip()}")
+    return problems
+
+
+def test_versions_agree():
+    assert securevfl.__version__ == _version()
+
+
+def test_every_report_folder_is_in_the_manifest():
+    folders = {p.name for p in REPORTS.iterdir() if p.is_dir()}
+    assert folders == set(MANIFEST), "reports/ and reports/manifest.yaml list different reports"
+    readme = (REPORTS / "README.md").read_text()
+    assert all(f"({name}/report.md)" in readme for name in MANIFEST)
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_committed_report_is_current(name):
+    text = (REPORTS / name / "report.md").read_text()
+    assert report_problems(name, MANIFEST[name], text, _version()) == [], (
+        f"reports/{name} is stale; regenerate it: python scripts/regenerate_reports.py {name}")
+
+
+def test_stale_reports_are_caught():
+    """Control: the check fails on a report made by another version, from another sweep text, or
+    with a None in its setup line."""
+    name, entry = "audit-breast-cancer", MANIFEST["audit-breast-cancer"]
+    sweep = entry["sweeps"][0]
+    digest = hashlib.sha256((ROOT / sweep).read_bytes()).hexdigest()
+    good = (f"- Training: 5 epochs, batch 32, adam lr 0.001\n"
+            f"- Report made by securevfl {_version()}, git commit x, with `securevfl report`.\n"
+            f"- Sweep **{name}** from `{sweep}` (sha256 `{digest}`), run with `securevfl sweep`\n")
+    assert report_problems(name, entry, good, _version()) == []
+    assert report_problems(name, entry, good.replace(_version(), "0.0.1"), _version())
+    assert report_problems(name, entry, good.replace(digest, "0" * 64), _version())
+    assert report_problems(name, entry, good.replace("lr 0.001", "lr None"), _version())
+    assert report_problems(name, entry, "no provenance", _version())
+
+
+def test_regenerate_commands(capsys):
+    script = _script()
+    assert script.main(["--dry-run", "matrix"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["securevfl sweep sweeps/matrix.yaml --store runs/matrix.sqlite --workers 2",
+                   "securevfl sweep sweeps/matrix-tabular.yaml --store runs/matrix.sqlite --workers 2",
+                   "securevfl report runs/matrix.sqlite --out reports/matrix"]
+    assert script.main(["nope"]) == 2
+    assert "error: no report nope" in capsys.readouterr().err
