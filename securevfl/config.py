@@ -50,11 +50,12 @@ class RunConfig:
     record: bool = setting(False, flag="--record", doc="""
         Keep the full channel transcript (needed by transcript attacks and invariant checks).""")
     audit: dict = setting(factory=dict, flag="--audit", cli="keyvalue", doc="""
-        One-run privacy audit (docs/audit.md): ``canaries=M`` flips M canary labels with probability ½
-        each and reports ``privacy.audit.epsilon_lower``, an empirical ε lower bound beside the claimed
-        ε (binary tasks); ``side=features`` audits passive1's feature rows (embedding-dp) instead. Also
-        ``attack`` (``all``, ``aux-axis``, ``direction``, ``norm``), ``confidence`` (0.95) and ``guesses``
-        (0: a fixed schedule). On the command line one ``KEY=VALUE`` per flag.""")
+        One-run privacy audit (docs/audit.md): ``canaries=M`` swaps M canary labels for an alternative
+        with probability ½ each and reports ``privacy.audit.epsilon_lower``, an empirical ε lower bound
+        beside the claimed ε; ``side=features`` audits passive1's feature rows (embedding-dp) instead.
+        Also ``attack`` (``all``: every scorer that applies; ``aux-axis``, ``direction``, ``norm``:
+        binary; ``prototype``; ``dli``: agg head), ``confidence`` (0.95) and ``guesses`` (0: a fixed
+        schedule). On the command line one ``KEY=VALUE`` per flag.""")
     method_params: dict = setting(factory=dict, flag="--method-param", cli="keyvalue", doc="""
         Method-specific hyperparameters, e.g. ``evidential: false`` (risa), ``alpha: 0.5`` (fedud); on the
         command line one ``KEY=VALUE`` per flag (repeatable).""")

@@ -109,8 +109,14 @@ def test_guesses_and_refusals():
                 {"canaries": 10, "side": "both"}):
         with pytest.raises(UserError):
             audit_config(bad)
-    with pytest.raises(UserError, match="binary"):
-        insert_canaries(build_partition(RunConfig(dataset="digits", method="splitnn")), 10, 0, None)
+    digits = build_partition(RunConfig(dataset="digits", method="splitnn"))
+    truth = digits.true_labels(digits.labeled_ids)
+    plan = insert_canaries(digits, 300, 0, None)  # multi-class: a public alternative label per canary
+    assert plan.alternative is not None and plan.true_labels is not None
+    assert (plan.alternative != plan.true_labels).all() and len(set(plan.alternative.tolist())) == 10
+    now = digits.true_labels(plan.canaries)
+    assert (now == np.where(plan.included, plan.true_labels, plan.alternative)).all()
+    assert len(truth) > 300
     with pytest.raises(UserError, match="labeled aligned"):
         insert_canaries(build_partition(RunConfig(dataset="breast-cancer", method="splitnn")), 10**5, 0, None)
 
@@ -123,8 +129,10 @@ def test_cli_bad_audit_is_a_one_line_error(capsys):
     assert main(["train", "--dataset", "breast-cancer", "--audit", "canaries=nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "canaries" in err
-    assert main(["train", "--dataset", "digits", "--audit", "canaries=10", "--epochs", "1"]) == 2
-    assert "binary" in capsys.readouterr().err
+    assert main(["train", "--dataset", "breast-cancer", "--audit", "canaries=10", "--audit", "attack=dli",
+                 "--epochs", "1"]) == 2  # dli reads logit gradients: agg head only
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "agg head" in err
 
 
 # ------------------------------------------------------------------------------------------ the audit
@@ -160,7 +168,7 @@ def test_audit_catches_a_broken_mechanism(broken, claimed):
     assert run.privacy["epsilon"] == pytest.approx(claimed, rel=0.05)  # it claims its ε ...
     audit = run.privacy["audit"]
     assert audit["epsilon_lower"] > claimed + 0.5, audit  # ... and the audit, at 95 %, refutes it
-    assert audit["canaries"] == 200 and audit["attacks_tried"] == ["aux-axis", "direction", "norm"]
+    assert audit["canaries"] == 200 and audit["attacks_tried"] == ["aux-axis", "direction", "norm", "prototype"]
     assert audit["correct"] <= audit["guesses"]
 
 
@@ -169,6 +177,30 @@ def test_audit_of_the_correct_mechanism_fast():
     run = execute(cfg, hooks=[RandomizedResponse(seed=0, epsilon=1.0)], progress=False)
     assert run.privacy["audit"]["epsilon_lower"] <= 1.0
     assert run.to_json()["privacy"]["audit"]["canaries"] == 200
+
+
+@pytest.mark.parametrize("hook, refuted", [(LabelsUntouchedRR, True), (RandomizedResponse, False)])
+def test_multiclass_audit(hook, refuted):
+    """Digits (10 classes): each canary keeps its label or takes a public alternative; the prototype
+    scorer refutes RR that randomises nothing and stays below the claim of the real RR."""
+    cfg = audit_cfg(canaries=300, confidence=0.99)
+    cfg.dataset, cfg.train.epochs = "digits", 3
+    run = execute(cfg, hooks=[hook(seed=0, epsilon=1.0)], progress=False)
+    audit = run.privacy["audit"]
+    assert audit["attacks_tried"] == ["prototype"]  # the binary-axis scorers do not apply
+    if refuted:
+        assert audit["epsilon_lower"] > 1.5, audit
+    else:
+        assert audit["epsilon_lower"] <= 1.0, audit
+
+
+def test_dli_scorer_under_the_agg_head():
+    """Under the agg head the dli scorer reads each canary's label off its logit gradients: against
+    the broken RR it refutes ε 1, and it is skipped under the split head."""
+    cfg = audit_cfg(confidence=0.99)
+    cfg.model.head = "agg"
+    audit = execute(cfg, hooks=[LabelsUntouchedRR(seed=0, epsilon=1.0)], progress=False).privacy["audit"]
+    assert "dli" in audit["attacks_tried"] and audit["epsilon_lower"] > 1.5, audit
 
 
 class NoiselessEmbeddingDP(EmbeddingDP):

@@ -58,6 +58,8 @@ def test_attack_parameters_in_sweep_files_and_lists_sweep_them():
     c = fed[0]
     assert c.config["attacks"] == [{"mc": {"n_aux": 20, "steps": 5}}, "mc-plain:baseline=false"]
     assert len({x.run_id for x in sw.cells}) == len(sw.cells)
+    audited = parse_sweep({**BASE, "methods": ["splitnn", "local"], "audit": {"canaries": 50}})
+    assert {c.method: c.config["audit"].get("canaries") for c in audited.cells} == {"splitnn": 50, "local": None}
 
 
 @pytest.mark.parametrize("over, key", [

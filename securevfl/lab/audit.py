@@ -3,16 +3,19 @@ empirical ε lower bound beside the claimed ε, from the same training run.
 
 Reading for label DP (replace-one-label neighbours; the paper's "include with probability ½"):
 ``canaries`` rows are drawn (with the public run seed: the adversary may know which rows they are,
-and their true labels) from the active party's labeled aligned training rows. For each canary,
-independently with probability ½ and from private randomness, S_i = +1 keeps its true label and
-S_i = −1 replaces it with the other class; the two datasets differ in one label, exactly the pair
-the mechanism's ε speaks about. The run then trains as configured, mechanism included (``rr``
-randomises the canary labels like any other; ``dp`` clips and noises their gradients).
+their true labels, and the alternative label each may take) from the active party's labeled aligned
+training rows. For each canary, independently with probability ½ and from private randomness,
+S_i = +1 keeps its true label and S_i = −1 replaces it with its alternative label (the other class
+of a binary task; with more classes, one of the others drawn with the public seed); the two
+datasets differ in one label, exactly the pair the mechanism's ε speaks about. The run then
+trains as configured, mechanism included (``rr`` randomises the canary labels like any other;
+``dp`` clips and noises their gradients).
 
 After training the adversary, the passive party ``passive1`` from its own view (the gradients it
 received), scores each canary with each of its scorers (:data:`attacks.AUDIT_SCORERS`; by default
-all of them, the strongest one counting, paid for in the confidence split below); a score for "trained with label 1"
-becomes a score for S_i = +1 by the canary's known true label. It guesses +1 on the k highest, −1
+every one that applies to the task and head, the strongest one counting, paid for in the confidence
+split below); a scorer's per-class scores become a score for S_i = +1: its score for the true label
+minus its score for the alternative. It guesses +1 on the k highest, −1
 on the k lowest, and abstains on the rest. k is not tuned on the answers: a fixed schedule of
 guess counts r = 2k is tried for every scorer and the confidence is split over all those
 (scorer, r) pairs (Bonferroni), so reporting the best is still a valid bound (the paper sweeps k; we
@@ -51,6 +54,8 @@ class AuditPlan:
     included: np.ndarray
     """S_i: True where the canary kept its true label (feature side: its own feature row)."""
     true_labels: np.ndarray | None = None
+    alternative: np.ndarray | None = None
+    """Label side: the label each canary trains with when S_i = −1."""
     donor: int | None = None
     """Feature side: the row whose features the excluded canaries take."""
 
@@ -73,15 +78,15 @@ def audit_config(given: dict) -> dict:
 
 
 def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed: int | None) -> AuditPlan:
-    """Choose ``count`` labeled aligned rows as canaries and flip each one's label with probability
-    ½ (private randomness unless the mechanism seed is fixed). The partition is changed in place: the
-    active party trains on the canary labels, and the simulator's ground truth follows them.
+    """Choose ``count`` labeled aligned rows as canaries and replace each one's label by its
+    alternative with probability ½ (private randomness unless the mechanism seed is fixed). The
+    partition is changed in place: the active party trains on the canary labels, and the simulator's
+    ground truth follows them.
 
     Raises:
-        UserError: a task that is not binary, or fewer labeled aligned rows than canaries."""
-    if partition.n_classes != 2:
-        raise UserError(f"--audit: the label audit needs a binary task ({partition.dataset} has "
-                        f"{partition.n_classes} classes)")
+        UserError: a regression task, or fewer labeled aligned rows than canaries."""
+    if partition.regression:
+        raise UserError("--audit: the label audit needs a classification task (its canaries swap one label)")
     act = partition.active
     assert act.label_ids is not None and act.y_labels is not None  # the active party holds labels
     pool = np.intersect1d(partition.labeled_ids, act.label_ids)
@@ -91,7 +96,9 @@ def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed:
     private = np.random.default_rng(secrets.randbits(64) if mechanism_seed is None else [mechanism_seed, 0xA0D1])
     included = private.random(count) < 0.5
     truth = partition.true_labels(canaries)
-    flipped = np.where(included, truth, 1 - truth)
+    k = partition.n_classes  # a public draw, so the binary audit's draws are as they were
+    alternative = (truth + 1 + np.random.default_rng([seed, 0xA0D2]).integers(0, k - 1, size=count)) % k
+    flipped = np.where(included, truth, alternative)
     y = act.y_labels.copy()
     y[IdIndex(act.label_ids).positions(canaries)] = flipped
     partition.parties[0] = dataclasses.replace(act, y_labels=y)  # PartyData indexes its fields at init
@@ -100,7 +107,7 @@ def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed:
         pos = IdIndex(partition.truth_ids).positions(canaries)
         ty[pos[pos >= 0]] = flipped[pos >= 0]
         partition.truth_y = ty
-    return AuditPlan(canaries, included, true_labels=truth)
+    return AuditPlan(canaries, included, true_labels=truth, alternative=alternative)
 
 
 def insert_feature_canaries(partition: Partition, count: int, seed: int, mechanism_seed: int | None) -> AuditPlan:
@@ -128,10 +135,12 @@ def insert_feature_canaries(partition: Partition, count: int, seed: int, mechani
     return AuditPlan(canaries, included, donor=donor.item())
 
 
-def inclusion_scores(plan: AuditPlan, label1_scores: np.ndarray) -> np.ndarray:
-    """A label scorer's "trained with label 1" scores as scores for S_i = +1 (true label kept)."""
-    assert plan.true_labels is not None  # a label-side plan
-    return np.where(plan.true_labels == 1, label1_scores, -label1_scores)
+def inclusion_scores(plan: AuditPlan, class_scores: np.ndarray) -> np.ndarray:
+    """A label scorer's per-class scores (canaries × classes) as scores for S_i = +1 (true label
+    kept): the score for the true label minus the score for the alternative."""
+    assert plan.true_labels is not None and plan.alternative is not None  # a label-side plan
+    rows = np.arange(len(plan.canaries))
+    return class_scores[rows, plan.true_labels] - class_scores[rows, plan.alternative]
 
 
 def guess_counts(m: int, guesses: int) -> list[int]:

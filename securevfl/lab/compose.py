@@ -89,6 +89,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         check_savable(cfg, method, partition)
     check_model_memory(cfg.model, [p.feature_shape for p in partition.parties], partition.n_classes,
                        method.interactive_layer or cfg.he != "off")
+    if audit["canaries"] and audit["side"] == "labels":
+        audit_scorers(audit, partition.n_classes, cfg.model.head)  # a named scorer that cannot apply is refused now
     insert = insert_canaries if audit["side"] == "labels" else insert_feature_canaries
     plan = insert(partition, int(audit["canaries"]), cfg.seed, cfg.mechanism_seed) if audit["canaries"] else None
 
@@ -106,7 +108,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     privacy, features = privacy_report(fed), feature_privacy(fed)
     if plan is not None:
         privacy["audit"] = run_audit(audit, plan, fed, partition, method, cfg.seed, feature_scores,
-                                     privacy if feature_scores is None else features.get(passive_name(1), {}))
+                                     privacy if feature_scores is None else features.get(passive_name(1), {}),
+                                     head=cfg.model.head)
     result = RunResult(config=cfg, utility=utility, privacy={**privacy, "features": features, **randomness_report(cfg)},
                        cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
@@ -161,16 +164,30 @@ def run_feature_audit(plan: AuditPlan, fed: Federation, partition: Partition, me
     return {"donor-distance": attack_lib.donor_distance_scores(target, plan.canaries, plan.donor)}
 
 
+def audit_scorers(audit: dict, n_classes: int, head: str) -> list[str]:
+    """The label scorers the audit runs: every registered one that applies to the task and head
+    (``attack=all``), or the one named.
+
+    Raises:
+        UserError: the named scorer does not apply."""
+    if audit["attack"] != "all":
+        why = attack_lib.AUDIT_SCORERS.get(str(audit["attack"])).refusal(n_classes, head)
+        if why:
+            raise UserError(f"--audit attack={audit['attack']}: {why}")
+        return [str(audit["attack"])]
+    return [n for n in attack_lib.AUDIT_SCORERS.names()
+            if attack_lib.AUDIT_SCORERS.get(n).refusal(n_classes, head) is None]
+
+
 def run_audit(audit: dict, plan: AuditPlan, fed: Federation, partition: Partition, method: Method, seed: int,
-              feature_scores: dict | None, claim: dict) -> dict:
+              feature_scores: dict | None, claim: dict, head: str = "split") -> dict:
     """``privacy.audit``: the label adversary's scores (every registered scorer, or the one named) or
     the feature adversary's, turned into the ε lower bound at the claim's δ (0 for pure ε or no claim)."""
     scores = feature_scores
     if scores is None:
-        names = attack_lib.AUDIT_SCORERS.names() if audit["attack"] == "all" else [str(audit["attack"])]
-        target = attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method)
-        scores = {n: inclusion_scores(plan, attack_lib.AUDIT_SCORERS.get(n).scores(target, plan.canaries, seed))
-                  for n in names}
+        target = attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method, head=head)
+        scores = {n: inclusion_scores(plan, attack_lib.AUDIT_SCORERS.get(n).class_scores(target, plan.canaries, seed))
+                  for n in audit_scorers(audit, fed.n_classes, head)}
     delta = float(claim.get("delta") or 0.0) if claim.get("epsilon") is not None else 0.0
     return audit_result(plan, scores, delta, float(audit["confidence"]), int(audit["guesses"]), str(audit["side"]))
 

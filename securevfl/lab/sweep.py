@@ -474,8 +474,8 @@ def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> l
                 itertools.product(grid.methods, grid.defenses, grid.he_modes, grid.attack_variants, grid.seeds):
             swept = {**data_swept, **attack_swept}
             if not METHODS.get(method).uses_passives:
-                # a single-party baseline (``local``) has no cut layer to defend, encrypt or attack:
-                # one plain run per seed, shown in the report as a reference utility
+                # a single-party baseline (``local``) has no cut layer to defend, encrypt, attack or
+                # audit: one plain run per seed, shown in the report as a reference utility
                 if (spec, (he, he_params), attack_list) != (grid.defenses[0][0], grid.he_modes[0],
                                                             grid.attack_variants[0][0]):
                     continue
@@ -486,6 +486,8 @@ def _expand_cells(base: RunConfig, data_axes: dict[str, list], grid: _Grid) -> l
             cfg.he_params = dict(he_params)
             cfg.method_params = dict(params)
             cfg.attacks = copy.deepcopy(attack_list)
+            if not METHODS.get(method).uses_passives:
+                cfg.audit = {}
             _apply_data_point(cfg, data_swept)
             cells.append(Cell(method, spec, family, strength, int(seed), he, cfg.to_dict(), swept))
     return cells
