@@ -12,6 +12,7 @@ import torch
 
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
+from securevfl.devices import device_name
 from securevfl.federation import Federation
 from securevfl.provenance import git_commit, version
 
@@ -132,7 +133,9 @@ def feature_privacy(fed: Federation) -> dict:
 
 
 def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float) -> dict:
-    """The run's cost: wall seconds, channel bytes and messages by kind, and the HE layer's own cost.
+    """The run's cost: wall seconds, channel bytes and messages by kind, the HE layer's own cost, and the
+    device the parties computed on (``device``: the resolved ``--device``, e.g. ``cpu`` or ``cuda:0``;
+    the configuration keeps what was asked for, e.g. ``auto``).
 
     Args:
         fed: the trained federation (its channel counted every message).
@@ -154,4 +157,5 @@ def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float)
         he.update({"bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
                    "seconds_per_step": round(he["seconds"] / max(fed.active.step, 1), 4)})
     return {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
-            "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step}
+            "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step,
+            "device": device_name(fed.active.device)}

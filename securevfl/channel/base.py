@@ -108,8 +108,9 @@ class Channel(ABC):
     def pending(self) -> int:
         """Messages sent but not yet received (a finished protocol leaves none)."""
 
-    def endpoint(self, party: str) -> Endpoint:
-        return Endpoint(self, party)
+    def endpoint(self, party: str, device: torch.device | None = None) -> Endpoint:
+        """``party``'s handle; tensors it receives arrive on ``device`` (its party's, default the CPU)."""
+        return Endpoint(self, party, device)
 
     def received_by(self, party: str) -> list[Message]:
         """The party's view: every message it received (needs ``record=True``)."""
@@ -119,11 +120,15 @@ class Channel(ABC):
 
 
 class Endpoint:
-    """A party's handle on the channel: it can only send as itself and receive what is addressed to it."""
+    """A party's handle on the channel: it can only send as itself and receive what is addressed to it.
 
-    def __init__(self, channel: Channel, party: str) -> None:
+    This is where tensors become bytes and back: :meth:`send_tensor` encodes from CPU memory, and
+    :meth:`recv_tensor` hands the decoded tensor over on ``device``, the owning party's (``--device``)."""
+
+    def __init__(self, channel: Channel, party: str, device: torch.device | None = None) -> None:
         self._channel = channel
         self.party = party
+        self.device = torch.device("cpu") if device is None else device
 
     def send(self, dst: str, kind: str, payload: bytes) -> None:
         self._channel.send(self.party, dst, kind, payload)
@@ -135,8 +140,12 @@ class Endpoint:
     def send_tensor(self, dst: str, kind: str, t: torch.Tensor) -> None:
         self.send(dst, kind, codec.encode_tensor(t))
 
-    def recv_tensor(self, src: str, kind: str) -> torch.Tensor:
-        return codec.decode_tensor(self.recv(src, kind))
+    def recv_tensor(self, src: str, kind: str, device: torch.device | str | None = None) -> torch.Tensor:
+        """The next tensor of ``kind`` from ``src``, on this party's device (``device="cpu"``: for an end
+        that computes on the CPU, e.g. the interactive layer, without a round trip through the GPU)."""
+        t = codec.decode_tensor(self.recv(src, kind))
+        target = self.device if device is None else torch.device(device)
+        return t if target.type == "cpu" else t.to(target)
 
     def send_ids(self, dst: str, kind: str, ids: np.ndarray) -> None:
         self.send(dst, kind, codec.encode_ids(ids))

@@ -21,6 +21,7 @@ from securevfl.config import RunConfig
 from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
+from securevfl.devices import resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import LabelTransform, PartyHook
@@ -77,9 +78,10 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     # an active adversary reads the passive messages it received from its channel view: the federation
     # is built recording then (recording is chosen here, never switched on a live federation)
     record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
+    device = resolve_device(cfg.device)  # once per run; a device this machine lacks is named before any data is read
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
-        record=record, progress=progress, params=cfg.method_params))
+        record=record, progress=progress, params=cfg.method_params, device=device))
     check_compatibility(cfg, method, defenses, attack_specs, audit=str(audit["side"]) if audit["canaries"] else None)
     # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer and cfg.model.head == "split", **cfg.he_params)
