@@ -163,6 +163,18 @@ class Party:
             raise ValueError(f"party {self.name} cannot take {data.name}'s data")
         self.data = data
 
+    def use_device(self, device: torch.device) -> None:
+        """This party's models, optimizer state and incoming tensors move to ``device`` (the run moves every
+        party back to the CPU after training: the adversary's attacks, the audit and --save work there)."""
+        for m in self.modules_to_snapshot().values():
+            m.to(device)
+        for state in self._built_optimizer().state.values():
+            for k, v in state.items():
+                if isinstance(v, torch.Tensor):
+                    state[k] = v.to(device)
+        self.device = device
+        self.endpoint.device = device
+
     def use_local_step(self, rule: LocalStep | None) -> None:
         """This party's own update rule replaces its optimizer step (a malicious party's optimizer)."""
         self.local_step = rule
@@ -320,12 +332,14 @@ class PassiveParty(Party):
         if training:
             self._rule.arm([self.bottom])
         x = self.features(ids, split)
+        # a malicious party's own deviations compute on the CPU (its attack code is CPU code); the
+        # handoff is differentiable, so the bottom model's graph runs through it
         if self.tamper is not None:
-            x = self.tamper.features(x, ids, split, training)
+            x = self.tamper.features(x.cpu(), ids, split, training).to(self.device)
         with torch.set_grad_enabled(training):
             z = self.bottom(x)
             if self.tamper is not None:
-                z = self.tamper.output(z, ids, split, training)
+                z = self.tamper.output(z.cpu(), ids, split, training).to(self.device)
         self._z, self._ids, self._x = (z, ids, x) if training else (None, None, None)
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
@@ -338,7 +352,7 @@ class PassiveParty(Party):
         assert self._z is not None and self._ids is not None and self._x is not None
         params = self.parameters()
         if self.tamper is not None:
-            grad = self.tamper.gradient(grad, self._ids)
+            grad = self.tamper.gradient(grad.cpu(), self._ids).to(self.device)
         extra = self._extra_loss(StepView(self._ids, self._x, self._z)) if self._losses else None
         for q, g in zip(params, self._rule.gradients(self._z, grad, extra, params, self._ids), strict=True):
             q.grad = g

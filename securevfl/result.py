@@ -12,7 +12,6 @@ import torch
 
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
-from securevfl.devices import device_name
 from securevfl.federation import Federation
 from securevfl.provenance import git_commit, version
 
@@ -132,7 +131,7 @@ def feature_privacy(fed: Federation) -> dict:
     return out
 
 
-def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float) -> dict:
+def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float, device: str = "cpu") -> dict:
     """The run's cost: wall seconds, channel bytes and messages by kind, the HE layer's own cost, and the
     device the parties computed on (``device``: the resolved ``--device``, e.g. ``cpu`` or ``cuda:0``;
     the configuration keeps what was asked for, e.g. ``auto``).
@@ -143,6 +142,7 @@ def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float)
             federation existed, and that traffic counts too, under the alignment kind.
         he: the cut layer's description (``CutLayer.describe()``).
         seconds: wall time of build, fit and evaluate.
+        device: where the parties trained (:func:`securevfl.devices.device_name` of the resolved ``--device``).
 
     Returns:
         The ``cost`` object of the run's JSON."""
@@ -158,4 +158,4 @@ def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float)
                    "seconds_per_step": round(he["seconds"] / max(fed.active.step, 1), 4)})
     return {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
             "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step,
-            "device": device_name(fed.active.device)}
+            "device": device}

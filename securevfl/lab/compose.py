@@ -21,7 +21,7 @@ from securevfl.config import RunConfig
 from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
-from securevfl.devices import resolve_device
+from securevfl.devices import CPU, device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import LabelTransform, PartyHook
@@ -101,6 +101,9 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     method.train(fed)
     utility = method.evaluate(fed)
     seconds = time.perf_counter() - t0
+    if device.type != "cpu":  # the adversary's analyses, the audit and --save run on the CPU (devices.py)
+        for party in fed.parties:
+            party.use_device(CPU)
 
     warnings = run_warnings(fed, progress, utility)
     # the feature audit's inference queries are releases: made before the feature ε is computed, so it covers them
@@ -110,7 +113,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         privacy["audit"] = run_audit(audit, plan, fed, partition, method, cfg.seed, feature_scores,
                                      privacy if feature_scores is None else features.get(passive_name(1), {}))
     result = RunResult(config=cfg, utility=utility, privacy={**privacy, "features": features, **randomness_report(cfg)},
-                       cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
+                       cost=cost_report(fed, partition, cut.describe(), seconds, device_name(device)),
+                       method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
     if save is not None:  # before the attacks, which may probe (not change) the trained models
         save_run(result, Path(save))

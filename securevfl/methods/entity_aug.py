@@ -202,7 +202,7 @@ class EntityAugTrainer(SplitTrainer):
         except KeyError:
             raise UserError("entity-aug: a guest sent entities the host has no label for; the host must know every "
                             "entity's label (partition.active_labels_all and active_labels_unaligned: true)") from None
-        self._soft = soft_labels(labels, weights, fed.n_classes)
+        self._soft = soft_labels(labels, weights, fed.n_classes).to(a.device)
         a.receive(reps, training=True)
         # each guest's gradient carries its own IDs; queued guests get none
         loss = a.backward(self.objective(a.logits(own, "train", True), own), live)
