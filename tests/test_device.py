@@ -43,7 +43,8 @@ def fingerprint(cfg: RunConfig) -> dict:
                 params.update(t.detach().cpu().contiguous().numpy().tobytes())
     j = r.to_json()
     return {"utility": j["utility"], "bytes": j["cost"]["bytes_sent"], "transcript": transcript,
-            "params": params.hexdigest(), "device": j["cost"]["device"], "parties_on": {str(p.device) for p in fed.parties}}
+            "params": params.hexdigest(), "device": j["cost"]["device"],
+            "parties_on": {str(p.device) for p in fed.parties}}
 
 
 @pytest.mark.parametrize("defense", ["none", "dp:clip=1,noise=0.5"])
