@@ -168,10 +168,8 @@ class Party:
         party back to the CPU after training: the adversary's attacks, the audit and --save work there)."""
         for m in self.modules_to_snapshot().values():
             m.to(device)
-        for state in self._built_optimizer().state.values():
-            for k, v in state.items():
-                if isinstance(v, torch.Tensor):
-                    state[k] = v.to(device)
+        optimizer = self._built_optimizer()
+        optimizer.load_state_dict(optimizer.state_dict())  # torch's own cast of the state to the parameters' device
         self.device = device
         self.endpoint.device = device
 
@@ -194,7 +192,7 @@ class Party:
     def features(self, ids: np.ndarray, split: str) -> torch.Tensor:
         """This party's feature rows for ``ids``, on its device."""
         x = torch.from_numpy(self.data.rows(ids, split))
-        return x if self.device.type == "cpu" else x.to(self.device, non_blocking=True)
+        return x if self.device.type == "cpu" else x.to(self.device)
 
     def parameters(self) -> list[nn.Parameter]:
         """Trainable parameters (frozen ones, ``requires_grad=False``, stay out of the optimizer)."""

@@ -134,3 +134,19 @@ def test_attack_on_a_trained_federation_sees_cpu_models():
     assert all(p.device.type == "cpu" for p in r.federation.parties)
     assert all(q.device.type == "cpu" for p in r.federation.parties for q in p.parameters())
     assert 0.0 <= r.attacks["mc"]["value"] <= 1.0
+
+
+def test_a_party_moves_its_models_and_optimizer_state_whole():
+    """``Party.use_device`` (how the run brings every party back to the CPU for attacks): the models,
+    the optimizer state and what the endpoint delivers follow, and the trained federation predicts
+    as before."""
+    r = execute(_cfg(), progress=False)
+    fed, trainer = r.federation, r.method.trainer
+    probs = trainer.predict_proba(fed.active.data.test_ids)
+    state = {k: v.clone() for k, v in fed.active.optimizer.state[fed.active.parameters()[0]].items()}
+    for party in fed.parties:
+        party.use_device(torch.device("cpu"))
+        assert party.endpoint.device == party.device == torch.device("cpu")
+    moved = fed.active.optimizer.state[fed.active.parameters()[0]]
+    assert state.keys() == moved.keys() and all(torch.equal(state[k], moved[k]) for k in state)
+    assert (trainer.predict_proba(fed.active.data.test_ids) == probs).all()
