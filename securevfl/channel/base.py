@@ -108,9 +108,8 @@ class Channel(ABC):
     def pending(self) -> int:
         """Messages sent but not yet received (a finished protocol leaves none)."""
 
-    def endpoint(self, party: str, device: torch.device | None = None) -> Endpoint:
-        """``party``'s handle; tensors it receives arrive on ``device`` (its party's, default the CPU)."""
-        return Endpoint(self, party, device)
+    def endpoint(self, party: str) -> Endpoint:
+        return Endpoint(self, party)
 
     def received_by(self, party: str) -> list[Message]:
         """The party's view: every message it received (needs ``record=True``)."""
@@ -123,7 +122,8 @@ class Endpoint:
     """A party's handle on the channel: it can only send as itself and receive what is addressed to it.
 
     This is where tensors become bytes and back: :meth:`send_tensor` encodes from CPU memory, and
-    :meth:`recv_tensor` hands the decoded tensor over on ``device``, the owning party's (``--device``)."""
+    :meth:`recv_tensor` hands the decoded tensor over on ``device``, the owning party's (``--device``;
+    the party sets it when it takes its endpoint, :class:`securevfl.parties.Party`)."""
 
     def __init__(self, channel: Channel, party: str, device: torch.device | None = None) -> None:
         self._channel = channel

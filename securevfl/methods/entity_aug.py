@@ -170,7 +170,7 @@ class EntityAugTrainer(SplitTrainer):
                 self.reused.append((a.step, name))
                 tensor, ids = self.stale[name]
                 rows = np.arange(b) % len(ids)
-                return tensor[torch.from_numpy(rows)].clone(), ids[rows], False
+                return tensor[torch.from_numpy(rows).to(tensor.device)].clone(), ids[rows], False
             hint = "" if self.queue else "; set method_params.queue: true to reuse its last activation"
             raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}") from None
         p = self.fed.party(name)
