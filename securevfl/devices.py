@@ -11,12 +11,15 @@ models, batches and per-example gradient work there. What stays on the CPU, and 
   generators are per device and a CUDA generator draws a different stream from the same seed, so
   drawing on the CPU keeps a fixed ``mechanism_seed`` reproducing the same noise on every device
   and keeps the private (OS-seeded) generators on one well-understood implementation;
-- attacks: the adversary works on CPU copies of what it holds (:func:`cpu_copy`).
+- SSL augmentations (local pre-training, FedHSSL) draw on the CPU generator for the same reason; the
+  views then move to the party's device;
+- a malicious party's own deviations (backdoor and robustness attacks' tampering) compute on the CPU
+  (:meth:`securevfl.parties.PassiveParty.send_output`);
+- after training and evaluation every party moves back to the CPU (:meth:`securevfl.parties.Party.use_device`),
+  so the attacks, the privacy audit and ``--save`` run on CPU tensors.
 """
 
 from __future__ import annotations
-
-import copy
 
 import torch
 from torch import nn
@@ -72,9 +75,3 @@ def noise_like(noise: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``noise``, drawn on the CPU generator, moved to where ``like`` lives (see the module doc)."""
     return noise.to(like.device)
 
-
-def cpu_copy(module: nn.Module) -> nn.Module:
-    """A CPU copy of ``module`` for an adversary that works on the CPU (the original stays in place)."""
-    if module_device(module).type == "cpu":
-        return module
-    return copy.deepcopy(module).to(CPU)
