@@ -150,3 +150,14 @@ def test_a_party_moves_its_models_and_optimizer_state_whole():
     moved = fed.active.optimizer.state[fed.active.parameters()[0]]
     assert state.keys() == moved.keys() and all(torch.equal(state[k], moved[k]) for k in state)
     assert (trainer.predict_proba(fed.active.data.test_ids) == probs).all()
+
+
+def test_a_sweep_asking_for_a_missing_device_fails_before_any_cell(tmp_path, monkeypatch):
+    from securevfl.lab.engine import run_sweep
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    sweep = tmp_path / "gpu.yaml"
+    sweep.write_text("name: gpu\ndataset: {name: digits}\nmethods: [splitnn]\nseeds: [0]\ndevice: cuda\n")
+    with pytest.raises(UserError, match=r"cell splitnn / none / seed 0: --device cuda: CUDA is not available"):
+        run_sweep(str(sweep), str(tmp_path / "s.sqlite"), progress=False)
+    assert not (tmp_path / "s.sqlite").exists()  # nothing ran, no store was made
