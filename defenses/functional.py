@@ -8,6 +8,8 @@ from typing import cast
 import numpy as np
 import torch
 
+from securevfl.devices import noise_like
+
 
 def per_example_norms(t: torch.Tensor) -> torch.Tensor:
     return t.flatten(1).norm(dim=1)
@@ -27,7 +29,9 @@ def clip_per_example(t: torch.Tensor, clip: float) -> torch.Tensor:
 
 
 def gaussian(like: torch.Tensor, std: float, generator: torch.Generator) -> torch.Tensor:
-    return torch.randn(like.shape, generator=generator, dtype=like.dtype) * std
+    """N(0, std²) noise shaped like ``like``, drawn from the CPU ``generator`` and moved to ``like``'s
+    device: one seed gives the same noise on every --device (securevfl/devices.py)."""
+    return noise_like(torch.randn(like.shape, generator=generator, dtype=like.dtype) * std, like)
 
 
 def topk_per_example(t: torch.Tensor, keep_fraction: float) -> torch.Tensor:

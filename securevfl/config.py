@@ -16,6 +16,7 @@ from pathlib import Path
 
 from securevfl.data.dataset import DataConfig
 from securevfl.data.partition import PartitionSpec
+from securevfl.devices import DEVICES
 from securevfl.errors import UserError
 from securevfl.federation import OptimConfig
 from securevfl.limits import brief, load_yaml, read_text_limited
@@ -49,6 +50,13 @@ class RunConfig:
         on the command line one ``NAME`` or ``NAME:key=value,...`` per flag (repeatable).""")
     record: bool = setting(False, flag="--record", doc="""
         Keep the full channel transcript (needed by transcript attacks and invariant checks).""")
+    device: str = setting("cpu", flag="--device", choices=DEVICES, doc="""
+        Where every party's models, batches and per-example gradients live: ``cpu``, ``cuda``, ``mps``, or
+        ``auto`` (CUDA when available, else MPS, else the CPU). Messages still cross as bytes, HE and the
+        interactive layer run on the CPU, and defense noise is drawn on the CPU. The default is ``cpu``:
+        the same command gives the same numbers on every machine (GPU kernels differ in the last bits);
+        ``auto`` opts in. A device this machine lacks is an error. The run's JSON records the one used as
+        ``cost.device``.""")
     audit: dict = setting(factory=dict, flag="--audit", cli="keyvalue", doc="""
         One-run privacy audit (docs/audit.md): ``canaries=M`` swaps M canary labels for an alternative
         with probability ½ each and reports ``privacy.audit.epsilon_lower``, an empirical ε lower bound

@@ -32,6 +32,8 @@ from securevfl.interactive import (
     init_factors,
     split_combine,
     tanh_backward,
+    to_host,
+    to_party,
     velocity,
 )
 from securevfl.registry import Registry
@@ -254,7 +256,7 @@ class InteractiveActiveEnd(ActiveEnd):
         self._t: np.ndarray | None = None
 
     def finish_forward(self, training: bool) -> torch.Tensor:
-        t = self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION).double().numpy()
+        t = to_host(self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION, device="cpu"))
         if self.W is None:  # W_P(0) = X·Y, both factors from the run seed's streams (see interactive.py)
             assert self.head_shape is not None  # the active party wires head_shape into its ends
             h, fan_in = self.head_shape()
@@ -262,12 +264,12 @@ class InteractiveActiveEnd(ActiveEnd):
                                 Drbg.derived(self.seed, f"{self.passive}/Y"), t.shape[1], h, fan_in)
             self.W, self.b = x @ y, np.zeros((t.shape[1], h))
         self._t = t
-        return torch.from_numpy(t @ self.W).float()
+        return to_party(t @ self.W, self.endpoint.device)
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
         # a backward pass follows finish_forward, which set W, b and t; the owning party wires hparams
         assert self.W is not None and self.b is not None and self._t is not None and self.hparams is not None
-        g = clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy())
+        g = clip_grad(to_host(apply_hooks(self.hooks, grad, ctx)))
         self.endpoint.send_tensor(self.passive, MessageKind.GRADIENT, torch.from_numpy(g @ self.W.T).float())
         lr, mu, wd = self.hparams()
         self.b = velocity(self.b, self._t.T @ g, self.W, mu, wd)

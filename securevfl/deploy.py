@@ -50,6 +50,7 @@ from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd, make_cut_layer
 from securevfl.data import psi
 from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, _read_table, _Split, _split
 from securevfl.data.dataset import DataConfig
+from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for
 from securevfl.models import ModelConfig, build_head
@@ -254,9 +255,10 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     check_deployable(cfg, peers)
     defenses = _defenses(cfg)
     cfg = resolve_config(cfg)
+    device = resolve_device(cfg.device)  # this process's own parties: the active one (each passive runs on its CPU)
     method = METHODS.get(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
                                                    hooks=defenses, record=cfg.record, progress=progress,
-                                                   params=cfg.method_params))
+                                                   params=cfg.method_params, device=device))
     check_compatibility(cfg, method, defenses, [])
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
     names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
@@ -309,7 +311,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     head = build_head(cfg.model.cut_dim + sum(widths), len(classes), cfg.model)
     active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
                          passive_names=names, passive_widths=widths, n_classes=len(classes), seed=cfg.seed,
-                         interactive_lr=cfg.optim.interactive_lr)
+                         interactive_lr=cfg.optim.interactive_lr, device=device)
     fed = Federation(channel, active, remotes, RemoteCut(cut), len(classes))  # type: ignore[arg-type]
     active.learn_alignment(split.train_aligned, a_data.test_ids)
     for name in names:
@@ -421,7 +423,7 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
         "privacy": {**privacy_report(fed), "features": feature_privacy(fed), **randomness_report(cfg)},
         "cost": {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
                  "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step,
-                 "network": phases},
+                 "network": phases, "device": device_name(fed.active.device)},
         "partition": {"parties": len(fed.passives) + 1, "aligned": int(len(aligned)),
                       "labeled": int(len(split.labeled_ids)), "test_rows": int(len(split.test_ids)),
                       "classes": [str(c) for c in classes], "ingest": ingest},

@@ -59,6 +59,7 @@ class PartyWiring(TypedDict):
     cut: CutLayer
     seed: int
     interactive_lr: float | None
+    device: torch.device | None
 
 
 @dataclass
@@ -142,17 +143,20 @@ def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, see
 def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
                      cut: CutLayer | None = None, hooks: list[PartyHook] | None = None,
                      with_passives: bool = True, record: bool = False,
-                     models: ModelsFactory = standard_models) -> Federation:
+                     models: ModelsFactory = standard_models, device: torch.device | None = None) -> Federation:
     """Create the parties, each whole: its data, its fresh models (``models``), an optimizer factory,
     the hooks that run at its role (each party installs its own copies, ``PartyHook.for_party``) and
-    its cut-layer ends. ``record``: the channel keeps a transcript (chosen here, for the whole run)."""
+    its cut-layer ends. ``record``: the channel keeps a transcript (chosen here, for the whole run).
+    ``device``: where every party keeps its models and batches (resolved ``--device``; None: the CPU);
+    the models are built on the CPU and each party moves its own."""
     cut = cut or PlainCutLayer()
     hooks = hooks or []
     channel = InMemoryChannel(record=record)
     passive_data = partition.passives if with_passives else []
     built = models(partition, model, cut, seed, passive_data)
     optimizer = functools.partial(make_optimizer, cfg=optim)
-    wiring: PartyWiring = {"optimizer": optimizer, "cut": cut, "seed": seed, "interactive_lr": optim.interactive_lr}
+    wiring: PartyWiring = {"optimizer": optimizer, "cut": cut, "seed": seed, "interactive_lr": optim.interactive_lr,
+                           "device": device}
     a = partition.active
     active = ActiveParty(a, channel.endpoint(a.name), hooks, built.bottoms[a.name], built.head,
                          passive_names=[p.name for p in passive_data], passive_widths=built.passive_widths,

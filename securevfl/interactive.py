@@ -123,6 +123,18 @@ def interactive_hparams(party, interactive_lr: float | None) -> HParams:
     return read
 
 
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """The CPU handoff (``--device``): W_P's float64 arithmetic and HE run in numpy on the CPU, so a
+    tensor from the party's device enters here."""
+    return t.detach().cpu().double().numpy()
+
+
+def to_party(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """The way back: a CPU result as float32 on the owning party's device."""
+    out = torch.from_numpy(a).float()
+    return out if device.type == "cpu" else out.to(device)
+
+
 def bound_activation(z: torch.Tensor) -> torch.Tensor:
     return torch.tanh(z)
 

@@ -83,9 +83,14 @@ class Party:
     """The role whose hooks this party installs (``runs_at``)."""
 
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
-                 optimizer: OptimizerFactory, seed: int = 0, interactive_lr: float | None = None) -> None:
+                 optimizer: OptimizerFactory, seed: int = 0, interactive_lr: float | None = None,
+                 device: torch.device | None = None) -> None:
         self.name = data.name
         self.data = data
+        # where this party's models, batches and per-example gradients live (--device, resolved once by
+        # the run); what it receives through its own endpoint arrives there too
+        self.device = torch.device("cpu") if device is None else device
+        endpoint.device = self.device
         self.endpoint = endpoint
         # this party's own copy of every hook that runs at its role, in the order written
         self.hooks: list[PartyHook] = [h.for_party(self.name) for h in hooks if self.role in h.runs_at]
@@ -124,7 +129,12 @@ class Party:
     def _wrap_bottom(self, bottom: nn.Module) -> nn.Module:
         for w in self._wraps:
             bottom = w.wrap_bottom(bottom)
-        return bottom
+        return self._placed(bottom)
+
+    def _placed(self, module: nn.Module) -> nn.Module:
+        """``module`` moved (in place) to this party's device: every model it trains lives there. Built on
+        the CPU first, so a seed gives the same initial weights on every device."""
+        return module.to(self.device)
 
     @property
     def extra_modules(self) -> Mapping[str, nn.Module]:
@@ -137,7 +147,7 @@ class Party:
         ``modules`` besides it; its optimizer starts fresh over them (:meth:`reset_optimizer`)."""
         if bottom is not None:
             self.bottom = self._wrap_bottom(bottom)
-        self._modules.update(modules or {})
+        self._modules.update({k: self._placed(m) for k, m in (modules or {}).items()})
         self.reset_optimizer()
 
     def reset_optimizer(self) -> None:
@@ -152,6 +162,16 @@ class Party:
         if data.name != self.name:
             raise ValueError(f"party {self.name} cannot take {data.name}'s data")
         self.data = data
+
+    def use_device(self, device: torch.device) -> None:
+        """This party's models, optimizer state and incoming tensors move to ``device`` (the run moves every
+        party back to the CPU after training: the adversary's attacks, the audit and --save work there)."""
+        for m in self.modules_to_snapshot().values():
+            m.to(device)
+        optimizer = self._built_optimizer()
+        optimizer.load_state_dict(optimizer.state_dict())  # torch's own cast of the state to the parameters' device
+        self.device = device
+        self.endpoint.device = device
 
     def use_local_step(self, rule: LocalStep | None) -> None:
         """This party's own update rule replaces its optimizer step (a malicious party's optimizer)."""
@@ -170,7 +190,9 @@ class Party:
 
     # ---- what the party holds
     def features(self, ids: np.ndarray, split: str) -> torch.Tensor:
-        return torch.from_numpy(self.data.rows(ids, split))
+        """This party's feature rows for ``ids``, on its device."""
+        x = torch.from_numpy(self.data.rows(ids, split))
+        return x if self.device.type == "cpu" else x.to(self.device)
 
     def parameters(self) -> list[nn.Parameter]:
         """Trainable parameters (frozen ones, ``requires_grad=False``, stay out of the optimizer)."""
@@ -276,8 +298,8 @@ class PassiveParty(Party):
 
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
                  optimizer: OptimizerFactory, cut: CutLayer, seed: int = 0,
-                 interactive_lr: float | None = None) -> None:
-        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr)
+                 interactive_lr: float | None = None, device: torch.device | None = None) -> None:
+        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device)
         self.cut_end: PassiveEnd = cut.passive_end(self.end_wiring(), ACTIVE)
         # this training step's bottom output, its rows and inputs: what the returned gradient applies to
         self._z: torch.Tensor | None = None
@@ -308,12 +330,14 @@ class PassiveParty(Party):
         if training:
             self._rule.arm([self.bottom])
         x = self.features(ids, split)
+        # a malicious party's own deviations compute on the CPU (its attack code is CPU code); the
+        # handoff is differentiable, so the bottom model's graph runs through it
         if self.tamper is not None:
-            x = self.tamper.features(x, ids, split, training)
+            x = self.tamper.features(x.cpu(), ids, split, training).to(self.device)
         with torch.set_grad_enabled(training):
             z = self.bottom(x)
             if self.tamper is not None:
-                z = self.tamper.output(z, ids, split, training)
+                z = self.tamper.output(z.cpu(), ids, split, training).to(self.device)
         self._z, self._ids, self._x = (z, ids, x) if training else (None, None, None)
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
@@ -326,7 +350,7 @@ class PassiveParty(Party):
         assert self._z is not None and self._ids is not None and self._x is not None
         params = self.parameters()
         if self.tamper is not None:
-            grad = self.tamper.gradient(grad, self._ids)
+            grad = self.tamper.gradient(grad.cpu(), self._ids).to(self.device)
         extra = self._extra_loss(StepView(self._ids, self._x, self._z)) if self._losses else None
         for q, g in zip(params, self._rule.gradients(self._z, grad, extra, params, self._ids), strict=True):
             q.grad = g
@@ -354,18 +378,19 @@ class ActiveParty(Party):
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
                  head: nn.Module, optimizer: OptimizerFactory, cut: CutLayer, passive_names: list[str],
                  passive_widths: list[int], n_classes: int, seed: int = 0,
-                 interactive_lr: float | None = None) -> None:
-        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr)
+                 interactive_lr: float | None = None, device: torch.device | None = None) -> None:
+        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device)
         self.passive_names = passive_names
         self.passive_widths = passive_widths  # width of each passive party's input to the head
         for w in self._wraps:
             head = w.wrap_head(head)
-        self.head: nn.Module = head
+        self.head: nn.Module = self._placed(head)
         # model wraps' layers on each passive party's delivery (MID's), owned and trained like Rep
         self._on_received: dict[str, list[nn.Module]] = {}
         for w in self._wraps:
             for p, width in zip(passive_names, passive_widths, strict=True):
                 if (layer := w.wrap_received(p, cut.delivery_width(width, head))) is not None:
+                    self._placed(layer)
                     self._on_received.setdefault(p, []).append(layer)
                     self._modules[f"{w.name}/{p}"] = layer
         # how the head consumes its own output and the cut-layer deliveries (the cut layer's: the
@@ -406,7 +431,7 @@ class ActiveParty(Party):
         evidential heads); the optimizer starts fresh."""
         for w in self._wraps:
             head = w.wrap_head(head)
-        self.head = head
+        self.head = self._placed(head)
         self.reset_optimizer()
 
     def parameters(self) -> list[nn.Parameter]:

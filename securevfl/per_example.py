@@ -101,9 +101,10 @@ class PerExampleTracer:
         missing = [i for i, g in enumerate(out) if g is None]
         if missing:  # exact generic path for what the layer samplers did not cover
             slow = torch.autograd.grad(losses, [params[i] for i in missing], retain_graph=True, allow_unused=True,
-                                       grad_outputs=torch.eye(n, dtype=losses.dtype), is_grads_batched=True)
-            for i, g in zip(missing, slow, strict=True):
-                out[i] = torch.zeros((n, *params[i].shape)) if g is None else g
+                                       grad_outputs=torch.eye(n, dtype=losses.dtype, device=losses.device),
+                                       is_grads_batched=True)
+            for i, g in zip(missing, slow, strict=True):  # on the parameter's device (--device)
+                out[i] = torch.zeros((n, *params[i].shape), device=params[i].device) if g is None else g
         # the loop above filled every entry that was None
         return [cast(torch.Tensor, g).to(q.dtype) for g, q in zip(out, params, strict=True)], leaf_grads
 

@@ -131,8 +131,10 @@ def feature_privacy(fed: Federation) -> dict:
     return out
 
 
-def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float) -> dict:
-    """The run's cost: wall seconds, channel bytes and messages by kind, and the HE layer's own cost.
+def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float, device: str = "cpu") -> dict:
+    """The run's cost: wall seconds, channel bytes and messages by kind, the HE layer's own cost, and the
+    device the parties computed on (``device``: the resolved ``--device``, e.g. ``cpu`` or ``cuda:0``;
+    the configuration keeps what was asked for, e.g. ``auto``).
 
     Args:
         fed: the trained federation (its channel counted every message).
@@ -140,6 +142,7 @@ def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float)
             federation existed, and that traffic counts too, under the alignment kind.
         he: the cut layer's description (``CutLayer.describe()``).
         seconds: wall time of build, fit and evaluate.
+        device: where the parties trained (:func:`securevfl.devices.device_name` of the resolved ``--device``).
 
     Returns:
         The ``cost`` object of the run's JSON."""
@@ -154,4 +157,5 @@ def cost_report(fed: Federation, partition: Partition, he: dict, seconds: float)
         he.update({"bytes": sum(he_kinds.values()), "bytes_by_kind": he_kinds,
                    "seconds_per_step": round(he["seconds"] / max(fed.active.step, 1), 4)})
     return {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
-            "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step}
+            "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step,
+            "device": device}

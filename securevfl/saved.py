@@ -23,8 +23,8 @@ _INTS = "__int_array__"  # an object array of Python ints (HE shares), stored as
 
 
 def storable(obj: Any) -> Any:
-    """``obj`` in types ``torch.load(weights_only=True)`` reads back: numpy float arrays as tensors,
-    object arrays of (big) integers as lists."""
+    """``obj`` in types ``torch.load(weights_only=True)`` reads back on any machine: numpy float arrays
+    as tensors, object arrays of (big) integers as lists, tensors on the CPU."""
     if isinstance(obj, dict):
         return {k: storable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -33,6 +33,8 @@ def storable(obj: Any) -> Any:
         if obj.dtype == object:
             return {_INTS: [int(v) for v in obj.ravel()], "shape": list(obj.shape)}
         return torch.from_numpy(obj.copy())
+    if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":  # trained on a --device: saved from the CPU
+        return obj.detach().cpu()
     return obj
 
 

@@ -120,7 +120,7 @@ class SplitTrainer:
     def example_losses(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
         """Each row's loss on the head's output for ``ids``: cross-entropy against the active party's labels
         (regression: squared error against its standardised labels)."""
-        y = torch.from_numpy(self.fed.active.data.labels(ids))
+        y = torch.from_numpy(self.fed.active.data.labels(ids)).to(out.device)  # the active party's device
         if self.fed.regression:
             mean, std = self._label_scale()
             return (out[:, 0] - (y.float() - mean) / std) ** 2
@@ -191,7 +191,7 @@ class SplitTrainer:
             batch = ids[start:start + self.cfg.eval_batch_size]
             self._exchange(batch, split, False)
             out.append(self.proba(self.fed.active.logits(batch, split, False)))
-        return torch.cat(out).numpy()
+        return torch.cat(out).cpu().numpy()
 
     @torch.no_grad()
     def predict_proba_alone(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
@@ -200,7 +200,7 @@ class SplitTrainer:
         out = [self.proba(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
                                                        self.passive_stand_in))
                for s in range(0, len(ids), self.cfg.eval_batch_size)]
-        return torch.cat(out).numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
+        return torch.cat(out).cpu().numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
 
     def evaluate(self) -> dict:
         """Test utility. When some test rows exist only at the active party (FedUD's setting), the

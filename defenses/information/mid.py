@@ -27,6 +27,7 @@ from torch import nn
 
 from defenses.base import DEFENSES, Defense, _finite
 from securevfl.channel import MessageKind
+from securevfl.devices import noise_like
 from securevfl.errors import UserError
 from securevfl.hooks import ExtraLoss, ModelWrap, StepView
 from securevfl.roles import ACTIVE
@@ -51,7 +52,7 @@ class Bottleneck(nn.Module):
         if not self.training:
             self.kl = None
             return self.decoder(mu)
-        eps = torch.randn(mu.shape, generator=self.generator, dtype=mu.dtype)
+        eps = noise_like(torch.randn(mu.shape, generator=self.generator, dtype=mu.dtype), mu)  # CPU draw (devices.py)
         # KL(N(μ, σ²) ‖ N(0, I)) per example, averaged over the batch
         self.kl = 0.5 * (mu.pow(2) + std.pow(2) - 2 * torch.log(std + 1e-12) - 1).sum(1).mean()
         return self.decoder(mu + std * eps)

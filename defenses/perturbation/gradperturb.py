@@ -30,6 +30,7 @@ from torch import nn
 
 from defenses.base import DEFENSES, Defense
 from securevfl.channel import MessageKind
+from securevfl.devices import noise_like
 from securevfl.errors import UserError
 from securevfl.hooks import ActiveStep, ModelWrap, Objective, StepGradients
 from securevfl.roles import ACTIVE
@@ -98,7 +99,7 @@ class GradPerturb(Defense, ActiveStep, ModelWrap):
         probs = torch.softmax(logits.detach(), dim=1)
         scale = 2.0 / self.config["epsilon"]
         w = torch.rand(probs.shape, generator=self.generator, dtype=torch.float64) - 0.5
-        u = (-scale * torch.sign(w) * torch.log1p(-2 * w.abs())).to(probs.dtype)  # Laplace(2/ε), inverse CDF
+        u = noise_like((-scale * torch.sign(w) * torch.log1p(-2 * w.abs())).to(probs.dtype), probs)  # Laplace(2/ε)
         direction = (u.sum(1, keepdim=True) * probs - u) / len(logits)  # Σ_c u_c (p − e_c), batch-mean scaled
         extra = torch.autograd.grad(logits, received, grad_outputs=direction, allow_unused=True)
         rows = [r if e is None else r + e for r, e in zip(rows, extra, strict=True)]

@@ -17,6 +17,7 @@ import torch
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import per_example_norms
 from securevfl.channel import MessageKind
+from securevfl.devices import noise_like
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, MessageTransform
 from securevfl.roles import ACTIVE, PASSIVE
@@ -53,7 +54,7 @@ class Laplace(Defense, MessageTransform):
         # inverse-CDF draw from the defense's own generator: b · sign(w) · −log(1 − 2|w|), w ~ U(−½, ½)
         w = torch.rand(tensor.shape, generator=self.generator, dtype=torch.float64) - 0.5
         noise = -b * torch.sign(w) * torch.log1p(-2 * w.abs())
-        return tensor + noise.to(tensor.dtype)
+        return tensor + noise_like(noise.to(tensor.dtype), tensor)
 
     def privacy(self) -> dict:
         return {"epsilon": None, "delta": None, "mechanism": "laplace", "formal_guarantee": False,

@@ -34,6 +34,7 @@ from scipy.optimize import minimize_scalar
 
 from defenses.base import DEFENSES, Defense, _finite
 from securevfl.channel import MessageKind
+from securevfl.devices import noise_like
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, MessageTransform
 from securevfl.roles import ACTIVE
@@ -143,7 +144,7 @@ class Marvell(Defense, MessageTransform):
         if (y > 1).any():
             raise UserError("marvell is defined for binary tasks (its KL objective is two-class); this task has "
                             "more classes")
-        flat = tensor.detach().flatten(1).double()
+        flat = tensor.detach().flatten(1).cpu().double()  # float64 with the CPU noise (securevfl/devices.py)
         pos, neg = torch.from_numpy(y == 1), torch.from_numpy(y == 0)
         if not pos.any() or not neg.any():
             return tensor  # one class only: Δ is undefined, nothing separates the classes in this batch
@@ -164,7 +165,7 @@ class Marvell(Defense, MessageTransform):
         sd_along = torch.where(pos, math.sqrt(lam11), math.sqrt(lam01)).double()[:, None]
         sd_orth = torch.where(pos, math.sqrt(lam12), math.sqrt(lam02)).double()[:, None]
         noise = sd_along * along + sd_orth * (z - along)
-        return (flat + noise).to(tensor.dtype).view_as(tensor)
+        return noise_like((flat + noise).to(tensor.dtype).view_as(tensor), tensor)
 
     def privacy(self) -> dict:
         return {"epsilon": None, "delta": None, "mechanism": "marvell", "formal_guarantee": False,

@@ -15,6 +15,7 @@ import torch
 from defenses.base import DEFENSES, Defense
 from defenses.functional import per_example_norms
 from securevfl.channel import MessageKind
+from securevfl.devices import noise_like
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, MessageTransform
 from securevfl.roles import ACTIVE
@@ -39,13 +40,13 @@ class MaxNorm(Defense, MessageTransform):
     def __call__(self, tensor: torch.Tensor, ctx: HookContext) -> torch.Tensor:
         if self.config["strength"] == 0 or not ctx.training or not len(tensor):
             return tensor
-        sq = per_example_norms(tensor.detach()).double().pow(2)
+        sq = per_example_norms(tensor.detach()).cpu().double().pow(2)  # float64 with the CPU noise (devices.py)
         # a zero row has no direction to perturb along; it stays zero (as in SecretFlow's reading)
         ratio = torch.where(sq > 0, sq.max() / sq.clamp_min(1e-300) - 1, torch.zeros_like(sq))
         sigma = (self.config["strength"] * ratio).sqrt()
         xi = torch.randn(len(tensor), generator=self.generator, dtype=torch.float64)
         factor = (1 + sigma * xi).to(tensor.dtype)
-        return tensor * factor.view(-1, *([1] * (tensor.dim() - 1)))
+        return tensor * noise_like(factor, tensor).view(-1, *([1] * (tensor.dim() - 1)))
 
     def privacy(self) -> dict:
         return {"epsilon": None, "delta": None, "mechanism": "max-norm", "formal_guarantee": False,

@@ -119,11 +119,16 @@ class Channel(ABC):
 
 
 class Endpoint:
-    """A party's handle on the channel: it can only send as itself and receive what is addressed to it."""
+    """A party's handle on the channel: it can only send as itself and receive what is addressed to it.
 
-    def __init__(self, channel: Channel, party: str) -> None:
+    This is where tensors become bytes and back: :meth:`send_tensor` encodes from CPU memory, and
+    :meth:`recv_tensor` hands the decoded tensor over on ``device``, the owning party's (``--device``;
+    the party sets it when it takes its endpoint, :class:`securevfl.parties.Party`)."""
+
+    def __init__(self, channel: Channel, party: str, device: torch.device | None = None) -> None:
         self._channel = channel
         self.party = party
+        self.device = torch.device("cpu") if device is None else device
 
     def send(self, dst: str, kind: str, payload: bytes) -> None:
         self._channel.send(self.party, dst, kind, payload)
@@ -135,8 +140,12 @@ class Endpoint:
     def send_tensor(self, dst: str, kind: str, t: torch.Tensor) -> None:
         self.send(dst, kind, codec.encode_tensor(t))
 
-    def recv_tensor(self, src: str, kind: str) -> torch.Tensor:
-        return codec.decode_tensor(self.recv(src, kind))
+    def recv_tensor(self, src: str, kind: str, device: torch.device | str | None = None) -> torch.Tensor:
+        """The next tensor of ``kind`` from ``src``, on this party's device (``device="cpu"``: for an end
+        that computes on the CPU, e.g. the interactive layer, without a round trip through the GPU)."""
+        t = codec.decode_tensor(self.recv(src, kind))
+        target = self.device if device is None else torch.device(device)
+        return t if target.type == "cpu" else t.to(target)
 
     def send_ids(self, dst: str, kind: str, ids: np.ndarray) -> None:
         self.send(dst, kind, codec.encode_ids(ids))

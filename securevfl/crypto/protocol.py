@@ -51,7 +51,17 @@ from securevfl.channel import Message, MessageKind
 from securevfl.crypto.backend import BackendClass, Encrypted, HEBackend, HETimer, dump_ints, he_threads, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.hooks import HookContext, apply_hooks
-from securevfl.interactive import GRAD_BOUND, Drbg, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
+from securevfl.interactive import (
+    GRAD_BOUND,
+    Drbg,
+    bound_activation,
+    clip_grad,
+    draw_x,
+    draw_y,
+    tanh_backward,
+    to_host,
+    to_party,
+)
 
 
 @dataclass(frozen=True)
@@ -114,7 +124,7 @@ class HEPassiveEnd(PassiveEnd):
         if not self.context_sent:
             ep.send(a, MessageKind.HE_CONTEXT, self.backend.public_bytes())
             self.context_sent = True
-        t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx)).double().numpy()
+        t = to_host(bound_activation(apply_hooks(self.hooks, z.detach(), ctx)))
         if self.R is None:  # set-up: [[X]] for W_P(0) = X·Y
             rng = Drbg.derived(self.seed, f"{ep.party}/X") if self.layer.seeded_shares else Drbg()
             x = fixed(draw_x(rng, t.shape[1]), f)
@@ -155,7 +165,7 @@ class HEPassiveEnd(PassiveEnd):
         self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
         out = tanh_backward(real(self._t, f), torch.from_numpy(grad_t))
         self._t = None
-        return out.float()
+        return to_party(out.numpy(), self.endpoint.device)  # ciphertext work done: back to the party's device
 
     def received_gradient(self, msg: Message, previous: Message | None) -> np.ndarray | None:
         """∂L/∂t as this party decrypts it: the ciphertext [[g W_Pᵀ]] is the one that follows the
@@ -218,7 +228,7 @@ class HEActiveEnd(ActiveEnd):
         if training:
             assert self.backend is not None  # send_masked_forward built it
             self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
-        out = torch.from_numpy(real(y - self._E, 2 * self.layer.bounds.f)).float()
+        out = to_party(real(y - self._E, 2 * self.layer.bounds.f), self.endpoint.device)
         self._E = None
         return out
 
@@ -229,7 +239,7 @@ class HEActiveEnd(ActiveEnd):
         # party's end wiring always carries the layer's hparams
         assert be is not None and self.V is not None and self.b is not None and self.hparams is not None
         assert self._enc_t is not None and self._enc_rt is not None
-        g = fixed(clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy()), f)
+        g = fixed(clip_grad(to_host(apply_hooks(self.hooks, grad, ctx))), f)
         lr, mu, wd = self.hparams()
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
         m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f) - u_b

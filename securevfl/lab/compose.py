@@ -21,6 +21,7 @@ from securevfl.config import RunConfig
 from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
+from securevfl.devices import CPU, device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import LabelTransform, PartyHook
@@ -77,9 +78,10 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     # an active adversary reads the passive messages it received from its channel view: the federation
     # is built recording then (recording is chosen here, never switched on a live federation)
     record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
+    device = resolve_device(cfg.device)  # once per run; a device this machine lacks is named before any data is read
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
-        record=record, progress=progress, params=cfg.method_params))
+        record=record, progress=progress, params=cfg.method_params, device=device))
     check_compatibility(cfg, method, defenses, attack_specs, audit=str(audit["side"]) if audit["canaries"] else None)
     # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer and cfg.model.head == "split", **cfg.he_params)
@@ -101,6 +103,9 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     method.train(fed)
     utility = method.evaluate(fed)
     seconds = time.perf_counter() - t0
+    if device.type != "cpu":  # the adversary's analyses, the audit and --save run on the CPU (devices.py)
+        for party in fed.parties:
+            party.use_device(CPU)
 
     warnings = run_warnings(fed, progress, utility)
     # the feature audit's inference queries are releases: made before the feature ε is computed, so it covers them
@@ -111,7 +116,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
                                      privacy if feature_scores is None else features.get(passive_name(1), {}),
                                      head=cfg.model.head)
     result = RunResult(config=cfg, utility=utility, privacy={**privacy, "features": features, **randomness_report(cfg)},
-                       cost=cost_report(fed, partition, cut.describe(), seconds), method_info=fed.meta,
+                       cost=cost_report(fed, partition, cut.describe(), seconds, device_name(device)),
+                       method_info=fed.meta,
                        warnings=warnings, federation=fed, partition=partition, method=method)
     if save is not None:  # before the attacks, which may probe (not change) the trained models
         save_run(result, Path(save))

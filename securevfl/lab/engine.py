@@ -190,6 +190,7 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
 
     from tqdm.auto import tqdm
 
+    from securevfl.devices import resolve_device
     from securevfl.lab.store import Store
     from securevfl.lab.sweep import config_from_dict, load_sweep
     from securevfl.validate import validate_config
@@ -197,7 +198,10 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     sweep = load_sweep(path)
     for cell in sweep.cells:  # a bad value fails the sweep before any cell runs, naming the cell
         try:
-            validate_config(config_from_dict(cell.config))
+            cfg = config_from_dict(cell.config)
+            validate_config(cfg)
+            if engine == "local":  # its workers are this machine's processes: a device it lacks fails here once
+                resolve_device(cfg.device)
         except UserError as e:
             raise UserError(f"sweep file {path}: cell {cell.method} / {cell.defense} / seed {cell.seed}: {e}") from None
     unique = list({c.run_id: c for c in sweep.cells}.values())  # equal configurations: one row, computed once

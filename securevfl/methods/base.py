@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
@@ -33,6 +34,8 @@ class MethodContext:
     progress: bool | None = None
     params: dict = field(default_factory=dict)
     """Method-specific hyperparameters (validated by the method)."""
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    """Where the parties keep their models and batches (the run's resolved ``--device``)."""
 
 
 class Method(ABC):
@@ -119,7 +122,7 @@ class Method(ABC):
             The federation, its parties talking only through its channel."""
         c = self.ctx
         fed = build_federation(partition, c.model, c.optim, c.seed, cut, c.hooks,
-                               with_passives=self.uses_passives, record=c.record, models=self.models)
+                               with_passives=self.uses_passives, record=c.record, models=self.models, device=c.device)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it
         mode = partition.spec.alignment if self.uses_passives and "aligned_by" not in partition.meta else "given"
         align(fed, mode, partition.aligned_ids, partition.test_aligned_ids)

@@ -170,7 +170,7 @@ class EntityAugTrainer(SplitTrainer):
                 self.reused.append((a.step, name))
                 tensor, ids = self.stale[name]
                 rows = np.arange(b) % len(ids)
-                return tensor[torch.from_numpy(rows)].clone(), ids[rows], False
+                return tensor[torch.from_numpy(rows).to(tensor.device)].clone(), ids[rows], False
             hint = "" if self.queue else "; set method_params.queue: true to reuse its last activation"
             raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}") from None
         p = self.fed.party(name)
@@ -202,7 +202,7 @@ class EntityAugTrainer(SplitTrainer):
         except KeyError:
             raise UserError("entity-aug: a guest sent entities the host has no label for; the host must know every "
                             "entity's label (partition.active_labels_all and active_labels_unaligned: true)") from None
-        self._soft = soft_labels(labels, weights, fed.n_classes)
+        self._soft = soft_labels(labels, weights, fed.n_classes).to(a.device)
         a.receive(reps, training=True)
         # each guest's gradient carries its own IDs; queued guests get none
         loss = a.backward(self.objective(a.logits(own, "train", True), own), live)

@@ -64,8 +64,9 @@ class HybridState:
     """One party's FedHSSL models and optimizers (lives inside that party)."""
 
     def __init__(self, party: Party, f_c: nn.Module, cfg: SSLConfig, seed: int) -> None:
-        self.cross = SimSiam(f_c, cfg)  # f_c + projector + h_c
-        self.local = SimSiam(party.bottom, cfg)  # f_l + projector + h_l
+        # built on the CPU from the seeds, trained on the party's device (--device)
+        self.cross = SimSiam(f_c, cfg).to(party.device)  # f_c + projector + h_c
+        self.local = SimSiam(party.bottom, cfg).to(party.device)  # f_l + projector + h_l
         self.opt_c = torch.optim.Adam(self.cross.parameters(), lr=cfg.lr)
         self.opt_l = torch.optim.Adam(self.local.parameters(), lr=cfg.lr)
         self.aug = party_augmentation(party, cfg)
@@ -142,7 +143,8 @@ def guided_local_epoch(party: Party, gamma: float, batch_size: int, rng: np.rand
         if len(idx) < 2:
             continue
         x = torch.from_numpy(X[idx])
-        x1, x2 = st.aug(x, st.gen), st.aug(x, st.gen)
+        # augmented on the CPU (its generator's stream is the same on every device), then moved
+        x1, x2 = st.aug(x, st.gen).to(party.device), st.aug(x, st.gen).to(party.device)
         (z1, p1), (z2, p2) = st.local.embed(x1), st.local.embed(x2)
         with torch.no_grad():
             c1, _ = st.cross.embed(x1)

@@ -80,7 +80,8 @@ class UnalignedTerm(LabelTerm):
         ids = self.chunks[self.k % len(self.chunks)]
         self.k += 1
         logits = self.host.logits_alone(ids, "train", True, passive_stand_in=self.rep)
-        return F.cross_entropy(logits, torch.from_numpy(self.host.data.labels(ids)), reduction="none"), ids
+        y = torch.from_numpy(self.host.data.labels(ids)).to(logits.device)
+        return F.cross_entropy(logits, y, reduction="none"), ids
 
     def __call__(self) -> torch.Tensor:
         losses, _ = self._losses()

@@ -191,7 +191,7 @@ class RisaTrainer(SplitTrainer):
         return torch.from_numpy(self._label_values[pos])
 
     def example_losses(self, out: torch.Tensor, ids: np.ndarray) -> torch.Tensor:
-        y = self.labels(ids)
+        y = self.labels(ids).to(out.device)  # the label table is the active party's, on its device
         if not self.evidential:
             return F.cross_entropy(out, y, reduction="none")
         evidence = out.double()  # digamma / lgamma of large Dirichlet strengths: float64 for stability
@@ -217,7 +217,7 @@ class RisaTrainer(SplitTrainer):
             return
         assert self._u_cnt is not None  # _u_sum and _u_cnt are set together (epoch_ids)
         pos = self._row_index.positions(ids)
-        np.add.at(self._u_sum, pos, u.numpy())
+        np.add.at(self._u_sum, pos, u.cpu().numpy())
         np.add.at(self._u_cnt, pos, 1)
 
     def epoch_ids(self, epoch: int, ids: np.ndarray) -> np.ndarray:

@@ -65,14 +65,15 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
     the epoch with the lowest loss on 10 % of its labeled rows held out for that purpose."""
     torch.manual_seed(seed)
     encoder = reset_parameters(copy.deepcopy(active.bottom), include_root=False)
-    local_head = build_head(cast(int, encoder.out_dim), n_classes, model_cfg)  # bottom encoders set an int out_dim
+    # bottom encoders set an int out_dim; built on the CPU from the seed, then on the party's device
+    local_head = build_head(cast(int, encoder.out_dim), n_classes, model_cfg).to(active.device)
     opt = torch.optim.Adam([*encoder.parameters(), *local_head.parameters()], lr=lr)
     rng = np.random.default_rng(seed)
     assert active.data.label_ids is not None  # the active party's data always carries its labels
     ids = rng.permutation(active.data.label_ids)
     n_val = max(1, len(ids) // 10)
     val, ids = ids[:n_val], ids[n_val:]
-    y, y_val = torch.from_numpy(active.data.labels(ids)), torch.from_numpy(active.data.labels(val))
+    y, y_val = (torch.from_numpy(active.data.labels(i)).to(active.device) for i in (ids, val))
     X, X_val = active.features(ids, "train"), active.features(val, "train")
     best, best_state = float("inf"), None
     for _ in range(epochs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from securevfl.devices import module_device
 from securevfl.ssl.augment import Augmentation
 from securevfl.ssl.objectives import SSLObjective
 
@@ -19,7 +20,9 @@ def pretrain_local(objective: SSLObjective, X: np.ndarray, aug: Augmentation, se
     per-step losses. Batches smaller than 2 rows are skipped (BatchNorm needs two)."""
     cfg = objective.cfg
     epochs = cfg.epochs if epochs is None else epochs
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)  # augmentations draw on the CPU: the same views on every device
+    device = module_device(objective.encoder)  # the party's (--device)
+    objective.to(device)
     rng = np.random.default_rng(seed)
     opt = torch.optim.Adam([p for p in objective.parameters() if p.requires_grad], lr=cfg.lr)
     X_t = torch.as_tensor(np.asarray(X, dtype=np.float32))
@@ -31,7 +34,7 @@ def pretrain_local(objective: SSLObjective, X: np.ndarray, aug: Augmentation, se
             idx = order[s:s + cfg.batch_size]
             if len(idx) < 2:
                 continue
-            x1, x2 = two_views(X_t[idx], aug, objective.anchor_is_clean, gen)
+            x1, x2 = (v.to(device) for v in two_views(X_t[idx], aug, objective.anchor_is_clean, gen))
             loss = objective.loss(x1, x2)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -65,7 +65,7 @@ def info_nce(q: torch.Tensor, k: torch.Tensor, tau: float, negatives: torch.Tens
     logits = q @ k.T
     if negatives is not None:
         logits = torch.cat([logits, q @ negatives.T], dim=1)
-    return F.cross_entropy(logits / tau, torch.arange(len(q)))
+    return F.cross_entropy(logits / tau, torch.arange(len(q), device=q.device))
 
 
 class SSLObjective(nn.Module):
@@ -165,7 +165,7 @@ class MoCo(_Momentum):
         loss = info_nce(q, k, self.cfg.temperature, self.bank.clone())
         with torch.no_grad():  # enqueue the newest keys
             n = min(len(k), len(self.bank))
-            idx = (self._ptr + torch.arange(n)) % len(self.bank)
+            idx = (self._ptr + torch.arange(n, device=self.bank.device)) % len(self.bank)
             self.bank[idx] = k[:n]
             self._ptr = int((self._ptr + n) % len(self.bank))
         return loss
