@@ -26,7 +26,7 @@ def test_quick_sweep_file_parses():
     from securevfl.lab.sweep import load_sweep
 
     sweep = load_sweep(ROOT / "sweeps" / "quick.yaml")
-    assert sweep.name == "quick" and len(sweep.cells) == 3 + 3 * 3 * 3
+    assert sweep.name == "quick" and len(sweep.cells) == 3 + 2 * 4 * 3
 
 
 def test_readme_is_a_front_door():

@@ -50,8 +50,8 @@ def report_problems(name: str, entry: dict, text: str, version: str) -> list[str
         if f"`{sweep}` (sha256 `{digest}`)" not in text:
             problems.append(f"not made from the current text of {sweep} (sha256 {digest[:12]}…)")
     for line in text.splitlines():
-        if line.startswith(("- Data:", "- Training:")) and re.search(r"\bNone\b", line):
-            problems.append(f"setup line shows None: {line.strip()}")
+        if line.startswith(("- Data:", "- Training:", "- Attack")) and re.search(r"\bNone\b| \? ", line):
+            problems.append(f"setup line shows None or ? for a set value: {line.strip()}")
     return problems
 
 
@@ -86,6 +86,7 @@ def test_stale_reports_are_caught():
     assert report_problems(name, entry, good.replace(_version(), "0.0.1"), _version())
     assert report_problems(name, entry, good.replace(digest, "0" * 64), _version())
     assert report_problems(name, entry, good.replace("lr 0.001", "lr None"), _version())
+    assert report_problems(name, entry, good + "- Attack **mc**: 100 steps on ? labeled rows\n", _version())
     assert report_problems(name, entry, "no provenance", _version())
 
 

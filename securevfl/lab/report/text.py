@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 
 import numpy as np
 import pandas as pd
@@ -363,4 +364,5 @@ def he_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _count(x: object) -> str:
     """A stored count as text; ``?`` when an older or damaged row lacks it."""
-    return str(int(x)) if isinstance(x, int | float) and math.isfinite(x) else "?"
+    # numbers.Real: a pandas int64 column hands out numpy integers, which are not ``int``
+    return str(int(x)) if isinstance(x, numbers.Real) and math.isfinite(x) else "?"
