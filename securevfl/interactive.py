@@ -26,6 +26,26 @@ Randomness: :class:`Drbg`, SHAKE-256 in counter mode. Seeded from ``os.urandom``
 CSPRNG); HE-off seeds the factor streams from the run seed (reproducible runs); HE-on does so only
 with the test/benchmark-only ``seeded_shares`` parameter.
 
+Secret mixing (``--interactive-mixing on``; issue 32's gauge leak). Plain SGD on W_P is consistent
+across steps only under an orthogonal change of P's coordinates, so from a_P(s) = t(s)·W_P(s) over a
+run the active party solves for t up to a rotation (h > d), and symmetrically the passive party for g
+up to a rotation from ∂L/∂t (h < d). With mixing the layer is re-parameterised as
+W_P = ρ·X_m·W̃·Z_m, X_m (d×d, N(0, 1/d)) the passive party's secret and Z_m (h×h, N(0, 1/h)) the active
+party's, both fixed for the run; W̃ is what the parties train (shares under HE):
+
+    t' = clip(ρ·t·X_m, ±1)      P (ρ = MIX_SCALE, public: the clip keeps the public bound |t'| ≤ 1)
+    a_P = (t'·W̃)·Z_m             A
+    g' = clip(g·Z_mᵀ, ±C)        A (after the defense hooks and the clip of g)
+    ∂L/∂t' = g'·W̃ᵀ,  ∂L/∂t = (∂L/∂t' ⊙ [|ρ t X_m| < 1])·(ρ X_m)ᵀ      P
+    W̃ trained by momentum SGD on t'ᵀg' with lr × MIX_LR_GAIN (= 1/ρ²: E[ρ² X_m X_mᵀ]·gain = I).
+
+In W_P's coordinates this is SGD preconditioned by ρ²X_mX_mᵀ on the left and Z_mᵀZ_m on the right,
+and every invertible change of coordinates Q is matched by a different secret preconditioner, so the
+gauge is all of GL(d), not O(d): A's whole view is a function of t' (it learns t' up to a rotation, i.e.
+t·X_m up to a linear map it cannot pin down) and P's of g' = g·Z_mᵀ (docs/he-protocol.md has the
+leakage function; tests/test_he_gauge.py the attacks). Off by default (the goldens record the plain
+layer); the same mixing runs with HE off, so HE-on = HE-off step for step holds either way.
+
 Learning rate of W_P: the party's lr under ``sgd``; under ``adam`` the optimizer's lr is an Adam
 step size, far too small for SGD, so W_P uses ``OptimConfig.interactive_lr`` (default 0.1, FATE
 Hetero-NN's ``interactive_layer_lr`` default).
@@ -50,6 +70,13 @@ GRAD_BOUND = 1.0
 only binds under heavy defense noise; it is what lets HE masks be sized from a public bound."""
 MOMENTUM = 0.9
 DEFAULT_INTERACTIVE_LR = 0.1
+
+MIX_SCALE = 0.5
+"""ρ: t' = clip(ρ·t·X_m, ±1). Entries of t·X_m have std ≤ 1 (|t| ≤ 1, X_m ~ N(0, 1/d)), so the clip
+binds on ≲ 5 % of entries at ρ = 1/2 even for saturated t."""
+MIX_LR_GAIN = 1.0 / MIX_SCALE ** 2
+"""W̃'s learning-rate gain under mixing: the left preconditioner ρ²X_mX_mᵀ has mean ρ²·I."""
+MIXING = ("off", "on")
 
 HParams = Callable[[], tuple[float, float, float]]
 """(lr, momentum, weight decay) of the interactive layer, read at update time (lr search changes lr)."""
@@ -102,6 +129,33 @@ def draw_y(rng: Drbg, d: int, h: int, fan_in: int) -> np.ndarray:
 def init_factors(x_rng: Drbg, y_rng: Drbg, d: int, h: int, fan_in: int) -> tuple[np.ndarray, np.ndarray]:
     """X (P's secret) and Y (A's secret); W_P(0) = X·Y."""
     return draw_x(x_rng, d), draw_y(y_rng, d, h, fan_in)
+
+
+def draw_mix_p(rng: Drbg, d: int) -> np.ndarray:
+    """P's secret mixing X_m (d×d), entries N(0, 1/d): far from orthogonal, so t·X_m is not t up to a
+    rotation (its singular values spread over (0, 2))."""
+    return draw_x(rng, d)
+
+
+def draw_mix_a(rng: Drbg, h: int) -> np.ndarray:
+    """A's secret mixing Z_m (h×h), entries N(0, 1/h)."""
+    return rng.normal((h, h)) / math.sqrt(h)
+
+
+def mix_t(t: np.ndarray, xm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P: t' = clip(ρ t X_m, ±1) and where the clip passes the gradient."""
+    pre = MIX_SCALE * (t @ xm)
+    return np.clip(pre, -1.0, 1.0), np.abs(pre) < 1.0
+
+
+def unmix_grad(grad_mixed: np.ndarray, passes: np.ndarray, xm: np.ndarray) -> np.ndarray:
+    """P: ∂L/∂t from ∂L/∂t' (the clip's and the mixing's backward)."""
+    return (grad_mixed * passes) @ (MIX_SCALE * xm).T
+
+
+def mix_g(g: np.ndarray, zm: np.ndarray) -> np.ndarray:
+    """A: g' = clip(g Z_mᵀ, ±C), the gradient with respect to t'·W̃ (public bound kept)."""
+    return clip_grad(g @ zm.T)
 
 
 # -------------------------------------------------------------------------------- the update rule

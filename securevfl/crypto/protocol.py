@@ -51,7 +51,21 @@ from securevfl.channel import Message, MessageKind
 from securevfl.crypto.backend import BackendClass, Encrypted, HEBackend, HETimer, dump_ints, he_threads, load_ints
 from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.hooks import HookContext, apply_hooks
-from securevfl.interactive import GRAD_BOUND, Drbg, bound_activation, clip_grad, draw_x, draw_y, tanh_backward
+from securevfl.interactive import (
+    GRAD_BOUND,
+    MIX_LR_GAIN,
+    Drbg,
+    bound_activation,
+    clip_grad,
+    draw_mix_a,
+    draw_mix_p,
+    draw_x,
+    draw_y,
+    mix_g,
+    mix_t,
+    tanh_backward,
+    unmix_grad,
+)
 
 
 @dataclass(frozen=True)
@@ -106,8 +120,11 @@ class HEPassiveEnd(PassiveEnd):
         self.context_sent = False
         self.R: np.ndarray | None = None
         self.b: np.ndarray | None = None
-        self._t: np.ndarray | None = None  # t at 2^f (integers)
+        self._t: np.ndarray | None = None  # t at 2^f (integers); with mixing t'
         self._training = False
+        self.mix: np.ndarray | None = None  # X_m, the secret mixing (``layer.mixing``)
+        self._t_raw: np.ndarray | None = None  # with mixing: t itself, and where the clip of t' passes
+        self._passes: np.ndarray | None = None
 
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
         ep, a, be, f = self.endpoint, self.active, self.backend, self.layer.bounds.f
@@ -115,6 +132,12 @@ class HEPassiveEnd(PassiveEnd):
             ep.send(a, MessageKind.HE_CONTEXT, self.backend.public_bytes())
             self.context_sent = True
         t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx)).double().numpy()
+        if self.layer.mixing:
+            if self.mix is None:
+                rng = Drbg.derived(self.seed, f"{ep.party}/Xmix") if self.layer.seeded_shares else Drbg()
+                self.mix = draw_mix_p(rng, t.shape[1])
+            self._t_raw = t
+            t, self._passes = mix_t(t, self.mix)
         if self.R is None:  # set-up: [[X]] for W_P(0) = X·Y
             rng = Drbg.derived(self.seed, f"{ep.party}/X") if self.layer.seeded_shares else Drbg()
             x = fixed(draw_x(rng, t.shape[1]), f)
@@ -151,10 +174,13 @@ class HEPassiveEnd(PassiveEnd):
         # end wiring always carries the layer's hparams
         assert self.R is not None and self.b is not None and self._t is not None and self.hparams is not None
         lr, mu, wd = self.hparams()
+        if self.mix is not None:  # ∂L/∂t' → ∂L/∂t through P's own mixing
+            assert self._t_raw is not None and self._passes is not None
+            lr, grad_t = lr * MIX_LR_GAIN, unmix_grad(grad_t, self._passes, self.mix)
         self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
         self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
-        out = tanh_backward(real(self._t, f), torch.from_numpy(grad_t))
-        self._t = None
+        out = tanh_backward(real(self._t, f) if self.mix is None else self._t_raw, torch.from_numpy(grad_t))
+        self._t = self._t_raw = self._passes = None
         return out.float()
 
     def received_gradient(self, msg: Message, previous: Message | None) -> np.ndarray | None:
@@ -166,10 +192,12 @@ class HEPassiveEnd(PassiveEnd):
 
     # party state (snapshot/restore, fresh optimizer)
     def state_dict(self) -> dict:
-        return {"R": None if self.R is None else self.R.copy(), "b": None if self.b is None else self.b.copy()}
+        return {"R": None if self.R is None else self.R.copy(), "b": None if self.b is None else self.b.copy(),
+                **({"mix": self.mix} if self.mix is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.R, self.b = state["R"], state["b"]
+        self.mix = state.get("mix", self.mix)
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
@@ -190,6 +218,7 @@ class HEActiveEnd(ActiveEnd):
         self._enc_t: Encrypted | None = None
         self._enc_rt: Encrypted | None = None
         self._E: np.ndarray | None = None
+        self.mix: np.ndarray | None = None  # Z_m, the secret mixing (``layer.mixing``)
 
     def send_masked_forward(self) -> None:
         ep, p, bd = self.endpoint, self.passive, self.layer.bounds
@@ -208,6 +237,9 @@ class HEActiveEnd(ActiveEnd):
             res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
             self.b = np.zeros(self.V.shape, dtype=object)
+            if self.layer.mixing and self.mix is None:
+                z_rng = Drbg.derived(self.seed, f"{p}/Zmix") if self.layer.seeded_shares else Drbg()
+                self.mix = draw_mix_a(z_rng, h)
         self._enc_t = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
         zero = np.zeros((self._enc_t.shape[0], self.V.shape[1]), dtype=object)
         res, self._E = be.right(self._enc_t, self.V, zero, f + bd.share, True, self.rng)
@@ -218,7 +250,8 @@ class HEActiveEnd(ActiveEnd):
         if training:
             assert self.backend is not None  # send_masked_forward built it
             self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
-        out = torch.from_numpy(real(y - self._E, 2 * self.layer.bounds.f)).float()
+        out = real(y - self._E, 2 * self.layer.bounds.f)
+        out = torch.from_numpy(out if self.mix is None else out @ self.mix).float()
         self._E = None
         return out
 
@@ -229,8 +262,11 @@ class HEActiveEnd(ActiveEnd):
         # party's end wiring always carries the layer's hparams
         assert be is not None and self.V is not None and self.b is not None and self.hparams is not None
         assert self._enc_t is not None and self._enc_rt is not None
-        g = fixed(clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy()), f)
+        g_real = clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy())
         lr, mu, wd = self.hparams()
+        if self.mix is not None:  # g' = clip(g Z_mᵀ): what the shared W̃ is trained on
+            g_real, lr = mix_g(g_real, self.mix), lr * MIX_LR_GAIN
+        g = fixed(g_real, f)
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
         m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f) - u_b
         gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng)  # [[Gᵀ + Mᵀ]]
@@ -243,14 +279,21 @@ class HEActiveEnd(ActiveEnd):
         self._enc_t = self._enc_rt = None
 
     def state_dict(self) -> dict:
-        return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy()}
+        return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy(),
+                **({"mix": self.mix} if self.mix is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.V, self.b = state["V"], state["b"]
+        self.mix = state.get("mix", self.mix)
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
             self.b = np.zeros(self.b.shape, dtype=object)
+
+
+MIXING_LEAKS = ("on: W_P = ρ·X_m·W̃·Z_m (X_m the passive party's secret, Z_m the active party's); over the run "
+                "the active party learns t' = clip(ρ·t·X_m) up to a rotation, the passive party g' = clip(g·Z_mᵀ) up "
+                "to a rotation (docs/he-protocol.md, the leakage function)")
 
 
 class HECutLayer(CutLayer):
@@ -258,12 +301,12 @@ class HECutLayer(CutLayer):
 
     validate: Callable[[dict], dict]
 
-    def __init__(self, *, interactive: bool = True, **params: object) -> None:
+    def __init__(self, *, interactive: bool = True, mixing: str = "off", **params: object) -> None:
         params = dict(params)
         seeded = params.pop("seeded_shares", False)
         self.seeded_shares = str(seeded).lower() in ("1", "true", "yes", "on")
         self.scheme_params = type(self).validate(params)
-        super().__init__(interactive=interactive, **self.scheme_params,
+        super().__init__(interactive=interactive, mixing=mixing, **self.scheme_params,
                          **({"seeded_shares": True} if self.seeded_shares else {}))
         self.timer = HETimer()
         self.passive_ends: list[HEPassiveEnd] = []  # the first one's backend describes the scheme
@@ -327,6 +370,7 @@ class HECutLayer(CutLayer):
                              f"party's plaintext) is hidden by the term masks ({bd.kappa} bits, real parts) and "
                              f"the flood ({be.get('flooding_bits', 0)} bits, imaginary parts); the unmasked sum "
                              "∂L/∂t reads g·(W_P + ε)ᵀ, ε the passive party's own error")),
+                **({"interactive_mixing": MIXING_LEAKS} if self.mixing else {}),
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
                 "seconds": round(self.timer.total, 4), "seconds_by_op": self.timer.as_dict()["by_op"],
