@@ -19,10 +19,13 @@ too, and the better of the two counts.
 With ``--interactive-mixing on`` (securevfl/interactive.py) the layer is W_P = ρ·X_m·W̃·Z_m: A knows its
 Z_m and runs the same attack on (a·Z_m⁻¹, clip(g·Z_mᵀ)); it recovers t' = clip(ρ·t·X_m) up to a
 rotation and no more (every change of t' coordinates is matched by another secret preconditioner X_m).
-That is the documented leakage function, so the test asserts the attack scores **no more than the
-judge's own score of t' itself** (+ 0.02), and below absolute bounds; the control — the same run with
-the mixing switched off, the leak re-opened — must exceed 0.99 on both scores. The passive side
-mirrors it with g' = clip(g·Z_mᵀ). Runs use the test-only ``seeded_shares`` fixture so X_m and Z_m
+That is the documented leakage function, so the threshold comes from the judge's own score of t'
+itself: the attack must leave at least half of the residual (1 − score) that t' leaves; the control —
+the same run with the mixing switched off, the leak re-opened — must fall below that threshold (and
+above 0.99). The passive side mirrors it with g' = clip(g·Z_mᵀ). What the leakage function itself
+gives away is measured, not promised away: a linear map hides little of a trained, low-rank t (the
+judge's score of t' is 0.93–0.99 max per-feature R² here) and nothing of which rows share a label
+(the Gram matrix of g' keeps its blocks): labels are what the defenses protect. Runs use the test-only ``seeded_shares`` fixture so X_m and Z_m
 (and therefore the scores) are reproducible; no attacker reads the seed.
 """
 
@@ -40,9 +43,6 @@ from securevfl.lab.compose import execute
 
 F = 20
 LR = 0.1
-MARGIN = 0.02  # how far above the documented leakage's own score an attack may land
-MAX_R2 = 0.97  # absolute: no feature of t (or column of g) fitted better than this up to rotation
-MAX_GRAM = 0.9
 CONTROL = 0.99
 ACTIVE_SHAPE = {"cut_dim": 8, "head_hidden": (32,)}  # h = 32 > d = 8 (h − d ≥ d: one step pins K)
 PASSIVE_SHAPE = {"cut_dim": 32, "head_hidden": ()}  # linear head: h = 10 classes < d = 32
@@ -56,10 +56,14 @@ class View:
     z_m: np.ndarray | None = None  # A's own mixing (A's view)
 
 
+ORIG = {"pf": HEPassiveEnd.send_forward, "pb": HEPassiveEnd.finish_backward,
+        "af": HEActiveEnd.finish_forward, "ab": HEActiveEnd.send_backward}
+"""The unpatched methods (a test records two runs: each recorder wraps these, not the previous one)."""
+
+
 def record(monkeypatch) -> View:
     view = View()
-    orig = {"pf": HEPassiveEnd.send_forward, "pb": HEPassiveEnd.finish_backward,
-            "af": HEActiveEnd.finish_forward, "ab": HEActiveEnd.send_backward}
+    orig = ORIG
 
     def send_forward(end, z, ctx):
         orig["pf"](end, z, ctx)
@@ -103,11 +107,11 @@ def record(monkeypatch) -> View:
     return view
 
 
-def run(he: str, shape: dict, mixing: str, monkeypatch, epochs: int = 2, n_labeled: int = 256) -> View:
+def run(he: str, shape: dict, mixing: str, monkeypatch, epochs: int = 2) -> View:
     params: dict = {"seeded_shares": True, **({"key_bits": 2048} if he == "paillier" else {})}
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he=he, he_params=params)
     cfg.train.epochs, cfg.train.batch_size = epochs, 32
-    cfg.partition.n_labeled = n_labeled
+    cfg.partition.n_labeled = 128 if he == "paillier" else 256
     cfg.optim.optimizer, cfg.optim.lr = "sgd", LR
     cfg.model.cut_dim, cfg.model.head_hidden = shape["cut_dim"], shape["head_hidden"]
     cfg.model.interactive_mixing = mixing
@@ -228,10 +232,13 @@ def passive_gauge(view: View) -> tuple[dict, dict]:
 
 # ------------------------------------------------------------------------------------------ tests
 def check(got: dict, leak: dict, control: dict) -> None:
-    assert control["r2_max"] > CONTROL and control["gram"] > CONTROL, control  # the leak, re-opened
+    """The threshold is set by the documented leakage: on every score the attack must leave at least
+    half of the residual (1 − score) that knowing t' (g') itself leaves. The control — the leak
+    re-opened — must fail that same threshold (and recover the secret up to rotation, > 0.99)."""
     for k in ("r2_max", "r2_mean", "gram"):
-        assert got[k] <= leak[k] + MARGIN, (k, got, leak)
-    assert got["r2_max"] <= MAX_R2 and got["gram"] <= MAX_GRAM, got
+        threshold = (1 - leak[k]) / 2
+        assert 1 - got[k] >= threshold, (k, got, leak)
+        assert 1 - control[k] < threshold and control[k] > CONTROL, (k, control, leak)
 
 
 @pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
