@@ -25,8 +25,9 @@ the same run with the mixing switched off, the leak re-opened — must fall belo
 above 0.99). The passive side mirrors it with g' = clip(g·Z_mᵀ). What the leakage function itself
 gives away is measured, not promised away: a linear map hides little of a trained, low-rank t (the
 judge's score of t' is 0.93–0.99 max per-feature R² here) and nothing of which rows share a label
-(the Gram matrix of g' keeps its blocks): labels are what the defenses protect. Runs use the test-only ``seeded_shares`` fixture so X_m and Z_m
-(and therefore the scores) are reproducible; no attacker reads the seed.
+(the Gram matrix of g' keeps its blocks): labels are what the defenses protect. Runs use the
+test-only ``seeded_shares`` fixture so X_m and Z_m (and therefore the scores) are reproducible; no
+attacker reads the seed.
 """
 
 from __future__ import annotations
@@ -149,8 +150,9 @@ def gauge_attack(outs: list[np.ndarray], ins: list[np.ndarray | None], d: int, l
     w0, _ = complement(outs[train[0]], d)
     comps = [complement(o, d)[1] for o in outs]
     t0 = outs[train[0]] @ w0.T
-    k = solve_k(lr * t0.T @ ins[train[0]] @ comps[train[1]].T, w0 @ comps[train[1]].T)
-    for _ in range(rounds):
+
+    def follow(k: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, float]:
+        """t̂(s) under K, the stacked constraints for the next K, and how far this K violates them."""
         s_sum, c, est, coef, rhs = np.zeros((d, outs[0].shape[1])), 0.0, [], [], []
         for i, (o, g) in enumerate(zip(outs, ins, strict=True)):
             w = w0 - lr * k @ s_sum
@@ -162,7 +164,17 @@ def gauge_attack(outs: list[np.ndarray], ins: list[np.ndarray | None], d: int, l
             if g is not None:
                 c = mu * c + t_hat.T @ g
                 s_sum = s_sum + c
-        k = solve_k(np.concatenate(coef, 1), np.concatenate(rhs, 1))
+        coef_m, rhs_m = np.concatenate(coef, 1), np.concatenate(rhs, 1)
+        return est, coef_m, rhs_m, float(np.linalg.norm(k @ coef_m - rhs_m) / np.linalg.norm(rhs_m))
+
+    k = solve_k(lr * t0.T @ ins[train[0]] @ comps[train[1]].T, w0 @ comps[train[1]].T)
+    best: tuple[float, list[np.ndarray], np.ndarray] | None = None
+    for _ in range(rounds + 1):  # the attacker keeps the most self-consistent K (its own criterion)
+        est, coef_m, rhs_m, resid = follow(k)
+        if best is None or resid < best[0]:
+            best = (resid, est, k)
+        k = solve_k(coef_m, rhs_m)
+    _, est, k = best
     chol = np.linalg.cholesky(k)
     return [e @ chol for e in est]
 
