@@ -291,6 +291,7 @@ class InteractiveActiveEnd(ActiveEnd):
         g = clip_grad(apply_hooks(self.hooks, grad, ctx).double().numpy())
         lr, mu, wd = self.hparams()
         if self.mix is not None:
+            assert self._passes is not None  # finish_forward mixed this step's t
             g, lr = mix_g(g, self.mix[1]), lr * MIX_LR_GAIN
             grad_t = unmix_grad(g @ self.W.T, self._passes, self.mix[0])
         else:

@@ -115,9 +115,17 @@ class Drbg:
         return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2 * np.pi * u2)
 
 
+X_ROW_BOUND = 2.0
+"""Public bound on the 2-norm of every row of X (draw_x scales down the rare row above it: for d ≥ 8
+a row's norm² is χ²_d/d, above 4 with probability < 1e-4), so |W_P(0)| ≤ 2·‖Y's column‖ — the start
+of the active party's running weight bound."""
+
+
 def draw_x(rng: Drbg, d: int) -> np.ndarray:
-    """P's secret factor X (d×d), entries N(0, 1/d)."""
-    return rng.normal((d, d)) / math.sqrt(d)
+    """P's secret factor X (d×d), entries N(0, 1/d), rows of norm ≤ X_ROW_BOUND."""
+    x = rng.normal((d, d)) / math.sqrt(d)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.where(norms > X_ROW_BOUND, x * (X_ROW_BOUND / np.maximum(norms, 1e-300)), x)
 
 
 def draw_y(rng: Drbg, d: int, h: int, fan_in: int) -> np.ndarray:
@@ -175,6 +183,34 @@ def interactive_hparams(party, interactive_lr: float | None) -> HParams:
         lr = (interactive_lr or DEFAULT_INTERACTIVE_LR) if adam else float(interactive_lr or group["lr"])
         return float(lr), MOMENTUM, float(group.get("weight_decay", 0.0))
     return read
+
+
+class WeightBound:
+    """The active party's running bound on |W_P| (per column, entrywise), kept under HE where the
+    masks are sized for |W_P| ≤ 2^weight_bits: refused (one-line UserError) before a step could take
+    W_P past it, so the hiding margin κ never drops. Sound from what the active party holds: |t| ≤ 1
+    (|t'| ≤ 1 with mixing) bounds |tᵀg|_jk by Σ_i |g_ik|, so b ← μb + tᵀg + λW and W ← W − ηb give
+    |b| ≤ μ|b| + Σ_i|g_i| + λ|W| and |W| ≤ |W| + η|b| (+ one rounding unit per step). Conservative:
+    it adds every step's worst case, where SGD's steps mostly cancel (docs/he-protocol.md)."""
+
+    def __init__(self, w0: np.ndarray, limit: float, ulp: float) -> None:
+        self.w, self.b, self.limit, self.ulp, self.steps = np.asarray(w0, dtype=float), 0.0 * w0, limit, ulp, 0
+
+    def step(self, g: np.ndarray, lr: float, mu: float, wd: float) -> None:
+        b = mu * self.b + np.abs(g).sum(0) + wd * self.w + self.ulp
+        w = self.w + lr * b + self.ulp
+        if w.max() > self.limit:
+            raise UserError(f"--he: the public running bound on the interactive layer's weights would pass "
+                            f"|W_P| ≤ {self.limit:g}, which the HE masks are sized for, at step {self.steps + 1} "
+                            f"(bound {w.max():.3g}): lower the interactive layer's learning rate (--lr under sgd, "
+                            "optim.interactive_lr under adam) or train fewer steps")
+        self.w, self.b, self.steps = w, b, self.steps + 1
+
+    def state(self) -> tuple[np.ndarray, np.ndarray, int]:
+        return self.w.copy(), np.array(self.b, copy=True), self.steps
+
+    def load(self, state: tuple[np.ndarray, np.ndarray, int]) -> None:
+        self.w, self.b, self.steps = state[0].copy(), np.array(state[1], copy=True), state[2]
 
 
 def bound_activation(z: torch.Tensor) -> torch.Tensor:

@@ -269,3 +269,59 @@ def test_passive_gauge_attack_fails_with_mixing(he, monkeypatch):
     got, leak = passive_gauge(run(he, PASSIVE_SHAPE, "on", monkeypatch))
     control, _ = passive_gauge(run(he, PASSIVE_SHAPE, "off", monkeypatch))
     check(got, leak, control)
+
+
+# ------------------------------------------------------------------------- the |W_P| running bound
+def bounded_run(monkeypatch, interactive_lr: float, enforce: bool = True) -> tuple[list[float], str | None]:
+    """A CKKS run that records, after every step, the true max |W_P| (the judge: V + R) and checks it
+    against the active party's running bound column by column. Returns (max |W_P| per step, the
+    refusal's message or None)."""
+    from securevfl.errors import UserError
+    from securevfl.interactive import WeightBound
+
+    ends: dict = {}
+    w_max: list[float] = []
+
+    def send_backward(end, grad, ctx):
+        ends["a"] = end
+        ORIG["ab"](end, grad, ctx)
+
+    def finish_backward(end):
+        out = ORIG["pb"](end)
+        a = ends["a"]
+        w = np.abs(real(a.V + end.R, F))
+        w_max.append(float(w.max()))
+        assert (w.max(0) <= a.bound.w).all() or not enforce, (w.max(0), a.bound.w)  # the bound is sound
+        return out
+
+    monkeypatch.setattr(HEActiveEnd, "send_backward", send_backward)
+    monkeypatch.setattr(HEPassiveEnd, "finish_backward", finish_backward)
+    if not enforce:  # control: the bound switched off
+        monkeypatch.setattr(WeightBound, "step", lambda self, *a: None)
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he="ckks")
+    cfg.train.epochs, cfg.train.batch_size = 2, 32
+    cfg.partition.n_labeled = 256
+    cfg.optim.optimizer, cfg.optim.lr, cfg.optim.interactive_lr = "sgd", 0.1, interactive_lr
+    cfg.model.cut_dim = 8
+    try:
+        execute(cfg, progress=False)
+    except UserError as e:
+        return w_max, str(e)
+    return w_max, None
+
+
+def test_weight_bound_refuses_before_the_masks_bound_is_passed(monkeypatch):
+    """A huge interactive learning rate drives W_P towards the |W_P| ≤ 16 the masks are sized for: the
+    run is refused with one line before any step passes it (the true |W_P| stays ≤ 16 and under the
+    running bound throughout); the control — the bound switched off — passes 16 silently."""
+    w_max, err = bounded_run(monkeypatch, interactive_lr=60.0)
+    assert err is not None and "|W_P| ≤ 16" in err and "\n" not in err, err
+    assert max(w_max, default=0.0) <= 16, w_max
+    ctrl, ctrl_err = bounded_run(monkeypatch, interactive_lr=60.0, enforce=False)
+    assert ctrl_err is None and max(ctrl) > 16, ctrl
+
+
+def test_weight_bound_is_sound_and_quiet_on_an_ordinary_run(monkeypatch):
+    """The ordinary setting (lr 0.1, 2 epochs) is not refused, and the bound holds at every step."""
+    w_max, err = bounded_run(monkeypatch, interactive_lr=0.1)
+    assert err is None and 0 < max(w_max) < 16

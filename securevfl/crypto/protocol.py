@@ -54,7 +54,9 @@ from securevfl.hooks import HookContext, apply_hooks
 from securevfl.interactive import (
     GRAD_BOUND,
     MIX_LR_GAIN,
+    X_ROW_BOUND,
     Drbg,
+    WeightBound,
     bound_activation,
     clip_grad,
     draw_mix_a,
@@ -179,7 +181,8 @@ class HEPassiveEnd(PassiveEnd):
             lr, grad_t = lr * MIX_LR_GAIN, unmix_grad(grad_t, self._passes, self.mix)
         self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
         self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
-        out = tanh_backward(real(self._t, f) if self.mix is None else self._t_raw, torch.from_numpy(grad_t))
+        t = real(self._t, f) if self._t_raw is None else self._t_raw
+        out = tanh_backward(t, torch.from_numpy(grad_t))
         self._t = self._t_raw = self._passes = None
         return out.float()
 
@@ -219,6 +222,7 @@ class HEActiveEnd(ActiveEnd):
         self._enc_rt: Encrypted | None = None
         self._E: np.ndarray | None = None
         self.mix: np.ndarray | None = None  # Z_m, the secret mixing (``layer.mixing``)
+        self.bound: WeightBound | None = None  # the running bound on |W_P| (set up with V)
 
     def send_masked_forward(self) -> None:
         ep, p, bd = self.endpoint, self.passive, self.layer.bounds
@@ -237,6 +241,9 @@ class HEActiveEnd(ActiveEnd):
             res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
             self.b = np.zeros(self.V.shape, dtype=object)
+            # |W_P(0)|_jk = |Σ_l X_jl Y_lk| ≤ ‖X_j‖·‖Y_k‖ ≤ X_ROW_BOUND·‖Y_k‖ (the running bound's start)
+            self.bound = WeightBound(X_ROW_BOUND * np.linalg.norm(real(y, f), axis=0), 2.0 ** bd.weight_bits,
+                                     2.0 ** -f)
             if self.layer.mixing and self.mix is None:
                 z_rng = Drbg.derived(self.seed, f"{p}/Zmix") if self.layer.seeded_shares else Drbg()
                 self.mix = draw_mix_a(z_rng, h)
@@ -250,10 +257,9 @@ class HEActiveEnd(ActiveEnd):
         if training:
             assert self.backend is not None  # send_masked_forward built it
             self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
-        out = real(y - self._E, 2 * self.layer.bounds.f)
-        out = torch.from_numpy(out if self.mix is None else out @ self.mix).float()
+        a = real(y - self._E, 2 * self.layer.bounds.f)
         self._E = None
-        return out
+        return torch.from_numpy(a if self.mix is None else a @ self.mix).float()
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
         ep, p, be, bd = self.endpoint, self.passive, self.backend, self.layer.bounds
@@ -267,6 +273,8 @@ class HEActiveEnd(ActiveEnd):
         if self.mix is not None:  # g' = clip(g Z_mᵀ): what the shared W̃ is trained on
             g_real, lr = mix_g(g_real, self.mix), lr * MIX_LR_GAIN
         g = fixed(g_real, f)
+        if self.bound is not None:  # refuse before this step's update could pass the masks' |W_P| bound
+            self.bound.step(real(g, f), lr, mu, wd)
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
         m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f) - u_b
         gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng)  # [[Gᵀ + Mᵀ]]
@@ -280,15 +288,24 @@ class HEActiveEnd(ActiveEnd):
 
     def state_dict(self) -> dict:
         return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy(),
-                **({"mix": self.mix} if self.mix is not None else {})}
+                **({"mix": self.mix} if self.mix is not None else {}),
+                **({"bound": self.bound.state()} if self.bound is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.V, self.b = state["V"], state["b"]
         self.mix = state.get("mix", self.mix)
+        if self.V is None:
+            self.bound = None
+        elif "bound" in state:
+            bd = self.layer.bounds
+            self.bound = self.bound or WeightBound(state["bound"][0], 2.0 ** bd.weight_bits, 2.0 ** -bd.f)
+            self.bound.load(state["bound"])
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
             self.b = np.zeros(self.b.shape, dtype=object)
+        if self.bound is not None:  # the velocity restarts at zero, and so does its bound
+            self.bound.b = 0.0 * self.bound.w
 
 
 MIXING_LEAKS = ("on: W_P = ρ·X_m·W̃·Z_m (X_m the passive party's secret, Z_m the active party's); over the run "
