@@ -122,10 +122,26 @@ def run(he: str, shape: dict, mixing: str, monkeypatch, epochs: int = 2) -> View
 
 
 # ------------------------------------------------------------------------------------- the attack
-def solve_k(coef: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """K (SPD) from K·coef = rhs by least squares, symmetrised and projected onto the PD cone."""
-    k = np.linalg.lstsq(coef.T, rhs.T, rcond=None)[0].T
-    k = (k + k.T) / 2
+def solve_k(coef: np.ndarray, rhs: np.ndarray, symmetric: bool = True) -> np.ndarray:
+    """K (symmetric, d×d) from K·coef = rhs by least squares over its d(d+1)/2 free entries (or over
+    all d² entries, then symmetrised), projected onto the positive-definite cone."""
+    d = coef.shape[0]
+    if not symmetric:
+        k = np.linalg.lstsq(coef.T, rhs.T, rcond=None)[0].T
+        w, v = np.linalg.eigh((k + k.T) / 2)
+        return (v * np.maximum(w, 1e-9 * max(w.max(), 1e-300))) @ v.T
+    iu = np.triu_indices(d)
+    cols = []
+    for i, j in zip(*iu, strict=True):  # K = Σ k_ij (E_ij + E_ji)/(1 + [i = j]): row i gets coef_j, row j coef_i
+        m = np.zeros_like(rhs)
+        m[i] += coef[j]
+        if i != j:
+            m[j] += coef[i]
+        cols.append(m.ravel())
+    x = np.linalg.lstsq(np.stack(cols, 1), rhs.ravel(), rcond=None)[0]
+    k = np.zeros((d, d))
+    k[iu] = x
+    k = k + np.triu(k, 1).T
     w, v = np.linalg.eigh(k)
     return (v * np.maximum(w, 1e-9 * max(w.max(), 1e-300))) @ v.T
 
@@ -167,13 +183,15 @@ def gauge_attack(outs: list[np.ndarray], ins: list[np.ndarray | None], d: int, l
         coef_m, rhs_m = np.concatenate(coef, 1), np.concatenate(rhs, 1)
         return est, coef_m, rhs_m, float(np.linalg.norm(k @ coef_m - rhs_m) / np.linalg.norm(rhs_m))
 
-    k = solve_k(lr * t0.T @ ins[train[0]] @ comps[train[1]].T, w0 @ comps[train[1]].T)
     best: tuple[float, list[np.ndarray], np.ndarray] | None = None
-    for _ in range(rounds + 1):  # the attacker keeps the most self-consistent K (its own criterion)
-        est, coef_m, rhs_m, resid = follow(k)
-        if best is None or resid < best[0]:
-            best = (resid, est, k)
-        k = solve_k(coef_m, rhs_m)
+    for symmetric in (True, False):  # the attacker keeps the most self-consistent K (its own criterion)
+        k = solve_k(lr * t0.T @ ins[train[0]] @ comps[train[1]].T, w0 @ comps[train[1]].T, symmetric)
+        for _ in range(rounds + 1):
+            est, coef_m, rhs_m, resid = follow(k)
+            if best is None or resid < best[0]:
+                best = (resid, est, k)
+            k = solve_k(coef_m, rhs_m, symmetric)
+    assert best is not None
     _, est, k = best
     chol = np.linalg.cholesky(k)
     return [e @ chol for e in est]
