@@ -185,26 +185,39 @@ def interactive_hparams(party, interactive_lr: float | None) -> HParams:
     return read
 
 
+MAX_RESCALE_BITS = 8
+"""How far the HE layer may rescale W_P's stored shares (W_P = 2^e·W_s, e ≤ this): each bit costs one
+of W_P's 2^-f fixed-point bits; past it the run is refused."""
+
+
 class WeightBound:
-    """The active party's running bound on |W_P| (per column, entrywise), kept under HE where the
-    masks are sized for |W_P| ≤ 2^weight_bits: refused (one-line UserError) before a step could take
-    W_P past it, so the hiding margin κ never drops. Sound from what the active party holds: |t| ≤ 1
-    (|t'| ≤ 1 with mixing) bounds |tᵀg|_jk by Σ_i |g_ik|, so b ← μb + tᵀg + λW and W ← W − ηb give
-    |b| ≤ μ|b| + Σ_i|g_i| + λ|W| and |W| ≤ |W| + η|b| (+ one rounding unit per step). Conservative:
-    it adds every step's worst case, where SGD's steps mostly cancel (docs/he-protocol.md)."""
+    """The active party's running bound on |W_P| (per column, entrywise, in W_P's own units), kept under
+    HE where the masks are sized for |W_s| ≤ 2^weight_bits, W_s the stored shares' matrix. Sound from
+    what the active party holds: |t| ≤ 1 (|t'| ≤ 1 with mixing) bounds |tᵀg|_jk by Σ_i |g_ik|, so
+    b ← μb + tᵀg + λW and W ← W − ηb give |b| ≤ μ|b| + Σ_i|g_i| + λ|W| and |W| ≤ |W| + η|b| (+ the
+    rounding). Conservative — it adds every step's worst case where SGD's steps mostly cancel — so
+    instead of refusing when it passes the masks' bound, the layer rescales: :meth:`step` returns the
+    exponent e with bound ≤ 2^(weight_bits + e), and the parties store W_s = W_P / 2^e (the function is
+    unchanged; W_P loses e fractional bits). Past MAX_RESCALE_BITS: a one-line UserError."""
 
     def __init__(self, w0: np.ndarray, limit: float, ulp: float) -> None:
         self.w, self.b, self.limit, self.ulp, self.steps = np.asarray(w0, dtype=float), 0.0 * w0, limit, ulp, 0
 
-    def step(self, g: np.ndarray, lr: float, mu: float, wd: float) -> None:
-        b = mu * self.b + np.abs(g).sum(0) + wd * self.w + self.ulp
-        w = self.w + lr * b + self.ulp
-        if w.max() > self.limit:
+    def step(self, g: np.ndarray, lr: float, mu: float, wd: float, exp: int) -> int:
+        """Account for one update with this step's g (the gradient the shared matrix is trained on);
+        returns the rescale exponent the stored shares need after it (≥ ``exp``, the current one)."""
+        ulp = self.ulp * 2.0 ** exp  # one stored rounding unit, in W_P's units
+        b = mu * self.b + np.abs(g).sum(0) + wd * self.w + ulp
+        w = self.w + lr * b + 2 * ulp  # the update's and the rescale's roundings
+        need = max(exp, math.ceil(math.log2(w.max() / self.limit)) if w.max() > self.limit else 0)
+        if need > MAX_RESCALE_BITS:
             raise UserError(f"--he: the public running bound on the interactive layer's weights would pass "
-                            f"|W_P| ≤ {self.limit:g}, which the HE masks are sized for, at step {self.steps + 1} "
+                            f"|W_P| ≤ {self.limit * 2 ** MAX_RESCALE_BITS:g} (the masks' bound {self.limit:g} "
+                            f"after the largest rescale, 2^{MAX_RESCALE_BITS}) at step {self.steps + 1} "
                             f"(bound {w.max():.3g}): lower the interactive layer's learning rate (--lr under sgd, "
                             "optim.interactive_lr under adam) or train fewer steps")
         self.w, self.b, self.steps = w, b, self.steps + 1
+        return need
 
     def state(self) -> tuple[np.ndarray, np.ndarray, int]:
         return self.w.copy(), np.array(self.b, copy=True), self.steps

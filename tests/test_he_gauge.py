@@ -290,10 +290,11 @@ def test_passive_gauge_attack_fails_with_mixing(he, monkeypatch):
 
 
 # ------------------------------------------------------------------------- the |W_P| running bound
-def bounded_run(monkeypatch, interactive_lr: float, enforce: bool = True) -> tuple[list[float], str | None]:
-    """A CKKS run that records, after every step, the true max |W_P| (the judge: V + R) and checks it
-    against the active party's running bound column by column. Returns (max |W_P| per step, the
-    refusal's message or None)."""
+def bounded_run(monkeypatch, interactive_lr: float, enforce: bool = True, he: str = "ckks",
+                seeded: bool = False) -> tuple[list[float], list[float], str | None]:
+    """A run that records, after every step, the true max |W_s| of the stored shares (the judge: V + R,
+    which the masks are sized for) and of W_P = 2^e·W_s, checking W_P against the active party's
+    running bound column by column. Returns (max |W_s| per step, the losses, the refusal or None)."""
     from securevfl.errors import UserError
     from securevfl.interactive import WeightBound
 
@@ -307,39 +308,77 @@ def bounded_run(monkeypatch, interactive_lr: float, enforce: bool = True) -> tup
     def finish_backward(end):
         out = ORIG["pb"](end)
         a = ends["a"]
-        w = np.abs(real(a.V + end.R, F))
-        w_max.append(float(w.max()))
-        assert (w.max(0) <= a.bound.w).all() or not enforce, (w.max(0), a.bound.w)  # the bound is sound
+        assert a.scale_exp == end.scale_exp  # both parties agree on the rescale
+        w_s = np.abs(real(a.V + end.R, F))
+        w_max.append(float(w_s.max()))
+        assert not enforce or (w_s.max(0) * 2.0 ** a.scale_exp <= a.bound.w).all()  # the bound is sound
         return out
 
     monkeypatch.setattr(HEActiveEnd, "send_backward", send_backward)
     monkeypatch.setattr(HEPassiveEnd, "finish_backward", finish_backward)
-    if not enforce:  # control: the bound switched off
-        monkeypatch.setattr(WeightBound, "step", lambda self, *a: None)
-    cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he="ckks")
+    if not enforce:  # control: the bound switched off (never rescales)
+        monkeypatch.setattr(WeightBound, "step", lambda self, g, lr, mu, wd, exp: exp)
+    cfg = bound_cfg(he, interactive_lr, seeded)
+    try:
+        out = execute(cfg, progress=False)
+    except UserError as e:
+        return w_max, [], str(e)
+    return w_max, list(out.method.trainer.losses), None
+
+
+def bound_cfg(he: str, interactive_lr: float, seeded: bool) -> RunConfig:
+    params: dict = {**({"seeded_shares": True} if seeded else {}), **({"key_bits": 2048} if he == "paillier" else {})}
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he=he, he_params=params)
     cfg.train.epochs, cfg.train.batch_size = 2, 32
-    cfg.partition.n_labeled = 256
+    cfg.partition.n_labeled = 128 if he == "paillier" else 256
     cfg.optim.optimizer, cfg.optim.lr, cfg.optim.interactive_lr = "sgd", 0.1, interactive_lr
     cfg.model.cut_dim = 8
-    try:
-        execute(cfg, progress=False)
-    except UserError as e:
-        return w_max, str(e)
-    return w_max, None
+    return cfg
 
 
-def test_weight_bound_refuses_before_the_masks_bound_is_passed(monkeypatch):
-    """A huge interactive learning rate drives W_P towards the |W_P| ≤ 16 the masks are sized for: the
-    run is refused with one line before any step passes it (the true |W_P| stays ≤ 16 and under the
-    running bound throughout); the control — the bound switched off — passes 16 silently."""
-    w_max, err = bounded_run(monkeypatch, interactive_lr=60.0)
-    assert err is not None and "|W_P| ≤ 16" in err and "\n" not in err, err
-    assert max(w_max, default=0.0) <= 16, w_max
-    ctrl, ctrl_err = bounded_run(monkeypatch, interactive_lr=60.0, enforce=False)
+def test_weight_bound_rescales_before_the_masks_bound_is_passed(monkeypatch):
+    """A huge interactive learning rate drives W_P past the |W_P| ≤ 16 the masks are sized for: the
+    stored shares are rescaled (W_P = 2^e·W_s) so |W_s| stays ≤ 16 at every step, the bound stays sound;
+    the control — the bound switched off — passes 16 silently."""
+    w_max, _, err = bounded_run(monkeypatch, interactive_lr=60.0)
+    assert err is None and w_max and max(w_max) <= 16, (err, w_max)
+    ctrl, _, ctrl_err = bounded_run(monkeypatch, interactive_lr=60.0, enforce=False)
     assert ctrl_err is None and max(ctrl) > 16, ctrl
 
 
-def test_weight_bound_is_sound_and_quiet_on_an_ordinary_run(monkeypatch):
-    """The ordinary setting (lr 0.1, 2 epochs) is not refused, and the bound holds at every step."""
-    w_max, err = bounded_run(monkeypatch, interactive_lr=0.1)
+@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
+def test_rescaled_layer_computes_the_same_function(he, monkeypatch):
+    """Rescaling changes the stored representation only: with a learning rate that makes the bound
+    rescale mid-run, HE-on (seeded) still matches HE-off step for step."""
+    from securevfl.interactive import WeightBound
+
+    exps: list[int] = []
+    step = WeightBound.step
+
+    def spy(self, *a):
+        exps.append(step(self, *a))
+        return exps[-1]
+
+    monkeypatch.setattr(WeightBound, "step", spy)
+    _, on, err = bounded_run(monkeypatch, interactive_lr=5.0, he=he, seeded=True)
+    assert err is None and max(exps) > 0, exps  # it did rescale
+    cfg = bound_cfg(he, 5.0, False)
+    cfg.he, cfg.he_params = "off", {}
+    off = np.array(execute(cfg, progress=False).method.trainer.losses)
+    assert len(on) == len(off) and np.max(np.abs(np.array(on) - off) / np.abs(off)) < 1e-3, (on, off)
+
+
+def test_weight_bound_refuses_past_the_largest_rescale(monkeypatch):
+    """Past MAX_RESCALE_BITS the run is refused with one line before the update."""
+    import securevfl.interactive as inter
+
+    monkeypatch.setattr(inter, "MAX_RESCALE_BITS", 1)
+    w_max, _, err = bounded_run(monkeypatch, interactive_lr=60.0)
+    assert err is not None and err.startswith("--he: the public running bound") and "\n" not in err, err
+    assert max(w_max, default=0.0) <= 16, w_max
+
+
+def test_weight_bound_is_quiet_on_an_ordinary_run(monkeypatch):
+    """The ordinary setting (lr 0.1, 2 epochs) neither rescales nor is refused."""
+    w_max, _, err = bounded_run(monkeypatch, interactive_lr=0.1)
     assert err is None and 0 < max(w_max) < 16

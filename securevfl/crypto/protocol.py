@@ -48,7 +48,16 @@ import numpy as np
 import torch
 
 from securevfl.channel import Message, MessageKind
-from securevfl.crypto.backend import BackendClass, Encrypted, HEBackend, HETimer, dump_ints, he_threads, load_ints
+from securevfl.crypto.backend import (
+    BackendClass,
+    Encrypted,
+    HEBackend,
+    HETimer,
+    dump_ints,
+    he_threads,
+    load_ints,
+    load_ints_meta,
+)
 from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.hooks import HookContext, apply_hooks
 from securevfl.interactive import (
@@ -103,6 +112,13 @@ def mul_real(q: np.ndarray, c: float, f: int, shift: int = 0) -> np.ndarray:
     return (np.asarray(q, dtype=object) * cq + (1 << (k - 1))) >> k
 
 
+def shift_down(q: np.ndarray | None, k: int) -> np.ndarray | None:
+    """round(q / 2^k) for integers q (the rescale of a stored share)."""
+    if q is None or k == 0:
+        return q
+    return (np.asarray(q, dtype=object) + (1 << (k - 1))) >> k
+
+
 def fixed(x: np.ndarray, f: int) -> np.ndarray:
     return np.rint(np.asarray(x, dtype=np.float64) * 2.0 ** f).astype(np.int64).astype(object)
 
@@ -127,6 +143,7 @@ class HEPassiveEnd(PassiveEnd):
         self.mix: np.ndarray | None = None  # X_m, the secret mixing (``layer.mixing``)
         self._t_raw: np.ndarray | None = None  # with mixing: t itself, and where the clip of t' passes
         self._passes: np.ndarray | None = None
+        self.scale_exp = 0  # W_P = 2^e·(V + R): the rescales the active party announced (WeightBound)
 
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
         ep, a, be, f = self.endpoint, self.active, self.backend, self.layer.bounds.f
@@ -170,8 +187,10 @@ class HEPassiveEnd(PassiveEnd):
     def finish_backward(self) -> torch.Tensor:
         f = self.layer.bounds.f
         d = self._recv_dec().T  # G + M (d×h)
-        masked_f = load_ints(self.endpoint.recv(self.active, MessageKind.HE_MASKED))  # F = V − η U_b − U'
-        grad_t = real(self._recv_dec(), 2 * f)  # g W_Pᵀ = ∂L/∂t
+        # F = V/2^k − η U_b/2^(e+k) − U', k = this step's rescale (in the header when > 0)
+        masked_f, meta = load_ints_meta(self.endpoint.recv(self.active, MessageKind.HE_MASKED))
+        e, k = self.scale_exp, int(meta.get("rescale", 0))
+        grad_t = real(self._recv_dec(), 2 * f) * 2.0 ** e  # g W_Pᵀ = ∂L/∂t (W_P = 2^e W_s)
         # backward follows a training forward: the set-up gave R and b, send_forward t; the party's
         # end wiring always carries the layer's hparams
         assert self.R is not None and self.b is not None and self._t is not None and self.hparams is not None
@@ -179,8 +198,9 @@ class HEPassiveEnd(PassiveEnd):
         if self.mix is not None:  # ∂L/∂t' → ∂L/∂t through P's own mixing
             assert self._t_raw is not None and self._passes is not None
             lr, grad_t = lr * MIX_LR_GAIN, unmix_grad(grad_t, self._passes, self.mix)
-        self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
-        self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
+        self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f - e)  # λW = λ 2^e W_s
+        self.R = shift_down(self.R, k) - mul_real(self.b, lr, f, f + e + k) + masked_f
+        self.scale_exp = e + k
         t = real(self._t, f) if self._t_raw is None else self._t_raw
         out = tanh_backward(t, torch.from_numpy(grad_t))
         self._t = self._t_raw = self._passes = None
@@ -196,11 +216,13 @@ class HEPassiveEnd(PassiveEnd):
     # party state (snapshot/restore, fresh optimizer)
     def state_dict(self) -> dict:
         return {"R": None if self.R is None else self.R.copy(), "b": None if self.b is None else self.b.copy(),
-                **({"mix": self.mix} if self.mix is not None else {})}
+                **({"mix": self.mix} if self.mix is not None else {}),
+                **({"scale_exp": self.scale_exp} if self.scale_exp else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.R, self.b = state["R"], state["b"]
         self.mix = state.get("mix", self.mix)
+        self.scale_exp = int(state.get("scale_exp", 0))
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
@@ -223,6 +245,7 @@ class HEActiveEnd(ActiveEnd):
         self._E: np.ndarray | None = None
         self.mix: np.ndarray | None = None  # Z_m, the secret mixing (``layer.mixing``)
         self.bound: WeightBound | None = None  # the running bound on |W_P| (set up with V)
+        self.scale_exp = 0  # W_P = 2^e·(V + R): the rescales the bound asked for
 
     def send_masked_forward(self) -> None:
         ep, p, bd = self.endpoint, self.passive, self.layer.bounds
@@ -257,7 +280,7 @@ class HEActiveEnd(ActiveEnd):
         if training:
             assert self.backend is not None  # send_masked_forward built it
             self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
-        a = real(y - self._E, 2 * self.layer.bounds.f)
+        a = real(y - self._E, 2 * self.layer.bounds.f) * 2.0 ** self.scale_exp
         self._E = None
         return torch.from_numpy(a if self.mix is None else a @ self.mix).float()
 
@@ -273,14 +296,18 @@ class HEActiveEnd(ActiveEnd):
         if self.mix is not None:  # g' = clip(g Z_mᵀ): what the shared W̃ is trained on
             g_real, lr = mix_g(g_real, self.mix), lr * MIX_LR_GAIN
         g = fixed(g_real, f)
-        if self.bound is not None:  # refuse before this step's update could pass the masks' |W_P| bound
-            self.bound.step(real(g, f), lr, mu, wd)
+        e = self.scale_exp
+        # rescale (or refuse) before this step's update could take the stored W_s past the masks' bound
+        k = (self.bound.step(real(g, f), lr, mu, wd, e) if self.bound is not None else e) - e
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
-        m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f) - u_b
+        m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f - e) - u_b  # λW = λ 2^e W_s
         gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng)  # [[Gᵀ + Mᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gm))
         v_next = self.rng.ints(self.V.shape, bd.share)
-        ep.send(p, MessageKind.HE_MASKED, dump_ints(self.V - mul_real(u_b, lr, f, f) - v_next))
+        # W_s' = W_s/2^k − η b'/2^(e+k): F = V/2^k − η U_b/2^(e+k) − U' (k announced in the header)
+        refresh = shift_down(self.V, k) - mul_real(u_b, lr, f, f + e + k) - v_next
+        ep.send(p, MessageKind.HE_MASKED, dump_ints(refresh, **({"rescale": k} if k else {})))
+        self.scale_exp = e + k
         gw, _ = be.left(g, self._enc_rt, g @ self.V.T, f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gw))
         self.V, self.b = v_next, u_b
@@ -289,11 +316,13 @@ class HEActiveEnd(ActiveEnd):
     def state_dict(self) -> dict:
         return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy(),
                 **({"mix": self.mix} if self.mix is not None else {}),
-                **({"bound": self.bound.state()} if self.bound is not None else {})}
+                **({"bound": self.bound.state()} if self.bound is not None else {}),
+                **({"scale_exp": self.scale_exp} if self.scale_exp else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.V, self.b = state["V"], state["b"]
         self.mix = state.get("mix", self.mix)
+        self.scale_exp = int(state.get("scale_exp", 0))
         if self.V is None:
             self.bound = None
         elif "bound" in state:
@@ -388,6 +417,8 @@ class HECutLayer(CutLayer):
                              f"the flood ({be.get('flooding_bits', 0)} bits, imaginary parts); the unmasked sum "
                              "∂L/∂t reads g·(W_P + ε)ᵀ, ε the passive party's own error")),
                 **({"interactive_mixing": MIXING_LEAKS} if self.mixing else {}),
+                **({"weight_rescale_bits": self.passive_ends[0].scale_exp}
+                   if self.passive_ends and self.passive_ends[0].scale_exp else {}),
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
                 "seconds": round(self.timer.total, 4), "seconds_by_op": self.timer.as_dict()["by_op"],
