@@ -382,3 +382,15 @@ def test_weight_bound_is_quiet_on_an_ordinary_run(monkeypatch):
     """The ordinary setting (lr 0.1, 2 epochs) neither rescales nor is refused."""
     w_max, _, err = bounded_run(monkeypatch, interactive_lr=0.1)
     assert err is None and 0 < max(w_max) < 16
+
+
+def test_weight_bound_refusal_exits_2_with_one_line(monkeypatch, capsys):
+    """Through the CLI: the refusal is a user error (exit status 2, one ``error:`` line)."""
+    import securevfl.interactive as inter
+    from securevfl.cli import main
+
+    monkeypatch.setattr(inter, "MAX_RESCALE_BITS", 0)
+    code = main(["train", "--dataset", "digits", "--epochs", "1", "--he", "ckks", "--optimizer", "sgd",
+                 "--lr", "60", "--cut-dim", "8"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --he: the public running bound"), lines
