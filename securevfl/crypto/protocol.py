@@ -7,9 +7,10 @@ Everything is fixed point: t, g, W at 2^f (``frac_bits`` f = 20), products and v
 as Python integers — Paillier computes on them exactly, CKKS approximately.
 
 Public bounds size every mask (so the hiding is a number, κ = the backend's ``kappa``: Paillier's
-``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_P| ≤
-2^``weight_bits`` (an assumption: trained first-layer weights stay far below 16; if they exceed it the
-hiding of W_P from P shrinks by the excess bits), sums over ≤ 2^``max_terms_bits`` terms (B, d, h).
+``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_s| ≤
+2^``weight_bits`` for the stored matrix W_s = W_P / 2^e (the active party's running bound,
+:class:`securevfl.interactive.WeightBound`, rescales the shares before an update could pass it, and
+refuses past e = MAX_RESCALE_BITS), sums over ≤ 2^``max_terms_bits`` terms (B, d, h).
 Every mask and share comes fresh from a CSPRNG (:class:`securevfl.interactive.Drbg`).
 
 Set-up (first use): W_P(0) = X·Y, X (d×d) P's secret, Y (d×h) A's (interactive.py).
