@@ -24,16 +24,23 @@ from securevfl.channel.codec import decode_array
 from securevfl.errors import UserError
 from securevfl.hooks import HookContext, PartyHook, apply_hooks
 from securevfl.interactive import (
+    MIX_LR_GAIN,
+    MIXING,
     Drbg,
     HParams,
     bound_activation,
     clip_grad,
+    draw_mix_a,
+    draw_mix_p,
     first_linear,
     init_factors,
+    mix_g,
+    mix_t,
     split_combine,
     tanh_backward,
     to_host,
     to_party,
+    unmix_grad,
     velocity,
 )
 from securevfl.registry import Registry
@@ -150,8 +157,12 @@ class CutLayer(ABC):
     name: ClassVar[str]
     """The ``--he`` name."""
 
-    def __init__(self, *, interactive: bool = True, **params: object) -> None:
+    def __init__(self, *, interactive: bool = True, mixing: str = "off", **params: object) -> None:
+        if mixing not in MIXING:
+            raise UserError(f"interactive mixing {mixing!r}: expected one of {', '.join(MIXING)}")
         self.interactive = interactive
+        self.mixing = mixing == "on" and interactive
+        """The interactive layer's secret mixing (:mod:`securevfl.interactive`; the gauge fix)."""
         """Whether the head's first linear layer is split into an interactive layer per passive party
         (:mod:`securevfl.interactive`); methods whose head has no first linear layer, or that read
         passive representations in plaintext, ask for False (plain concatenation; refused under HE)."""
@@ -206,7 +217,7 @@ class CutLayer(ABC):
         return p_end.finish_backward()
 
     def describe(self) -> dict:
-        return {"scheme": self.name, **self.params}
+        return {"scheme": self.name, **self.params, **({"interactive_mixing": "on"} if self.mixing else {})}
 
 
 # ------------------------------------------------------------------------------------- plaintext
@@ -246,11 +257,15 @@ class InteractivePassiveEnd(PassiveEnd):
 
 
 class InteractiveActiveEnd(ActiveEnd):
-    """A's end of the plaintext interactive layer: holds W_P (d×h) and its momentum, in float64."""
+    """A's end of the plaintext interactive layer: holds W_P (d×h) and its momentum, in float64 (with
+    mixing: W̃ and both mixings)."""
 
-    def __init__(self, own: EndWiring, passive: str) -> None:
+    def __init__(self, own: EndWiring, passive: str, mixing: bool = False) -> None:
         super().__init__(own, passive)
         self.seed, self.hparams, self.head_shape = own.seed, own.hparams, own.head_shape
+        self.mixing = mixing
+        self.mix: tuple[np.ndarray, np.ndarray] | None = None  # (X_m, Z_m) once drawn
+        self._passes: np.ndarray | None = None
         self.W: np.ndarray | None = None
         self.b: np.ndarray | None = None
         self._t: np.ndarray | None = None
@@ -263,24 +278,38 @@ class InteractiveActiveEnd(ActiveEnd):
             x, y = init_factors(Drbg.derived(self.seed, f"{self.passive}/X"),
                                 Drbg.derived(self.seed, f"{self.passive}/Y"), t.shape[1], h, fan_in)
             self.W, self.b = x @ y, np.zeros((t.shape[1], h))
+            if self.mixing:  # both parties' secret mixings, from the streams HE's seeded_shares uses too
+                self.mix = (draw_mix_p(Drbg.derived(self.seed, f"{self.passive}/Xmix"), t.shape[1]),
+                            draw_mix_a(Drbg.derived(self.seed, f"{self.passive}/Zmix"), h))
+        if self.mix is not None:  # with HE off the active end plays both parties' part of the mixing
+            t, self._passes = mix_t(t, self.mix[0])
         self._t = t
-        return to_party(t @ self.W, self.endpoint.device)
+        out = t @ self.W
+        return to_party(out if self.mix is None else out @ self.mix[1], self.endpoint.device)
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
         # a backward pass follows finish_forward, which set W, b and t; the owning party wires hparams
         assert self.W is not None and self.b is not None and self._t is not None and self.hparams is not None
         g = clip_grad(to_host(apply_hooks(self.hooks, grad, ctx)))
-        self.endpoint.send_tensor(self.passive, MessageKind.GRADIENT, torch.from_numpy(g @ self.W.T).float())
         lr, mu, wd = self.hparams()
+        if self.mix is not None:
+            assert self._passes is not None  # finish_forward mixed this step's t
+            g, lr = mix_g(g, self.mix[1]), lr * MIX_LR_GAIN
+            grad_t = unmix_grad(g @ self.W.T, self._passes, self.mix[0])
+        else:
+            grad_t = g @ self.W.T
+        self.endpoint.send_tensor(self.passive, MessageKind.GRADIENT, torch.from_numpy(grad_t).float())
         self.b = velocity(self.b, self._t.T @ g, self.W, mu, wd)
         self.W = self.W - lr * self.b
         self._t = None
 
     def state_dict(self) -> dict:
-        return {"W": None if self.W is None else self.W.copy(), "b": None if self.b is None else self.b.copy()}
+        return {"W": None if self.W is None else self.W.copy(), "b": None if self.b is None else self.b.copy(),
+                **({"mix": self.mix} if self.mix is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.W, self.b = state["W"], state["b"]
+        self.mix = state.get("mix", self.mix)
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
@@ -297,7 +326,7 @@ class PlainCutLayer(CutLayer):
         return (InteractivePassiveEnd if self.interactive else PlainPassiveEnd)(own, active)
 
     def active_end(self, own: EndWiring, passive: str) -> ActiveEnd:
-        return (InteractiveActiveEnd if self.interactive else PlainActiveEnd)(own, passive)
+        return InteractiveActiveEnd(own, passive, self.mixing) if self.interactive else PlainActiveEnd(own, passive)
 
 
 CUT_LAYERS: Registry[type[CutLayer]] = Registry("cut layer", unknown="--he {name} is not available; available: {names}")
@@ -322,17 +351,18 @@ def refuse_test_fixtures(params: dict, where: str) -> None:
                             "from the public seed, so HE would protect nothing) and cannot be set here")
 
 
-def make_cut_layer(name: str, *, interactive: bool = True, **params: object) -> CutLayer:
+def make_cut_layer(name: str, *, interactive: bool = True, mixing: str = "off", **params: object) -> CutLayer:
     """The cut layer ``--he name --he-param key=value ...`` asks for.
 
     Args:
         name: ``off``, ``ckks`` or ``paillier``.
         interactive: split the head's first linear layer into the interactive layer (the method's
             ``interactive_layer``; the HE schemes need it).
+        mixing: the interactive layer's secret mixing, ``off`` or ``on`` (``--interactive-mixing``).
         params: the scheme's parameters (validated by the scheme).
     Returns:
         A fresh cut layer (its ends are made per passive party by the federation).
     """
     if name == "off" and params:
         raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
-    return CUT_LAYERS.get(name)(interactive=interactive, **params)
+    return CUT_LAYERS.get(name)(interactive=interactive, mixing=mixing, **params)

@@ -127,7 +127,8 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str) -> dic
     data, ingest = _party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
     cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
     optim = OptimConfig(**hello["optim"])
-    cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]), **hello["he_params"])
+    cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]),
+                         mixing=_model_config(hello["model"]).interactive_mixing, **hello["he_params"])
     bottom = fresh_bottom(data, _model_config(hello["model"]), cfg.seed, int(hello["index"]))
     party = PassiveParty(data, ep, _defenses(cfg), bottom, functools.partial(make_optimizer, cfg=optim), cut,
                          seed=cfg.seed, interactive_lr=optim.interactive_lr)
@@ -260,7 +261,8 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
                                                    hooks=defenses, record=cfg.record, progress=progress,
                                                    params=cfg.method_params, device=device))
     check_compatibility(cfg, method, defenses, [])
-    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, **cfg.he_params)
+    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, mixing=cfg.model.interactive_mixing,
+                         **cfg.he_params)
     names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
     n_parties = len(names) + 1
     ep = channel.endpoint(ACTIVE)

@@ -26,6 +26,26 @@ Randomness: :class:`Drbg`, SHAKE-256 in counter mode. Seeded from ``os.urandom``
 CSPRNG); HE-off seeds the factor streams from the run seed (reproducible runs); HE-on does so only
 with the test/benchmark-only ``seeded_shares`` parameter.
 
+Secret mixing (``--interactive-mixing on``; issue 32's gauge leak). Plain SGD on W_P is consistent
+across steps only under an orthogonal change of P's coordinates, so from a_P(s) = t(s)·W_P(s) over a
+run the active party solves for t up to a rotation (h > d), and symmetrically the passive party for g
+up to a rotation from ∂L/∂t (h < d). With mixing the layer is re-parameterised as
+W_P = ρ·X_m·W̃·Z_m, X_m (d×d, N(0, 1/d)) the passive party's secret and Z_m (h×h, N(0, 1/h)) the active
+party's, both fixed for the run; W̃ is what the parties train (shares under HE):
+
+    t' = clip(ρ·t·X_m, ±1)      P (ρ = MIX_SCALE, public: the clip keeps the public bound |t'| ≤ 1)
+    a_P = (t'·W̃)·Z_m             A
+    g' = clip(g·Z_mᵀ, ±C)        A (after the defense hooks and the clip of g)
+    ∂L/∂t' = g'·W̃ᵀ,  ∂L/∂t = (∂L/∂t' ⊙ [|ρ t X_m| < 1])·(ρ X_m)ᵀ      P
+    W̃ trained by momentum SGD on t'ᵀg' with lr × MIX_LR_GAIN (= 1/ρ²: E[ρ² X_m X_mᵀ]·gain = I).
+
+In W_P's coordinates this is SGD preconditioned by ρ²X_mX_mᵀ on the left and Z_mᵀZ_m on the right,
+and every invertible change of coordinates Q is matched by a different secret preconditioner, so the
+gauge is all of GL(d), not O(d): A's whole view is a function of t' (it learns t' up to a rotation, i.e.
+t·X_m up to a linear map it cannot pin down) and P's of g' = g·Z_mᵀ (docs/he-protocol.md has the
+leakage function; tests/test_he_gauge.py the attacks). Off by default (the goldens record the plain
+layer); the same mixing runs with HE off, so HE-on = HE-off step for step holds either way.
+
 Learning rate of W_P: the party's lr under ``sgd``; under ``adam`` the optimizer's lr is an Adam
 step size, far too small for SGD, so W_P uses ``OptimConfig.interactive_lr`` (default 0.1, FATE
 Hetero-NN's ``interactive_layer_lr`` default).
@@ -50,6 +70,13 @@ GRAD_BOUND = 1.0
 only binds under heavy defense noise; it is what lets HE masks be sized from a public bound."""
 MOMENTUM = 0.9
 DEFAULT_INTERACTIVE_LR = 0.1
+
+MIX_SCALE = 0.5
+"""ρ: t' = clip(ρ·t·X_m, ±1). Entries of t·X_m have std ≤ 1 (|t| ≤ 1, X_m ~ N(0, 1/d)), so the clip
+binds on ≲ 5 % of entries at ρ = 1/2 even for saturated t."""
+MIX_LR_GAIN = 1.0 / MIX_SCALE ** 2
+"""W̃'s learning-rate gain under mixing: the left preconditioner ρ²X_mX_mᵀ has mean ρ²·I."""
+MIXING = ("off", "on")
 
 HParams = Callable[[], tuple[float, float, float]]
 """(lr, momentum, weight decay) of the interactive layer, read at update time (lr search changes lr)."""
@@ -88,9 +115,17 @@ class Drbg:
         return np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2 * np.pi * u2)
 
 
+X_ROW_BOUND = 2.0
+"""Public bound on the 2-norm of every row of X (draw_x scales down the rare row above it: for d ≥ 8
+a row's norm² is χ²_d/d, above 4 with probability < 1e-4), so |W_P(0)| ≤ 2·‖Y's column‖ — the start
+of the active party's running weight bound."""
+
+
 def draw_x(rng: Drbg, d: int) -> np.ndarray:
-    """P's secret factor X (d×d), entries N(0, 1/d)."""
-    return rng.normal((d, d)) / math.sqrt(d)
+    """P's secret factor X (d×d), entries N(0, 1/d), rows of norm ≤ X_ROW_BOUND."""
+    x = rng.normal((d, d)) / math.sqrt(d)
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.where(norms > X_ROW_BOUND, x * (X_ROW_BOUND / np.maximum(norms, 1e-300)), x)
 
 
 def draw_y(rng: Drbg, d: int, h: int, fan_in: int) -> np.ndarray:
@@ -102,6 +137,33 @@ def draw_y(rng: Drbg, d: int, h: int, fan_in: int) -> np.ndarray:
 def init_factors(x_rng: Drbg, y_rng: Drbg, d: int, h: int, fan_in: int) -> tuple[np.ndarray, np.ndarray]:
     """X (P's secret) and Y (A's secret); W_P(0) = X·Y."""
     return draw_x(x_rng, d), draw_y(y_rng, d, h, fan_in)
+
+
+def draw_mix_p(rng: Drbg, d: int) -> np.ndarray:
+    """P's secret mixing X_m (d×d), entries N(0, 1/d): far from orthogonal, so t·X_m is not t up to a
+    rotation (its singular values spread over (0, 2))."""
+    return draw_x(rng, d)
+
+
+def draw_mix_a(rng: Drbg, h: int) -> np.ndarray:
+    """A's secret mixing Z_m (h×h), entries N(0, 1/h)."""
+    return rng.normal((h, h)) / math.sqrt(h)
+
+
+def mix_t(t: np.ndarray, xm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """P: t' = clip(ρ t X_m, ±1) and where the clip passes the gradient."""
+    pre = MIX_SCALE * (t @ xm)
+    return np.clip(pre, -1.0, 1.0), np.abs(pre) < 1.0
+
+
+def unmix_grad(grad_mixed: np.ndarray, passes: np.ndarray, xm: np.ndarray) -> np.ndarray:
+    """P: ∂L/∂t from ∂L/∂t' (the clip's and the mixing's backward)."""
+    return (grad_mixed * passes) @ (MIX_SCALE * xm).T
+
+
+def mix_g(g: np.ndarray, zm: np.ndarray) -> np.ndarray:
+    """A: g' = clip(g Z_mᵀ, ±C), the gradient with respect to t'·W̃ (public bound kept)."""
+    return clip_grad(g @ zm.T)
 
 
 # -------------------------------------------------------------------------------- the update rule
@@ -133,6 +195,45 @@ def to_party(a: np.ndarray, device: torch.device) -> torch.Tensor:
     """The way back: a CPU result as float32 on the owning party's device."""
     out = torch.from_numpy(a).float()
     return out if device.type == "cpu" else out.to(device)
+MAX_RESCALE_BITS = 8
+"""How far the HE layer may rescale W_P's stored shares (W_P = 2^e·W_s, e ≤ this): each bit costs one
+of W_P's 2^-f fixed-point bits; past it the run is refused."""
+
+
+class WeightBound:
+    """The active party's running bound on |W_P| (per column, entrywise, in W_P's own units), kept under
+    HE where the masks are sized for |W_s| ≤ 2^weight_bits, W_s the stored shares' matrix. Sound from
+    what the active party holds: |t| ≤ 1 (|t'| ≤ 1 with mixing) bounds |tᵀg|_jk by Σ_i |g_ik|, so
+    b ← μb + tᵀg + λW and W ← W − ηb give |b| ≤ μ|b| + Σ_i|g_i| + λ|W| and |W| ≤ |W| + η|b| (+ the
+    rounding). Conservative — it adds every step's worst case where SGD's steps mostly cancel — so
+    instead of refusing when it passes the masks' bound, the layer rescales: :meth:`step` returns the
+    exponent e with bound ≤ 2^(weight_bits + e), and the parties store W_s = W_P / 2^e (the function is
+    unchanged; W_P loses e fractional bits). Past MAX_RESCALE_BITS: a one-line UserError."""
+
+    def __init__(self, w0: np.ndarray, limit: float, ulp: float) -> None:
+        self.w, self.b, self.limit, self.ulp, self.steps = np.asarray(w0, dtype=float), 0.0 * w0, limit, ulp, 0
+
+    def step(self, g: np.ndarray, lr: float, mu: float, wd: float, exp: int) -> int:
+        """Account for one update with this step's g (the gradient the shared matrix is trained on);
+        returns the rescale exponent the stored shares need after it (≥ ``exp``, the current one)."""
+        ulp = self.ulp * 2.0 ** exp  # one stored rounding unit, in W_P's units
+        b = mu * self.b + np.abs(g).sum(0) + wd * self.w + ulp
+        w = self.w + lr * b + 2 * ulp  # the update's and the rescale's roundings
+        need = max(exp, math.ceil(math.log2(w.max() / self.limit)) if w.max() > self.limit else 0)
+        if need > MAX_RESCALE_BITS:
+            raise UserError(f"--he: the public running bound on the interactive layer's weights would pass "
+                            f"|W_P| ≤ {self.limit * 2 ** MAX_RESCALE_BITS:g} (the masks' bound {self.limit:g} "
+                            f"after the largest rescale, 2^{MAX_RESCALE_BITS}) at step {self.steps + 1} "
+                            f"(bound {w.max():.3g}): lower the interactive layer's learning rate (--lr under sgd, "
+                            "optim.interactive_lr under adam) or train fewer steps")
+        self.w, self.b, self.steps = w, b, self.steps + 1
+        return need
+
+    def state(self) -> tuple[np.ndarray, np.ndarray, int]:
+        return self.w.copy(), np.array(self.b, copy=True), self.steps
+
+    def load(self, state: tuple[np.ndarray, np.ndarray, int]) -> None:
+        self.w, self.b, self.steps = state[0].copy(), np.array(state[1], copy=True), state[2]
 
 
 def bound_activation(z: torch.Tensor) -> torch.Tensor:

@@ -281,6 +281,7 @@ def test_cli_json_cost_carries_he(capsys):
     (["--he", "ckks", "--method", "risa"], "--method-param evidential=false"),
     (["--he-param", "key_bits=2048"], "needs --he"),
     (["--he", "ckks", "--method", "local"], "nothing to encrypt"),
+    (["--head", "agg", "--interactive-mixing", "on"], "no interactive layer to mix"),
 ])
 def test_he_user_errors_are_one_line(args, needle, capsys):
     code = main(["train", "--dataset", "digits", "--epochs", "1", *args])

@@ -195,19 +195,25 @@ def unpack_blobs(buf: bytes) -> tuple[dict, list[bytes]]:
     return head, blobs
 
 
-def dump_ints(a: np.ndarray) -> bytes:
-    """An integer matrix (any size) as fixed-width signed little-endian integers."""
+def dump_ints(a: np.ndarray, **meta: int) -> bytes:
+    """An integer matrix (any size) as fixed-width signed little-endian integers (``meta``: small
+    integers carried in the header, e.g. the HE layer's rescale; read with :func:`load_ints_meta`)."""
     flat = [int(v) for v in np.asarray(a, dtype=object).ravel()]
     nb = max([(abs(v).bit_length() + 8) // 8 for v in flat] + [1])
-    return pack_blobs({"shape": list(np.shape(a)), "nbytes": nb}, [b"".join(v.to_bytes(nb, "little", signed=True)
-                                                                              for v in flat)])
+    return pack_blobs({"shape": list(np.shape(a)), "nbytes": nb, **meta},
+                      [b"".join(v.to_bytes(nb, "little", signed=True) for v in flat)])
 
 
-def load_ints(buf: bytes) -> np.ndarray:
+def load_ints_meta(buf: bytes) -> tuple[np.ndarray, dict]:
     head, (blob,) = unpack_blobs(buf)
     nb, n = head["nbytes"], len(blob) // head["nbytes"]
     vals = [int.from_bytes(blob[i * nb:(i + 1) * nb], "little", signed=True) for i in range(n)]
-    return np.array(vals + [0], dtype=object)[:n].reshape(head["shape"])
+    meta = {k: v for k, v in head.items() if k not in ("shape", "nbytes")}
+    return np.array(vals + [0], dtype=object)[:n].reshape(head["shape"]), meta
+
+
+def load_ints(buf: bytes) -> np.ndarray:
+    return load_ints_meta(buf)[0]
 
 
 def bits_of(n: int) -> int:

@@ -7,9 +7,10 @@ Everything is fixed point: t, g, W at 2^f (``frac_bits`` f = 20), products and v
 as Python integers — Paillier computes on them exactly, CKKS approximately.
 
 Public bounds size every mask (so the hiding is a number, κ = the backend's ``kappa``: Paillier's
-``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_P| ≤
-2^``weight_bits`` (an assumption: trained first-layer weights stay far below 16; if they exceed it the
-hiding of W_P from P shrinks by the excess bits), sums over ≤ 2^``max_terms_bits`` terms (B, d, h).
+``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_s| ≤
+2^``weight_bits`` for the stored matrix W_s = W_P / 2^e (the active party's running bound,
+:class:`securevfl.interactive.WeightBound`, rescales the shares before an update could pass it, and
+refuses past e = MAX_RESCALE_BITS), sums over ≤ 2^``max_terms_bits`` terms (B, d, h).
 Every mask and share comes fresh from a CSPRNG (:class:`securevfl.interactive.Drbg`).
 
 Set-up (first use): W_P(0) = X·Y, X (d×d) P's secret, Y (d×h) A's (interactive.py).
@@ -48,19 +49,36 @@ import numpy as np
 import torch
 
 from securevfl.channel import Message, MessageKind
-from securevfl.crypto.backend import BackendClass, Encrypted, HEBackend, HETimer, dump_ints, he_threads, load_ints
+from securevfl.crypto.backend import (
+    BackendClass,
+    Encrypted,
+    HEBackend,
+    HETimer,
+    dump_ints,
+    he_threads,
+    load_ints,
+    load_ints_meta,
+)
 from securevfl.cutlayer import ActiveEnd, CutLayer, EndWiring, PassiveEnd
 from securevfl.hooks import HookContext, apply_hooks
 from securevfl.interactive import (
     GRAD_BOUND,
+    MIX_LR_GAIN,
+    X_ROW_BOUND,
     Drbg,
+    WeightBound,
     bound_activation,
     clip_grad,
+    draw_mix_a,
+    draw_mix_p,
     draw_x,
     draw_y,
+    mix_g,
+    mix_t,
     tanh_backward,
     to_host,
     to_party,
+    unmix_grad,
 )
 
 
@@ -97,6 +115,13 @@ def mul_real(q: np.ndarray, c: float, f: int, shift: int = 0) -> np.ndarray:
     return (np.asarray(q, dtype=object) * cq + (1 << (k - 1))) >> k
 
 
+def shift_down(q: np.ndarray | None, k: int) -> np.ndarray | None:
+    """round(q / 2^k) for integers q (the rescale of a stored share)."""
+    if q is None or k == 0:
+        return q
+    return (np.asarray(q, dtype=object) + (1 << (k - 1))) >> k
+
+
 def fixed(x: np.ndarray, f: int) -> np.ndarray:
     return np.rint(np.asarray(x, dtype=np.float64) * 2.0 ** f).astype(np.int64).astype(object)
 
@@ -116,8 +141,12 @@ class HEPassiveEnd(PassiveEnd):
         self.context_sent = False
         self.R: np.ndarray | None = None
         self.b: np.ndarray | None = None
-        self._t: np.ndarray | None = None  # t at 2^f (integers)
+        self._t: np.ndarray | None = None  # t at 2^f (integers); with mixing t'
         self._training = False
+        self.mix: np.ndarray | None = None  # X_m, the secret mixing (``layer.mixing``)
+        self._t_raw: np.ndarray | None = None  # with mixing: t itself, and where the clip of t' passes
+        self._passes: np.ndarray | None = None
+        self.scale_exp = 0  # W_P = 2^e·(V + R): the rescales the active party announced (WeightBound)
 
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
         ep, a, be, f = self.endpoint, self.active, self.backend, self.layer.bounds.f
@@ -125,6 +154,12 @@ class HEPassiveEnd(PassiveEnd):
             ep.send(a, MessageKind.HE_CONTEXT, self.backend.public_bytes())
             self.context_sent = True
         t = to_host(bound_activation(apply_hooks(self.hooks, z.detach(), ctx)))
+        if self.layer.mixing:
+            if self.mix is None:
+                rng = Drbg.derived(self.seed, f"{ep.party}/Xmix") if self.layer.seeded_shares else Drbg()
+                self.mix = draw_mix_p(rng, t.shape[1])
+            self._t_raw = t
+            t, self._passes = mix_t(t, self.mix)
         if self.R is None:  # set-up: [[X]] for W_P(0) = X·Y
             rng = Drbg.derived(self.seed, f"{ep.party}/X") if self.layer.seeded_shares else Drbg()
             x = fixed(draw_x(rng, t.shape[1]), f)
@@ -155,16 +190,23 @@ class HEPassiveEnd(PassiveEnd):
     def finish_backward(self) -> torch.Tensor:
         f = self.layer.bounds.f
         d = self._recv_dec().T  # G + M (d×h)
-        masked_f = load_ints(self.endpoint.recv(self.active, MessageKind.HE_MASKED))  # F = V − η U_b − U'
-        grad_t = real(self._recv_dec(), 2 * f)  # g W_Pᵀ = ∂L/∂t
+        # F = V/2^k − η U_b/2^(e+k) − U', k = this step's rescale (in the header when > 0)
+        masked_f, meta = load_ints_meta(self.endpoint.recv(self.active, MessageKind.HE_MASKED))
+        e, k = self.scale_exp, int(meta.get("rescale", 0))
+        grad_t = real(self._recv_dec(), 2 * f) * 2.0 ** e  # g W_Pᵀ = ∂L/∂t (W_P = 2^e W_s)
         # backward follows a training forward: the set-up gave R and b, send_forward t; the party's
         # end wiring always carries the layer's hparams
         assert self.R is not None and self.b is not None and self._t is not None and self.hparams is not None
         lr, mu, wd = self.hparams()
-        self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f)
-        self.R = self.R - mul_real(self.b, lr, f, f) + masked_f
-        out = tanh_backward(real(self._t, f), torch.from_numpy(grad_t))
-        self._t = None
+        if self.mix is not None:  # ∂L/∂t' → ∂L/∂t through P's own mixing
+            assert self._t_raw is not None and self._passes is not None
+            lr, grad_t = lr * MIX_LR_GAIN, unmix_grad(grad_t, self._passes, self.mix)
+        self.b = d + mul_real(self.b, mu, f) + mul_real(self.R, wd, f, -f - e)  # λW = λ 2^e W_s
+        self.R = shift_down(self.R, k) - mul_real(self.b, lr, f, f + e + k) + masked_f
+        self.scale_exp = e + k
+        t = real(self._t, f) if self._t_raw is None else self._t_raw
+        out = tanh_backward(t, torch.from_numpy(grad_t))
+        self._t = self._t_raw = self._passes = None
         return to_party(out.numpy(), self.endpoint.device)  # ciphertext work done: back to the party's device
 
     def received_gradient(self, msg: Message, previous: Message | None) -> np.ndarray | None:
@@ -176,10 +218,14 @@ class HEPassiveEnd(PassiveEnd):
 
     # party state (snapshot/restore, fresh optimizer)
     def state_dict(self) -> dict:
-        return {"R": None if self.R is None else self.R.copy(), "b": None if self.b is None else self.b.copy()}
+        return {"R": None if self.R is None else self.R.copy(), "b": None if self.b is None else self.b.copy(),
+                **({"mix": self.mix} if self.mix is not None else {}),
+                **({"scale_exp": self.scale_exp} if self.scale_exp else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.R, self.b = state["R"], state["b"]
+        self.mix = state.get("mix", self.mix)
+        self.scale_exp = int(state.get("scale_exp", 0))
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
@@ -200,6 +246,9 @@ class HEActiveEnd(ActiveEnd):
         self._enc_t: Encrypted | None = None
         self._enc_rt: Encrypted | None = None
         self._E: np.ndarray | None = None
+        self.mix: np.ndarray | None = None  # Z_m, the secret mixing (``layer.mixing``)
+        self.bound: WeightBound | None = None  # the running bound on |W_P| (set up with V)
+        self.scale_exp = 0  # W_P = 2^e·(V + R): the rescales the bound asked for
 
     def send_masked_forward(self) -> None:
         ep, p, bd = self.endpoint, self.passive, self.layer.bounds
@@ -218,6 +267,12 @@ class HEActiveEnd(ActiveEnd):
             res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
             self.b = np.zeros(self.V.shape, dtype=object)
+            # |W_P(0)|_jk = |Σ_l X_jl Y_lk| ≤ ‖X_j‖·‖Y_k‖ ≤ X_ROW_BOUND·‖Y_k‖ (the running bound's start)
+            self.bound = WeightBound(X_ROW_BOUND * np.linalg.norm(real(y, f), axis=0), 2.0 ** bd.weight_bits,
+                                     2.0 ** -f)
+            if self.layer.mixing and self.mix is None:
+                z_rng = Drbg.derived(self.seed, f"{p}/Zmix") if self.layer.seeded_shares else Drbg()
+                self.mix = draw_mix_a(z_rng, h)
         self._enc_t = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
         zero = np.zeros((self._enc_t.shape[0], self.V.shape[1]), dtype=object)
         res, self._E = be.right(self._enc_t, self.V, zero, f + bd.share, True, self.rng)
@@ -228,9 +283,9 @@ class HEActiveEnd(ActiveEnd):
         if training:
             assert self.backend is not None  # send_masked_forward built it
             self._enc_rt = self.backend.loads(self.endpoint.recv(self.passive, MessageKind.HE_CIPHERTEXT))
-        out = to_party(real(y - self._E, 2 * self.layer.bounds.f), self.endpoint.device)
+        a = real(y - self._E, 2 * self.layer.bounds.f) * 2.0 ** self.scale_exp
         self._E = None
-        return out
+        return to_party(a if self.mix is None else a @ self.mix, self.endpoint.device)
 
     def send_backward(self, grad: torch.Tensor, ctx: HookContext) -> None:
         ep, p, be, bd = self.endpoint, self.passive, self.backend, self.layer.bounds
@@ -239,28 +294,55 @@ class HEActiveEnd(ActiveEnd):
         # party's end wiring always carries the layer's hparams
         assert be is not None and self.V is not None and self.b is not None and self.hparams is not None
         assert self._enc_t is not None and self._enc_rt is not None
-        g = fixed(clip_grad(to_host(apply_hooks(self.hooks, grad, ctx))), f)
+        g_real = clip_grad(to_host(apply_hooks(self.hooks, grad, ctx)))
         lr, mu, wd = self.hparams()
+        if self.mix is not None:  # g' = clip(g Z_mᵀ): what the shared W̃ is trained on
+            g_real, lr = mix_g(g_real, self.mix), lr * MIX_LR_GAIN
+        g = fixed(g_real, f)
+        e = self.scale_exp
+        # rescale (or refuse) before this step's update could take the stored W_s past the masks' bound
+        k = (self.bound.step(real(g, f), lr, mu, wd, e) if self.bound is not None else e) - e
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
-        m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f) - u_b
+        m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f - e) - u_b  # λW = λ 2^e W_s
         gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng)  # [[Gᵀ + Mᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gm))
         v_next = self.rng.ints(self.V.shape, bd.share)
-        ep.send(p, MessageKind.HE_MASKED, dump_ints(self.V - mul_real(u_b, lr, f, f) - v_next))
+        # W_s' = W_s/2^k − η b'/2^(e+k): F = V/2^k − η U_b/2^(e+k) − U' (k announced in the header)
+        refresh = shift_down(self.V, k) - mul_real(u_b, lr, f, f + e + k) - v_next
+        ep.send(p, MessageKind.HE_MASKED, dump_ints(refresh, **({"rescale": k} if k else {})))
+        self.scale_exp = e + k
         gw, _ = be.left(g, self._enc_rt, g @ self.V.T, f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gw))
         self.V, self.b = v_next, u_b
         self._enc_t = self._enc_rt = None
 
     def state_dict(self) -> dict:
-        return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy()}
+        return {"V": None if self.V is None else self.V.copy(), "b": None if self.b is None else self.b.copy(),
+                **({"mix": self.mix} if self.mix is not None else {}),
+                **({"bound": self.bound.state()} if self.bound is not None else {}),
+                **({"scale_exp": self.scale_exp} if self.scale_exp else {})}
 
     def load_state_dict(self, state: dict) -> None:
         self.V, self.b = state["V"], state["b"]
+        self.mix = state.get("mix", self.mix)
+        self.scale_exp = int(state.get("scale_exp", 0))
+        if self.V is None:
+            self.bound = None
+        elif "bound" in state:
+            bd = self.layer.bounds
+            self.bound = self.bound or WeightBound(state["bound"][0], 2.0 ** bd.weight_bits, 2.0 ** -bd.f)
+            self.bound.load(state["bound"])
 
     def reset_optimizer_state(self) -> None:
         if self.b is not None:
             self.b = np.zeros(self.b.shape, dtype=object)
+        if self.bound is not None:  # the velocity restarts at zero, and so does its bound
+            self.bound.b = 0.0 * self.bound.w
+
+
+MIXING_LEAKS = ("on: W_P = ρ·X_m·W̃·Z_m (X_m the passive party's secret, Z_m the active party's); over the run "
+                "the active party learns t' = clip(ρ·t·X_m) up to a rotation, the passive party g' = clip(g·Z_mᵀ) up "
+                "to a rotation (docs/he-protocol.md, the leakage function)")
 
 
 class HECutLayer(CutLayer):
@@ -268,12 +350,12 @@ class HECutLayer(CutLayer):
 
     validate: Callable[[dict], dict]
 
-    def __init__(self, *, interactive: bool = True, **params: object) -> None:
+    def __init__(self, *, interactive: bool = True, mixing: str = "off", **params: object) -> None:
         params = dict(params)
         seeded = params.pop("seeded_shares", False)
         self.seeded_shares = str(seeded).lower() in ("1", "true", "yes", "on")
         self.scheme_params = type(self).validate(params)
-        super().__init__(interactive=interactive, **self.scheme_params,
+        super().__init__(interactive=interactive, mixing=mixing, **self.scheme_params,
                          **({"seeded_shares": True} if self.seeded_shares else {}))
         self.timer = HETimer()
         self.passive_ends: list[HEPassiveEnd] = []  # the first one's backend describes the scheme
@@ -337,6 +419,9 @@ class HECutLayer(CutLayer):
                              f"party's plaintext) is hidden by the term masks ({bd.kappa} bits, real parts) and "
                              f"the flood ({be.get('flooding_bits', 0)} bits, imaginary parts); the unmasked sum "
                              "∂L/∂t reads g·(W_P + ε)ᵀ, ε the passive party's own error")),
+                **({"interactive_mixing": MIXING_LEAKS} if self.mixing else {}),
+                **({"weight_rescale_bits": self.passive_ends[0].scale_exp}
+                   if self.passive_ends and self.passive_ends[0].scale_exp else {}),
                 "threat_model": "semi-honest, no collusion; HE protects passive activations from the active party, "
                                 "not labels from the passive party (use a defense for that)",
                 "seconds": round(self.timer.total, 4), "seconds_by_op": self.timer.as_dict()["by_op"],

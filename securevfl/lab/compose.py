@@ -84,7 +84,11 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         record=record, progress=progress, params=cfg.method_params, device=device))
     check_compatibility(cfg, method, defenses, attack_specs, audit=str(audit["side"]) if audit["canaries"] else None)
     # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
-    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer and cfg.model.head == "split", **cfg.he_params)
+    interactive = method.interactive_layer and cfg.model.head == "split"
+    if cfg.model.interactive_mixing == "on" and not interactive:
+        raise UserError(f"--interactive-mixing on: {cfg.method} with the {cfg.model.head} head has no interactive "
+                        "layer to mix")
+    cut = make_cut_layer(cfg.he, interactive=interactive, mixing=cfg.model.interactive_mixing, **cfg.he_params)
     partition = build_partition(cfg)
     check_task(cfg, partition.regression, method, defenses, attack_specs)
     if save is not None:

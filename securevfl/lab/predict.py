@@ -69,7 +69,8 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
     regression = active_manifest["task"] == "regression"
     partition = Partition("csv", cfg.partition, cfg.seed, int(active_manifest["n_classes"]), "tabular", parties,
                           aligned, aligned[:0], regression=regression)
-    cut = make_cut_layer(cfg.he, interactive=bool(active_manifest["interactive"]), **cfg.he_params)
+    cut = make_cut_layer(cfg.he, interactive=bool(active_manifest["interactive"]), mixing=cfg.model.interactive_mixing,
+                         **cfg.he_params)
     fed = build_federation(partition, cfg.model, cfg.optim, cfg.seed, cut, defense_hooks(cfg))
     for party, folder in zip(fed.parties, folders, strict=True):
         party.load_own(folder)

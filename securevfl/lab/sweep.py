@@ -96,7 +96,8 @@ class Sweep:
 
 HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None, ("data", "task"): "auto",
                                                          ("model", "head"): "split",
-                                                         ("audit",): {}, ("device",): "cpu"}
+                                                         ("audit",): {}, ("device",): "cpu",
+                                                         ("model", "interactive_mixing"): "off"}
 """Settings added after stores and golden results were recorded (path in the config dict → default):
 left out of the run id while at their default, so existing run ids, and the mechanism seeds derived
 from them, stay as they were; a non-default value is hashed like any other."""

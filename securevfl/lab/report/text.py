@@ -365,4 +365,4 @@ def he_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _count(x: object) -> str:
     """A stored count as text; ``?`` when an older or damaged row lacks it."""
     # numbers.Real: a pandas int64 column hands out numpy integers, which are not ``int``
-    return str(int(x)) if isinstance(x, numbers.Real) and math.isfinite(x) else "?"
+    return str(int(float(x))) if isinstance(x, numbers.Real) and math.isfinite(x) else "?"
