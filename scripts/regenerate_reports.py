@@ -5,7 +5,7 @@
 
 Each report's sweeps run into a fresh store ``runs/NAME.sqlite`` (an existing one is renamed
 ``.old``: the sweep would otherwise resume cells an older version computed), then ``securevfl
-report`` rewrites ``reports/NAME``. The sweeps print their progress; a sweep that is interrupted
+report`` writes ``reports/NAME`` anew (the old folder is removed first, once the sweeps succeeded). The sweeps print their progress; a sweep that is interrupted
 resumes when the script is run again with ``--resume`` (the store is then kept).
 """
 
@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.move(f"{store}{part}", f"{store}.old{part}")
         started = time.time()
         for cmd in cmds:
+            if cmd[3] == "report":  # the old folder goes: a figure the new report no longer draws would linger
+                shutil.rmtree(ROOT / "reports" / name, ignore_errors=True)
             print("+ securevfl " + " ".join(cmd[3:]), flush=True)
             rc = subprocess.call(cmd, cwd=ROOT)
             if rc != 0:
