@@ -5,8 +5,9 @@
 
 Each report's sweeps run into a fresh store ``runs/NAME.sqlite`` (an existing one is renamed
 ``.old``: the sweep would otherwise resume cells an older version computed), then ``securevfl
-report`` writes ``reports/NAME`` anew (the old folder is removed first, once the sweeps succeeded). The sweeps print their progress; a sweep that is interrupted
-resumes when the script is run again with ``--resume`` (the store is then kept).
+report`` writes ``reports/NAME`` anew (the old folder is removed first, once the sweeps
+succeeded). The sweeps print their progress; a sweep that is interrupted resumes when the script
+is run again with ``--resume`` (the store is then kept).
 """
 
 from __future__ import annotations

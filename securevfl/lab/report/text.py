@@ -342,7 +342,12 @@ def epsilon_table(runs: pd.DataFrame) -> pd.DataFrame:
         g["audited ε ≥"] = ok.groupby(keys).epsilon_audit.mean()
     if "privacy_status" in ok and ok.privacy_status.notna().any():  # a fixed mechanism seed voids ε: say so
         g["status"] = ok.groupby(keys).privacy_status.first().fillna("private")
-    return g.reset_index().assign(defense=lambda x: x.defense.map(setting_label))
+    out = g.reset_index().assign(defense=lambda x: x.defense.map(setting_label))
+    # "–" where a column does not apply (rr has no noise multiplier; a run without an audit no bound)
+    for col in ("noise_multiplier", "audited ε ≥"):
+        if col in out:
+            out[col] = [f"{v:.3g}" if pd.notna(v) else "–" for v in out[col]]
+    return out
 
 
 def he_table(runs: pd.DataFrame) -> pd.DataFrame:
