@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -334,6 +335,7 @@ def make_parser() -> _Parser:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from securevfl.lab.engine import run_sweep
 
+    started = time.perf_counter()
     try:
         extra = {"take_over_leases": True} if args.take_over_leases else {}
         c = run_sweep(args.file, args.store, args.workers, args.engine, progress=not args.quiet,
@@ -344,7 +346,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 130
     elsewhere = f", {c['elsewhere']} being run by another sweep on this store" if c.get("elsewhere") else ""
     print(f"sweep: {c['cells']} cells: {c['ok']} ran ok, {c['failed']} failed, {c['skipped']} already done"
-          f"{elsewhere} → {c['store']}")
+          f"{elsewhere} → {c['store']} in {time.perf_counter() - started:.0f} s")
     return 0
 
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -192,6 +193,14 @@ def real_store(tmp_path_factory) -> Path:
     with sqlite3.connect(d / "s.sqlite") as db:
         assert db.execute("SELECT status, error FROM runs").fetchall() == [("ok", None)]
     return d / "s.sqlite"
+
+
+def test_sweep_prints_its_time(tmp_path, capsys):
+    """The sweep's last line says how long it took (issue 33: the main job prints its time)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({**TINY, "dataset": "breast-cancer"}))
+    assert main(["sweep", str(f), "--store", str(tmp_path / "s.sqlite"), "--quiet"]) == 0
+    assert re.search(r"1 ran ok, 0 failed, 0 already done → .*s\.sqlite in \d+ s$", capsys.readouterr().out.strip())
 
 
 DAMAGED = [{"result_json": "garbage{"}, {"result_json": "5", "swept_json": "[["}, {"utility": None},
