@@ -30,6 +30,7 @@ adversary's view lives in another process, and their scoring needs the simulator
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
@@ -255,7 +256,16 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     check_deployable(cfg, peers)
     defenses = _defenses(cfg)
-    cfg = resolve_config(cfg)
+    n_parties = len(peers) + 1
+    if cfg.partition.n_parties not in (2, n_parties):  # 2: the default
+        raise UserError(f"--parties {cfg.partition.n_parties} but {n_parties} parties (this party's file and "
+                        f"{len(peers)} --peer); drop --parties or give one --peer per passive party")
+    # validation sees this party's file alone (the peers hold the others): check it as a 2-party run,
+    # then record the real count
+    given = copy.deepcopy(cfg)
+    given.partition.n_parties = 2
+    cfg = resolve_config(given)
+    cfg.partition.n_parties = n_parties
     device = resolve_device(cfg.device)  # this process's own parties: the active one (each passive runs on its CPU)
     method = METHODS.get(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
                                                    hooks=defenses, record=cfg.record, progress=progress,
@@ -264,7 +274,6 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
     names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
-    n_parties = len(names) + 1
     ep = channel.endpoint(ACTIVE)
     path = Path(cfg.data.party_files[0])
     df = _read_table(path)
