@@ -14,7 +14,7 @@ import yaml
 from securevfl.cli import main
 from securevfl.errors import UserError
 from securevfl.lab.engine import run_sweep
-from securevfl.lab.report import headline, load_frames, pareto_front, write_report
+from securevfl.lab.report import he_table, headline, load_frames, pareto_front, write_report
 from securevfl.lab.sweep import expand_defenses, parse_sweep
 
 BASE = {"name": "t", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["splitnn"],
@@ -211,6 +211,9 @@ def test_he_sweep_gets_a_cost_table(tmp_path):
     write_report(store, tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "Encrypted activations: cost" in md and "ckks" in md and "does not" in md
+    he = he_table(runs).set_index("he")
+    assert he.loc["ckks", "hiding_bits"] == "12" and he.loc["ckks", "flooding_bits"] == "51"
+    assert he.loc["off", "hiding_bits"] == "–"  # the control: no HE, no hiding claimed
 
 
 def test_he_sweep_with_a_feature_attack_shows_what_encryption_buys_first(tmp_path):

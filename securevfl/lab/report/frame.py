@@ -66,6 +66,8 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
                      "train_steps": cost.get("train_steps"),
                      "he_bytes": he.get("bytes"),
+                     # statistical hiding of every mask (κ) and, under CKKS, of the slot noise (κ_f)
+                     "he_hiding_bits": he.get("hiding_bits"), "he_flooding_bits": he.get("flooding_bits"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
                      "delta": (res.get("privacy") or {}).get("delta"),
                      "privacy_status": (res.get("privacy") or {}).get("status"),

@@ -297,7 +297,10 @@ def _run_wide_sections(runs: pd.DataFrame, out: Path | None = None) -> list[tupl
     if not he.empty:
         sections.append(("Encrypted activations: cost",
                          [("p", "HE protects the passive parties' activations from the active party; it does not "
-                                "protect labels from a passive party (that is what the defenses are for)."),
+                                "protect labels from a passive party (that is what the defenses are for). "
+                                "hiding_bits: κ, the bits by which every mask exceeds the public bound on what it "
+                                "hides (statistical hiding 2^-κ); flooding_bits: κ_f, the same for the CKKS flood "
+                                "over the slot noise (docs/he-protocol.md)."),
                           ("table", he)]))
     failed = runs[runs.status == "failed"]
     if not failed.empty:

@@ -359,11 +359,14 @@ def he_table(runs: pd.DataFrame) -> pd.DataFrame:
     g = ok.groupby(["dataset", "method", "defense", "he"]).agg(
         seconds=("seconds", "mean"), bytes_sent=("bytes_sent", "mean"), he_seconds=("he_seconds", "mean"),
         s_per_step=("step_s", "mean"), mb_per_step=("mb_step", "mean"),
+        hiding_bits=("he_hiding_bits", "min"), flooding_bits=("he_flooding_bits", "min"),
         parameters=("he_params", "first")).reset_index()
     off = g[g.he == "off"].set_index(["dataset", "method", "defense"])
     g["× off (seconds)"] = [f"{r.seconds / off.loc[(r.dataset, r.method, r.defense), 'seconds']:.1f}"
                            if (r.dataset, r.method, r.defense) in off.index else "–" for r in g.itertuples()]
     g["MB sent"] = (g.bytes_sent / 1e6).round(2)
+    for col in ("hiding_bits", "flooding_bits"):  # "–": HE off, or a scheme without that noise (Paillier)
+        g[col] = [str(int(v)) if isinstance(v, numbers.Real) and math.isfinite(v) else "–" for v in g[col]]
     return g.drop(columns=["bytes_sent"])
 
 
