@@ -29,8 +29,10 @@ sys.path.insert(0, sys.argv[4])
 from harness import hwm_mb
 from pathlib import Path
 from securevfl.data import DataConfig
-from securevfl.data import ctr
+from securevfl.data import ctr, readers
 kind, path, reader = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+if sys.argv[5] == "stream":  # the streaming regime of files above readers.WHOLE_READ_BYTES
+    readers.WHOLE_READ_BYTES = 0
 fn = getattr(ctr, f"_{kind}_{reader}")
 base = hwm_mb()
 t = time.perf_counter()
@@ -41,9 +43,10 @@ print(json.dumps({"rows": len(arrays[-1]), "seconds": dt, "base_mb": base, "peak
 """
 
 
-def measure(kind: str, path: Path, reader: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), reader, str(Path(__file__).parent)],
-                         check=True, capture_output=True, text=True).stdout
+def measure(kind: str, path: Path, reader: str, stream: bool = False) -> dict:
+    """One read in a fresh process; ``stream``: the fast reader streams even a file it would read whole."""
+    out = subprocess.run([sys.executable, "-c", CHILD, kind, str(path), reader, str(Path(__file__).parent),
+                          "stream" if stream else "auto"], check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
 

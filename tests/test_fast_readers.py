@@ -18,17 +18,25 @@ def _same(a, b):
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.fixture(params=["whole", "stream"])
+def regime(request, monkeypatch):
+    """Both ways the fast reader reads: a small file whole, a large one streamed (forced here)."""
+    monkeypatch.setattr("securevfl.data.readers.ARROW_BLOCK_BYTES", 64 << 10)  # several blocks (and chunks)
+    if request.param == "stream":
+        monkeypatch.setattr("securevfl.data.readers.WHOLE_READ_BYTES", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("kw", [{}, {"max_rows": 1234}, {"sample": 0.37, "sample_seed": 5},
                                 {"sample": 0.5, "max_rows": 700}])
-def test_criteo_fast_equals_checked(tmp_path, kw, monkeypatch):
+def test_criteo_fast_equals_checked(tmp_path, kw, regime):
     f = write_criteo(tmp_path / "c.txt", 3000, seed=4, missing=0.3)
-    monkeypatch.setattr("securevfl.data.readers.ARROW_BLOCK_BYTES", 64 << 10)  # several blocks
     cfg = DataConfig(path=str(f), **kw)
     _same(ctr._criteo_fast(f, cfg), ctr._criteo_checked(f, cfg))
 
 
 @pytest.mark.parametrize("kw", [{}, {"max_rows": 999}, {"sample": 0.4}])
-def test_avazu_fast_equals_checked(tmp_path, kw):
+def test_avazu_fast_equals_checked(tmp_path, kw, regime):
     f = write_avazu(tmp_path / "a.csv", 2500, seed=2)
     cfg = DataConfig(path=str(f), **kw)
     _same(ctr._avazu_fast(f, cfg), ctr._avazu_checked(f, cfg))
