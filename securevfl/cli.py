@@ -329,6 +329,10 @@ def make_parser() -> _Parser:
     rp = sub.add_parser("report", help="write report.md and report.html (with PNG plots) from a store")
     rp.add_argument("store")
     rp.add_argument("--out", required=True, help="output directory")
+    rp.add_argument("--weights", metavar="TYPE=W,...",
+                    help="C-DCS weight per attack type, e.g. LI=2,FR=1 (LI label inference, FR feature "
+                         "reconstruction, TB targeted backdoor, NTB untargeted; unnamed types weigh 0); "
+                         "default: equal weights, as VFLAIR")
     return parser
 
 
@@ -363,11 +367,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from securevfl.lab.report import write_report
+    from securevfl.lab.scores import parse_weights
     from securevfl.lab.store import Store
 
+    weights = parse_weights(args.weights) if args.weights is not None else None  # refused before any work
     Store.open_existing(args.store).close()  # a missing or foreign store: refused before --out is created
     _check_writable_dir(args.out, "report --out")
-    paths = write_report(args.store, args.out, command=_command_line(args))
+    paths = write_report(args.store, args.out, command=_command_line(args), weights=weights)
     print("report: " + ", ".join(str(p) for p in paths))
     return 0
 

@@ -229,6 +229,22 @@ def test_tiny_sweep_with_search_end_to_end(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(sweep.read_text().replace("budget: 2", "budget: -1"))
     assert main(["sweep", str(bad), "--store", str(store), "--quiet"]) == 2
+    # C-DCS weights from the command line: stated in the report; a bad one is refused before any work
+    assert main(["report", str(store), "--out", str(tmp_path / "rep2"), "--weights", "LI=2,FR=1"]) == 0
+    assert "mean weighted LI 2, FR 1 (`--weights`)" in (tmp_path / "rep2" / "report.md").read_text()
+    assert main(["report", str(store), "--out", str(tmp_path / "rep3"), "--weights", "LI=x"]) == 2
+    assert not (tmp_path / "rep3").exists()
+
+
+def test_c_dcs_weights_parse_and_weigh():
+    w = scores.parse_weights("LI=3, feature_reconstruction=1")
+    assert w == {"label_inference": 3.0, "feature_reconstruction": 1.0}
+    t = {"label_inference": 0.4, "feature_reconstruction": 0.8, "backdoor": 0.2}
+    assert scores.c_dcs(t, w) == pytest.approx(0.5)  # backdoor unnamed: weight 0
+    assert scores.c_dcs(t) == pytest.approx(1.4 / 3)  # the control: equal weights
+    for bad in ("XX=1", "LI", "LI=a", "LI=-1", "LI=0", "LI=inf", ""):
+        with pytest.raises(UserError, match="--weights"):
+            scores.parse_weights(bad)
 
 
 def test_backdoor_runs_keep_their_own_utility_and_the_cell_keeps_the_clean_one(tmp_path):

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from securevfl.errors import UserError
+
 BETA = 0.5
 """VFLAIR's weight of the utility distance against the attack distance."""
 
@@ -106,6 +108,29 @@ def t_dcs(scores: Iterable[float], within_type: str = "worst") -> float:
     if not s:
         return float("nan")
     return min(s) if within_type == "worst" else sum(s) / len(s)
+
+
+def parse_weights(text: str) -> dict[str, float]:
+    """``LI=2,FR=1`` (short or long type names, ``securevfl report --weights``) as C-DCS weights by
+    type; types left out weigh 0. Raises UserError naming a bad entry."""
+    long_of = {**{s.lower(): k for k, s in TYPE_SHORT.items()}, **{k: k for k in ATTACK_TYPES}}
+    out: dict[str, float] = {}
+    for part in [x.strip() for x in text.split(",") if x.strip()]:
+        name, sep, value = part.partition("=")
+        kind = long_of.get(name.strip().lower())
+        if not sep or kind is None:
+            raise UserError(f"--weights: {part!r} is not TYPE=WEIGHT with TYPE one of "
+                            f"{', '.join(TYPE_SHORT.values())} (or {', '.join(ATTACK_TYPES)})")
+        try:
+            w = float(value)
+        except ValueError:
+            raise UserError(f"--weights: {part!r}: the weight is not a number") from None
+        if not (math.isfinite(w) and w >= 0):
+            raise UserError(f"--weights: {part!r}: a weight must be a finite number ≥ 0")
+        out[kind] = w
+    if not out or sum(out.values()) <= 0:
+        raise UserError("--weights: give at least one type a weight above 0, e.g. LI=2,FR=1")
+    return out
 
 
 def c_dcs(t: Mapping[str, float], weights: Mapping[str, float] | None = None) -> float:

@@ -71,13 +71,15 @@ def _figure_path(out: Path, *parts: str) -> Path:
     return _no_symlink(out / ("_".join(safe) + ".png"))
 
 
-def write_report(store_path: str | Path, out_dir: str | Path, command: str | None = None) -> list[Path]:
+def write_report(store_path: str | Path, out_dir: str | Path, command: str | None = None,
+                 weights: dict[str, float] | None = None) -> list[Path]:
     """Render a sweep store as ``report.md`` + a self-contained ``report.html`` and their figures.
 
     Args:
         store_path: the sweep's SQLite store.
         out_dir: where the report and its PNG figures go (created if missing).
         command: the command that made the report, recorded in its provenance section.
+        weights: C-DCS weight per attack type (:func:`securevfl.lab.scores.parse_weights`); equal if None.
 
     Returns:
         the paths of ``report.md``, ``report.html`` and every figure, in document order.
@@ -91,9 +93,9 @@ def write_report(store_path: str | Path, out_dir: str | Path, command: str | Non
         _no_symlink(out / name)
     summary = summarise(runs, attacks)
     ok_attacks = attacks[attacks.run_id.isin(runs[runs.status == "ok"].run_id)] if len(attacks) else attacks
-    table = scores.score_table(summary, ok_attacks)
+    table = scores.score_table(summary, ok_attacks, weights)
     sections: list[tuple[str, list]] = [("At a glance", _glance(summary, table))]
-    sections += [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out, table))
+    sections += [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out, table, weights))
                  for ds in sorted(runs.dataset.unique())]
     sections += _run_wide_sections(runs, out)
     sections.append(("Provenance", _provenance_blocks(runs, store_path, command)))
@@ -106,13 +108,13 @@ def write_report(store_path: str | Path, out_dir: str | Path, command: str | Non
 
 # A section is (title, blocks); a block is ("p", text) | ("ul", lines) | ("h3", title) | ("img", path) | ("table", df).
 def _dataset_blocks(runs: pd.DataFrame, attacks: pd.DataFrame, summary: pd.DataFrame, ds: str, out: Path,
-                    table: pd.DataFrame) -> list:
+                    table: pd.DataFrame, weights: dict[str, float] | None = None) -> list:
     """One dataset's section: its setup, what encryption buys, the attack trade-offs, the defense
     scores, utility against each swept data key, and the per-cell table."""
     blocks: list = [("ul", setup_lines(runs, attacks, ds))]
     if summary.empty:
         return blocks + _size_blocks(summary, runs, ds, out)
-    blocks += _score_blocks(summary, table, ds)
+    blocks += _score_blocks(summary, table, ds, weights)
     kinds = control_kinds(attacks)
     if shows_encryption(summary, attacks, ds):
         blocks += _encryption_blocks(summary, attacks, ds, out, kinds)
@@ -197,7 +199,8 @@ def _glance(summary: pd.DataFrame, table: pd.DataFrame) -> list:
     return [("ul", lines or ["No finished runs."])]
 
 
-def _score_blocks(summary: pd.DataFrame, table: pd.DataFrame, ds: str) -> list:
+def _score_blocks(summary: pd.DataFrame, table: pd.DataFrame, ds: str,
+                  weights: dict[str, float] | None = None) -> list:
     """Defense scores of one dataset: the ranking by C-DCS beside the normalised one, and which
     attack parameters won the worst-case search."""
     t = table[table.dataset == ds] if len(table) else table
@@ -219,7 +222,10 @@ def _score_blocks(summary: pd.DataFrame, table: pd.DataFrame, ds: str) -> list:
                           "MP* is the same method's undefended cell; AP is each attack's worst case over its "
                           "parameter search, in \"higher leaks more\" form (AUC as max(AUC, 1 − AUC)); T-DCS is the "
                           "worst attack of a type (LI label inference, FR feature reconstruction, TB targeted "
-                          "backdoor, NTB untargeted), C-DCS their mean. The normalised score uses AP over the "
+                          "backdoor, NTB untargeted), C-DCS their "
+                          + ("mean" if weights is None else "mean weighted " + ", ".join(
+                              f"{scores.TYPE_SHORT[k]} {w:g}" for k, w in weights.items()) + " (`--weights`)")
+                          + ". The normalised score uses AP over the "
                           "attack's control (and local baseline), at least 0. Higher is better. See docs/scores.md."),
                     ("table", view)]
     won = [c for c in t.columns if c.endswith(" won") or (c.startswith("worst ") and c.endswith(" attack"))]
