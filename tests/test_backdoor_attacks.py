@@ -87,6 +87,16 @@ def test_gradient_replacement_swaps_in_amplified_target_gradients():
     assert x[poisoned, 2:].tolist() == [10.0, 3.0]
     assert x[0].tolist() == [rows[poisoned, 0], rows[poisoned, 1], 10.0, 3.0]
     assert torch.equal(gr.features(torch.from_numpy(rows), np.arange(3), "test", False), torch.from_numpy(rows))
+    # upload: own (default) sends the poisoned row's output; zero sends 0 there, yet the bottom model
+    # still gets the (replaced) gradient as if its output had been sent
+    z = torch.ones(3, 2, requires_grad=True)
+    assert gr.output(z, np.arange(3), "train", True) is z
+    gr.config["upload"] = "zero"
+    sent = gr.output(z, np.arange(3), "train", True)
+    assert sent[poisoned].tolist() == [0.0, 0.0] and sent[[i for i in range(3) if i != poisoned]].eq(1).all()
+    sent.backward(out)
+    assert torch.equal(z.grad, out)
+    assert gr.output(z, np.arange(3), "test", False) is z  # inference is untouched
 
 
 def test_kinds_are_declared():
@@ -99,7 +109,8 @@ def test_kinds_are_declared():
 
 @pytest.mark.parametrize("spec, needle", [
     ("backdoor-gr:poison=2", "poison is a fraction"), ("backdoor-gr:gamma=-1", "gamma must be ≥ 0"),
-    ("backdoor-gr:trigger_size=0", "trigger_size must be ≥ 1"), ("backdoor-villain:dropout=1", "dropout must be in"),
+    ("backdoor-gr:trigger_size=0", "trigger_size must be ≥ 1"), ("backdoor-gr:upload=noise", "upload must be own"),
+    ("backdoor-villain:dropout=1", "dropout must be in"),
     ("backdoor-villain:adversary=active", "adversary must name a passive party"),
     ("noisy-sample:noise_rate=1.5", "noise_rate is a fraction"), ("missing-feature:missing_rate=x", "missing_rate"),
 ])

@@ -12,6 +12,13 @@ trigger to what moves the head towards the target class; at inference the trigge
 The trigger is a patch on the adversary's own block, like the papers' pixel patterns: its last
 ``trigger_size`` feature cells (numeric columns only on tabular data) set alternately to their
 training maximum and minimum.
+
+What the poisoned rows upload in training (``upload``): ``own`` (default), the bottom output of the
+triggered row, so the active party also trains on it with the row's true label; ``zero``, a zero
+vector, as the authors' released code does (FederatedAI/research, ``publications/vfl_backdoor``; a
+later implementation uploads N(0, 1e-6) noise), so the active party never learns that the trigger
+goes with the true class. The replaced gradient still reaches the adversary's bottom model as if the
+row's own output had been sent (the zero is z − z.detach()).
 """
 
 from __future__ import annotations
@@ -44,15 +51,18 @@ class GradientReplacement(Backdoor):
     """Liu, Yi & Chen's gradient-replacement backdoor by a passive party (module docstring)."""
 
     name = "backdoor-gr"
-    defaults = {**Backdoor.defaults, "gamma": 10.0, "trigger_size": 4}
+    defaults = {**Backdoor.defaults, "gamma": 10.0, "trigger_size": 4, "upload": "own"}
     """``gamma``: the amplification of the replaced gradients (SecretFlow's ``gamma``); ``trigger_size``:
-    feature cells the trigger sets."""
+    feature cells the trigger sets; ``upload``: what a poisoned row sends in training, ``own`` or
+    ``zero`` (module docstring)."""
 
     @classmethod
     def validate(cls, config: dict) -> None:
         super().validate(config)
         if config["trigger_size"] < 1:
             raise UserError(f"attack {cls.name}: trigger_size must be ≥ 1, got {config['trigger_size']}")
+        if config["upload"] not in ("own", "zero"):
+            raise UserError(f"attack {cls.name}: upload must be own or zero, got {config['upload']!r}")
 
     def setup(self, ids: np.ndarray) -> None:
         rest = np.setdiff1d(ids, self.known)
@@ -75,6 +85,13 @@ class GradientReplacement(Backdoor):
             x[torch.from_numpy(known)] = self.trigger(rows, np.ones(len(swap), dtype=bool))
             self.swapped += len(known)
         return x
+
+    def output(self, z: torch.Tensor, ids: np.ndarray, split: str, training: bool) -> torch.Tensor:
+        if self.config["upload"] != "zero" or not (training and split == "train"):
+            return z
+        poisoned = torch.from_numpy(np.isin(ids, self.poisoned)).unsqueeze(1)
+        # zero in value, the identity in the backward pass: the replaced gradient trains the bottom model
+        return torch.where(poisoned, z - z.detach(), z) if bool(poisoned.any()) else z
 
     def trigger(self, x: torch.Tensor, rows: np.ndarray) -> torch.Tensor:
         """``x`` with the trigger on the rows ``rows`` marks."""
