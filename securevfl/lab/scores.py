@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from securevfl.errors import UserError
+from securevfl.spec import check_nonnegative, check_params, parse_args
 
 BETA = 0.5
 """VFLAIR's weight of the utility distance against the attack distance."""
@@ -112,25 +114,16 @@ def t_dcs(scores: Iterable[float], within_type: str = "worst") -> float:
 
 def parse_weights(text: str) -> dict[str, float]:
     """``LI=2,FR=1`` (short or long type names, ``securevfl report --weights``) as C-DCS weights by
-    type; types left out weigh 0. Raises UserError naming a bad entry."""
-    long_of = {**{s.lower(): k for k, s in TYPE_SHORT.items()}, **{k: k for k in ATTACK_TYPES}}
-    out: dict[str, float] = {}
-    for part in [x.strip() for x in text.split(",") if x.strip()]:
-        name, sep, value = part.partition("=")
-        kind = long_of.get(name.strip().lower())
-        if not sep or kind is None:
-            raise UserError(f"--weights: {part!r} is not TYPE=WEIGHT with TYPE one of "
-                            f"{', '.join(TYPE_SHORT.values())} (or {', '.join(ATTACK_TYPES)})")
-        try:
-            w = float(value)
-        except ValueError:
-            raise UserError(f"--weights: {part!r}: the weight is not a number") from None
-        if not (math.isfinite(w) and w >= 0):
-            raise UserError(f"--weights: {part!r}: a weight must be a finite number ≥ 0")
-        out[kind] = w
-    if not out or sum(out.values()) <= 0:
-        raise UserError("--weights: give at least one type a weight above 0, e.g. LI=2,FR=1")
-    return out
+    type; types left out weigh 0. Raises UserError naming a bad entry (the shared parameter checks)."""
+    owner = "--weights"
+    short_of = {**{s.lower(): s for s in TYPE_SHORT.values()}, **{k: s for k, s in TYPE_SHORT.items()}}
+    given = {short_of.get(k.lower(), k): v for k, v in parse_args(owner, text, text).items()}
+    typed = cast(dict[str, float], check_params(owner, {s: 0.0 for s in TYPE_SHORT.values()}, given))
+    check_nonnegative(owner, typed)
+    if sum(typed.values()) <= 0:
+        raise UserError(f"{owner}: give at least one type a weight above 0, e.g. LI=2,FR=1")
+    long_of = {s: k for k, s in TYPE_SHORT.items()}
+    return {long_of[s]: w for s, w in typed.items()}
 
 
 def c_dcs(t: Mapping[str, float], weights: Mapping[str, float] | None = None) -> float:

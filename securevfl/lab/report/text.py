@@ -366,7 +366,7 @@ def he_table(runs: pd.DataFrame) -> pd.DataFrame:
                            if (r.dataset, r.method, r.defense) in off.index else "–" for r in g.itertuples()]
     g["MB sent"] = (g.bytes_sent / 1e6).round(2)
     for col in ("hiding_bits", "flooding_bits"):  # "–": HE off, or a scheme without that noise (Paillier)
-        g[col] = [_count(v) if isinstance(v, numbers.Real) and math.isfinite(v) else "–" for v in g[col]]
+        g[col] = ["–" if pd.isna(v) else _count(v) for v in g[col]]
     return g.drop(columns=["bytes_sent"])
 
 
