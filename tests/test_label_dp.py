@@ -245,9 +245,19 @@ def test_rr_with_prior_is_epsilon_dp_for_any_prior_and_reduces_to_rr_on_a_unifor
 
 
 def test_rr_with_prior_keeps_more_true_labels_than_rr_at_the_same_epsilon():
+    # The mechanism draws from the OS CSPRNG, so one draw's kept fraction varies (sd ≈ 0.013 on
+    # 1438 labels, 0.02–0.03 end to end); the gain (≈ 0.07 on digits at ε = 1) is judged on the
+    # mean of 8 draws per variant, where it sits > 8 sd of the difference above the 0.03 bar.
+    partition = build_partition(small_cfg(defense="rr:1"))
+    a = partition.active
+    x, y = a.rows(a.label_ids, "train"), a.y_labels
+    kept = [np.mean([(parse_defense(d)[0].transform_labels(y, partition.n_classes, x) == y).mean()
+                     for _ in range(8)]) for d in ("rr:1", "rr:epsilon=1,prior=1")]
+    assert kept[1] > kept[0] + 0.03
+    # end to end: the active party trains on the RR-with-prior labels and reports the variant
     plain = execute(small_cfg(defense="rr:1", epochs=1))
     prior = execute(small_cfg(defense="rr:epsilon=1,prior=1", epochs=1))
     truth = plain.partition.active.y_labels
-    kept = [float((o.federation.active.data.y_labels == truth).mean()) for o in (plain, prior)]
-    assert kept[1] > kept[0] + 0.03
+    seen = [float((o.federation.active.data.y_labels == truth).mean()) for o in (plain, prior)]
+    assert seen[1] > seen[0]  # a single draw each: the mean gain is > 3.5 sd of the difference
     assert prior.to_json()["privacy"]["epsilon"] == 1.0 and prior.to_json()["privacy"]["variant"] == "rr-with-prior"
