@@ -135,3 +135,27 @@ def test_store_rows_load_or_fail_cleanly(rows):
         summarise(runs, attacks)
     except UserError:
         pass
+
+
+def test_store_rows_with_damaged_sections_load():
+    """Sections of the wrong type at every depth the report reads (CI found ``privacy.audit`` = 3 once):
+    each counts as absent, the row still loads and summarises."""
+    from securevfl.lab.report import load_frames, summarise
+    from securevfl.lab.store import Store
+
+    damaged = [
+        {"privacy": {"audit": 3, "features": [1]}, "partition": "x", "utility": 7},
+        {"privacy": [], "attacks": {"mc": {"value": 0.5, "params": [1], "control": "x", "baseline": True,
+                                           "leakage": "high", "prior": {}}}},
+        {"privacy": {"features": {"p1": 3, "p2": {"epsilon": "x"}}}, "attacks": {"mc": {"value": 0.4}}},
+    ]
+    d = Path(tempfile.mkdtemp(prefix="securevfl-fuzz-"))
+    Store(d / "s.sqlite").close()
+    with sqlite3.connect(d / "s.sqlite") as db:
+        for i, res in enumerate(damaged):
+            db.execute("INSERT INTO runs (run_id, status, result_json, config_json, utility) VALUES (?, ?, ?, ?, ?)",
+                       [f"r{i}", "ok", json.dumps(res), json.dumps({"attacks": 5 if i else [{"mc": [1]}]}), 0.5])
+    runs, attacks = load_frames(d / "s.sqlite")
+    assert len(runs) == 3 and runs.epsilon_audit.isna().all() and not runs.feature_side.iloc[1]
+    assert len(attacks) == 2 and attacks.control.isna().all() and attacks.leakage.isna().all()
+    summarise(runs, attacks)

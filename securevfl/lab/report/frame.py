@@ -35,8 +35,9 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         res, swept = _json_object(r["result_json"]), _json_object(r["swept_json"])
         cost: dict = res["cost"] if isinstance(res.get("cost"), dict) else {}
         he: dict = cost["he"] if isinstance(cost.get("he"), dict) else {}
-        if not isinstance(res.get("privacy"), dict | None):
-            res["privacy"] = None
+        for key in ("privacy", "partition", "utility"):  # sections read below: a dict, or absent
+            if not isinstance(res.get(key), dict):
+                res[key] = {}
         if not isinstance(r["utility"], int | float):
             r["utility"] = None
         for key in ("dataset", "method", "defense", "defense_family", "he", "sweep"):  # group keys: text
@@ -60,22 +61,22 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         found: dict = res["attacks"] if isinstance(res.get("attacks"), dict) else {}
         runs.append({**base, "status": r["status"], "error": r["error"], "utility": r["utility"],
                      "metric": r["utility_metric"], "utility_prior": utility.get("prior"),
-                     "test_rows": (res.get("partition") or {}).get("test_rows"), "epsilon": r["epsilon"],
+                     "test_rows": res["partition"].get("test_rows"), "epsilon": r["epsilon"],
                      "seconds": r["seconds"],
-                     "epsilon_audit": ((res.get("privacy") or {}).get("audit") or {}).get("epsilon_lower"),
+                     "epsilon_audit": _dig(res, "privacy", "audit", "epsilon_lower"),
                      "bytes_sent": r["bytes_sent"], "he_seconds": he.get("seconds"),
                      "train_steps": cost.get("train_steps"),
                      "he_bytes": he.get("bytes"),
                      # statistical hiding of every mask (κ) and, under CKKS, of the slot noise (κ_f)
                      "he_hiding_bits": he.get("hiding_bits"), "he_flooding_bits": he.get("flooding_bits"),
                      "he_params": json.dumps(he["params"], sort_keys=True) if he.get("params") else None,
-                     "delta": (res.get("privacy") or {}).get("delta"),
-                     "privacy_status": (res.get("privacy") or {}).get("status"),
+                     "delta": res["privacy"].get("delta"),
+                     "privacy_status": res["privacy"].get("status"),
                      # a defense that runs at a passive party reports there (privacy.features): no names needed
-                     "feature_side": bool((res.get("privacy") or {}).get("features")),
+                     "feature_side": bool(res["privacy"].get("features")),
                      "feature_epsilon": feature_epsilon(res),
-                     "noise_multiplier": (res.get("privacy") or {}).get("noise_multiplier"),
-                     "config": r["config_json"], "partition": json.dumps(res.get("partition") or {}),
+                     "noise_multiplier": res["privacy"].get("noise_multiplier"),
+                     "config": r["config_json"], "partition": json.dumps(res["partition"]),
                      "versions": r["versions_json"], "finished_at": r["finished_at"],
                      # trained beside an attack that acts during training (a backdoor): not the clean utility
                      "malicious": any(isinstance(a, dict) and a.get("malicious_training")
@@ -84,17 +85,19 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             if not isinstance(a, dict) or isinstance(a.get("value"), bool) \
                     or not isinstance(a.get("value"), int | float):  # a damaged entry: nothing to plot
                 continue
+            a = {**a, **{k: _number(a.get(k)) for k in ("prior", "baseline", "control", "leakage")}}
             attacks.append({**base, "attack": name, "attack_metric": a.get("metric"), "value": a.get("value"),
                             "prior": a.get("prior"), "baseline": a.get("baseline"), "control": a.get("control"),
                             "leakage": _leakage(a), "inverted": scores.inverted(a.get("metric"), a.get("value")),
                             "kind": a.get("kind") or _declared_kind(name), "utility": r["utility"],
                             "n_aux": a.get("n_aux"), "finetunes": a.get("finetunes"),
-                            "params": json.dumps(a.get("params") or {}),
+                            "params": json.dumps(a["params"] if isinstance(a.get("params"), dict) else {},
+                                                 default=str),
                             "set_params": json.dumps(_entry_params(config, name), sort_keys=True),
                             "control_kind": a.get("control_kind"),
-                            "adversary": a.get("adversary") or (a.get("params") or {}).get("adversary", "passive1"),
-                            "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}),
-                            "examples": json.dumps(a["examples"]) if a.get("examples") else None})
+                            "adversary": a.get("adversary") or _dig(a, "params", "adversary") or "passive1",
+                            "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}, default=str),
+                            "examples": json.dumps(a["examples"], default=str) if a.get("examples") else None})
     return pd.DataFrame(runs), pd.DataFrame(attacks)
 
 
@@ -111,7 +114,7 @@ def _leakage(a: dict) -> float | None:
     """value − max(control, baseline); a binary score is read on the informative side first
     (max(AUC, 1 − AUC)), so a flipped AUC never shows as negative leakage."""
     v = a.get("value")
-    refs = [x for x in (a.get("control"), a.get("baseline")) if x is not None]
+    refs = [x for x in (a.get("control"), a.get("baseline")) if isinstance(x, int | float) and not isinstance(x, bool)]
     if v is None or not refs:
         return a.get("leakage")
     if a.get("metric") == "auc":
@@ -131,9 +134,11 @@ def _declared_kind(name: str) -> str | None:
 
 def _entry_params(config: dict, name: str) -> dict:
     """The parameters the run's configuration gave attack ``name`` (a search try's point)."""
-    for entry in config.get("attacks") or []:
+    entries = config.get("attacks")
+    for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and len(entry) == 1 and next(iter(entry)) == name:
-            return dict(next(iter(entry.values())) or {})
+            given = next(iter(entry.values()))
+            return dict(given) if isinstance(given, dict) else {}
         if isinstance(entry, str) and entry.split(":", 1)[0].strip() == name:
             rest = entry.split(":", 1)[1] if ":" in entry else ""
             return dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
@@ -151,10 +156,25 @@ def _json_object(text: object) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _number(x: object) -> float | None:
+    """A number as stored, or None (a damaged entry's text, flag or structure)."""
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _dig(obj: object, *keys: str) -> object:
+    """obj[k1][k2]…, or None where a level is missing or not a dict (a damaged or foreign row)."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
 def feature_epsilon(result: dict) -> float | None:
     """The largest feature-level ε of any passive party in a run result (None without one)."""
-    features = (result.get("privacy") or {}).get("features") or {}
-    eps = [f["epsilon"] for f in features.values() if f.get("epsilon") is not None]
+    features = _dig(result, "privacy", "features")
+    eps = [f["epsilon"] for f in (features.values() if isinstance(features, dict) else [])
+           if isinstance(f, dict) and isinstance(f.get("epsilon"), int | float) and not isinstance(f["epsilon"], bool)]
     return max(eps) if eps else None
 
 
