@@ -12,6 +12,17 @@ from securevfl.config import RunConfig
 os.environ.setdefault("SECUREVFL_HE_THREADS", "1")
 threads.configure()
 
+# CI (CI=true) replays the same fuzz examples every run, so a red CI names a change, not a draw; a
+# developer's run explores fresh examples (and a failure there becomes a deterministic test)
+try:
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        _hypothesis_settings.load_profile("ci")
+except ImportError:  # hypothesis comes with the test extra; without it the fuzz tests fail to import anyway
+    pass
+
 
 @pytest.fixture
 def digits_cfg() -> RunConfig:

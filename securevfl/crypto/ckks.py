@@ -64,7 +64,9 @@ import numpy as np
 import tenseal as ts
 import tenseal.sealapi as sealapi
 
+from securevfl.crypto import ckks_rotations as rot
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, he_threads, pack_blobs, unpack_blobs
+from securevfl.crypto.ckks_rotations import KAPPA_COST_BITS
 from securevfl.errors import UserError
 from securevfl.procs import remove_when_gone
 from securevfl.validate import whole_number
@@ -72,6 +74,7 @@ from securevfl.validate import whole_number
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
 MIN_KAPPA = 8
+PACKINGS = ("terms", "rotations")  # ckks_rotations.py: the reduction inside the ciphertext
 
 
 def ckks_ranges(p: dict) -> dict:
@@ -92,7 +95,10 @@ def ckks_ranges(p: dict) -> dict:
     if not 20 <= scale <= min(bits[1:-1]) or sum(bits[:-2]) - scale < 40:
         raise UserError(f"--he ckks: global_scale_bits {scale} must be ≤ the middle primes and ≥ 40 bits below "
                         "the primes left after one rescale (integer headroom)")
-    return {"poly_modulus_degree": n, "coeff_mod_bit_sizes": bits, "global_scale_bits": scale}
+    if p.get("packing", "terms") not in PACKINGS:
+        raise UserError(f"--he ckks: packing must be one of {', '.join(PACKINGS)}, got {p['packing']!r}")
+    return {"poly_modulus_degree": n, "coeff_mod_bit_sizes": bits, "global_scale_bits": scale,
+            "packing": p.get("packing", "terms")}
 
 
 @dataclass
@@ -119,9 +125,31 @@ class CKKSProducts(Encrypted):
     scale: float = 0.0  # the products' CKKS scale after rescaling
 
 
-def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int) -> int:
-    """Bits of statistical hiding the precision budget leaves (module docstring)."""
-    return (scale_bits - 12 - frac_bits - weight_bits) // 2
+@dataclass
+class RotMatrix(Encrypted):
+    """``packing=rotations``: X's ciphertexts per product side (seeded bytes; loaded on first use)."""
+
+    parts: dict  # "right" (E = X) / "left" (E = Xᵀ) → ciphertext bytes in ckks_rotations' layout
+    shape: tuple[int, int]
+    cts: dict | None = None
+
+
+@dataclass
+class RotProducts(Encrypted):
+    """``packing=rotations``: Z = E·W_m (+ addend, masks), one ciphertext per (input ct, output ct)."""
+
+    cts: list  # sealapi Ciphertexts (sender) or their bytes (receiver)
+    shape: tuple[int, int]  # the product's shape (Zᵀ for ``left``)
+    side: str
+    e_shape: tuple[int, int]
+    p: int
+    scale: float = 0.0
+
+
+def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int, packing: str = "terms") -> int:
+    """Bits of statistical hiding the precision budget leaves (module docstring; ``rotations`` pays
+    :data:`~securevfl.crypto.ckks_rotations.KAPPA_COST_BITS` for whole sums in a slot)."""
+    return (scale_bits - 12 - frac_bits - weight_bits) // 2 - (KAPPA_COST_BITS if packing == "rotations" else 0)
 
 
 SIGMA = 3.2  # SEAL's error standard deviation (3.19), clipped at 6σ
@@ -234,7 +262,8 @@ def proto_blobs(buf: bytes) -> tuple[list[bytes], float]:
 
 class CKKSBackend(HEBackend):
     scheme = "ckks"
-    defaults = {"poly_modulus_degree": 16384, "coeff_mod_bit_sizes": [60, 60, 60, 60], "global_scale_bits": 60}
+    defaults = {"poly_modulus_degree": 16384, "coeff_mod_bit_sizes": [60, 60, 60, 60], "global_scale_bits": 60,
+                "packing": "terms"}
     check_ranges = staticmethod(ckks_ranges)
     exact = False
     flood = True  # the imaginary flooding (tests switch it off for their control)
@@ -244,7 +273,8 @@ class CKKSBackend(HEBackend):
         super().__init__(timer)
         self.params = self.validate(params)
         self.f = frac_bits
-        self.kappa = ckks_kappa(self.params["global_scale_bits"], frac_bits, weight_bits)
+        self.rotations = self.params["packing"] == "rotations"
+        self.kappa = ckks_kappa(self.params["global_scale_bits"], frac_bits, weight_bits, self.params["packing"])
         if self.kappa < MIN_KAPPA:
             raise UserError(f"--he ckks: global_scale_bits {self.params['global_scale_bits']} leaves {self.kappa} bits "
                             f"of mask hiding (< {MIN_KAPPA}); use the default 60 with coeff_mod_bit_sizes "
@@ -256,24 +286,48 @@ class CKKSBackend(HEBackend):
                 context.global_scale = 2.0 ** self.params["global_scale_bits"]
         self.ctx = context
         self.slots = self.params["poly_modulus_degree"] // 2
+        self.galois: sealapi.GaloisKeys | None = None
+        self._galois_bytes = b""
+        self._sym: sealapi.Encryptor | None = None
         self.weight_bits = weight_bits
         self.flooding_bits = flooding_bits(self.params["poly_modulus_degree"], self.params["global_scale_bits"],
                                            self.kappa, weight_bits)
         self.seal_ctx = context.seal_context().data
         self.encoder = sealapi.CKKSEncoder(self.seal_ctx)
         self.evaluator = sealapi.Evaluator(self.seal_ctx)
+        if self.rotations and context.is_private():  # left rotations by powers of two, published once
+            with self.timer.time("keygen"):
+                n2 = 2 * self.params["poly_modulus_degree"]
+                keys = sealapi.KeyGenerator(self.seal_ctx, context.secret_key().data).create_galois_keys(
+                    [pow(3, step, n2) for step in rot.galois_steps(self.slots)])
+                path = _scratch()
+                keys.save(path)  # seeded: half the size of the keys themselves
+                with open(path, "rb") as fh:
+                    self._galois_bytes = fh.read()
 
     @classmethod
     def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
-        ctx = ts.context_from(blob, n_threads=he_threads())
-        return cls(params, ctx, timer, **kw)
+        head, parts = unpack_blobs(blob)
+        if head.get("galois") and len(parts) != 2 or not head.get("galois") and len(parts) != 1:
+            raise ValueError("malformed CKKS public context")
+        be = cls(params, ts.context_from(parts[0], n_threads=he_threads()), timer, **kw)
+        if be.rotations:
+            if not head.get("galois"):
+                raise ValueError("packing=rotations needs the key owner's Galois keys")
+            path = _scratch()
+            with open(path, "wb") as fh:
+                fh.write(parts[1])
+            be.galois = sealapi.GaloisKeys()
+            be.galois.load(be.seal_ctx, path)
+        return be
 
     def has_secret(self) -> bool:
         return self.ctx.is_private()
 
     def public_bytes(self) -> bytes:
-        return self.ctx.serialize(save_public_key=True, save_secret_key=False, save_galois_keys=False,
-                                  save_relin_keys=False)
+        ctx = self.ctx.serialize(save_public_key=True, save_secret_key=False, save_galois_keys=False,
+                                 save_relin_keys=False)
+        return pack_blobs({"galois": self.rotations}, [ctx, self._galois_bytes] if self.rotations else [ctx])
 
     # ------------------------------------------------------------------ layout
     def _layout(self, m: int, n: int) -> tuple[int, int]:
@@ -286,7 +340,9 @@ class CKKSBackend(HEBackend):
     def _real(self, x: np.ndarray, scale_bits: int) -> np.ndarray:
         return np.asarray(x, dtype=object).astype(np.float64) / 2.0 ** scale_bits
 
-    def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> CKKSMatrix:
+    def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
+        if self.rotations:
+            return self._encrypt_rot(x, ops)
         x = self._real(x, self.f)
         m, n = x.shape
         r, t = self._layout(m, n)
@@ -363,12 +419,131 @@ class CKKSBackend(HEBackend):
         return CKKSProducts(out, out_shape, side, (m, n), r, t), mask_int
 
     def right(self, ex, w, addend, term_bits, hide, rng):
+        if isinstance(ex, RotMatrix):
+            return self._product_rot(ex, w, "right", addend, term_bits, hide, rng)
         return self._product(ex, w, "right", addend, term_bits, hide, rng)
 
     def left(self, w, ex, addend, term_bits, hide, rng):
+        if isinstance(ex, RotMatrix):
+            return self._product_rot(ex, w, "left", addend, term_bits, hide, rng)
         return self._product(ex, w, "left", addend, term_bits, hide, rng)
 
-    def decrypt_real(self, e: CKKSProducts) -> np.ndarray:
+    # ------------------------------------------------------------------ packing=rotations
+    def _encrypt_rot(self, x: np.ndarray, ops: frozenset[str]) -> RotMatrix:
+        """E = X for ``right`` and Xᵀ for ``left``, each in ckks_rotations' layout; encrypted with the secret
+        key and saved seeded (half a fresh ciphertext's bytes): the key owner only ever sends its inputs."""
+        x = self._real(x, self.f)
+        if self._sym is None:
+            self._sym = sealapi.Encryptor(self.seal_ctx, self.ctx.secret_key().data)
+        parts: dict[str, list] = {}
+        with self.timer.time("encrypt"):
+            for side in sorted(ops):
+                e = x if side == "right" else x.T
+                lay = rot.layout(*e.shape, self.slots)
+                blobs = []
+                for vec in rot.pack_input(e, lay):
+                    pt = sealapi.Plaintext()
+                    self.encoder.encode(vec.tolist(), self.ctx.global_scale, pt)
+                    path = _scratch()
+                    self._sym.encrypt_symmetric(pt).save(path)
+                    with open(path, "rb") as fh:
+                        blobs.append(fh.read())
+                parts[side] = blobs
+        return RotMatrix(parts, x.shape)
+
+    def _product_rot(self, ex: RotMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int,
+                     hide: bool, rng) -> tuple[RotProducts, np.ndarray]:
+        """Z = E·W_m + addend (+ masks) with E = X, W_m = W (``right``) or E = Xᵀ, W_m = Wᵀ (``left``,
+        whose product W·X is Zᵀ). Module ckks_rotations describes the layout and the masks."""
+        if side not in ex.parts:
+            raise ValueError(f"the matrix was not encrypted for {side} products")
+        e_shape = ex.shape if side == "right" else ex.shape[::-1]
+        wm = self._real(w if side == "right" else np.asarray(w, dtype=object).T, self.f)
+        add = self._real(addend if side == "right" else np.asarray(addend, dtype=object).T, 2 * self.f)
+        lay = rot.layout(*e_shape, self.slots)
+        plan = rot.Plan(lay, wm.shape[1])
+        bound = rot.bound_bits(term_bits, lay.n, self.f)
+        top = self.params["global_scale_bits"] - 12 - self.f  # the decoding budget (module docstring)
+        add_bits = math.ceil(math.log2(float(np.abs(add).max()) + 1.0)) if add.size else 0
+        if max(self.kappa + bound, add_bits) > top:
+            raise UserError(f"--he ckks packing=rotations: a product over {lay.n} terms needs slots of "
+                            f"2^{max(self.kappa + bound, add_bits)}, above the 2^{top} that decode to 2^-{self.f}; "
+                            "use packing=terms or a smaller cut width")
+        s = 2.0 ** (self.kappa + bound)
+        wc = rot.complex_pairs(wm.T, conj=True).T
+        mask = np.zeros(add.shape)
+        ev, enc, keys = self.evaluator, self.encoder, self.galois
+        assert keys is not None  # from_public loaded them: only the other party computes products
+        out = []
+        with self.timer.time("matmul"):
+            if ex.cts is None:
+                ex.cts = {k: [seal_loads(self.seal_ctx, b) for b in v] for k, v in ex.parts.items()}
+            for ci, ct in enumerate(ex.cts[side]):
+                babies = [ct]
+                for _ in range(1, min(plan.baby, plan.n_diag)):
+                    nxt = sealapi.Ciphertext(self.seal_ctx)
+                    ev.rotate_vector(babies[-1], 1, keys, nxt)
+                    babies.append(nxt)
+                g_size = len(babies)
+                for o in range(plan.outs_per_ct):
+                    d = rot.diagonals(plan, wc, o)
+                    acc = None
+                    for g in reversed(range(0, plan.n_diag, g_size)):  # Horner over the giant steps
+                        inner = None
+                        for b, baby in enumerate(babies[: min(g_size, plan.n_diag - g)]):
+                            pt = sealapi.Plaintext()
+                            enc.encode(np.roll(d[g + b], g).tolist(), ct.parms_id(), self.ctx.global_scale, pt)
+                            term = sealapi.Ciphertext(self.seal_ctx)
+                            ev.multiply_plain(baby, pt, term)
+                            if inner is None:
+                                inner = term
+                            else:
+                                ev.add_inplace(inner, term)
+                        if acc is None:
+                            acc = inner
+                        else:
+                            ev.rotate_vector_inplace(acc, g_size, keys)
+                            ev.add_inplace(acc, inner)
+                    ev.rescale_to_next_inplace(acc)
+                    for step in plan.sum_steps:
+                        moved = sealapi.Ciphertext(self.seal_ctx)
+                        ev.rotate_vector(acc, step, keys, moved)
+                        ev.add_inplace(acc, moved)
+                    slot, row, col = rot.output_index(plan, ci, o)
+                    # every slot: a fresh uniform real mask (outputs: the addend, plus a mask with ``hide``)
+                    # and a fresh uniform imaginary flood, κ bits above the bound on what they cover
+                    noise = rng.uniform((self.slots,), -s, s) + 1j * rng.uniform((self.slots,), -s, s)
+                    out_mask = noise.real[slot] if hide else np.zeros(len(slot))
+                    noise.real[slot] = add[row, col] + out_mask
+                    mask[row, col] = out_mask
+                    pt = sealapi.Plaintext()
+                    enc.encode(noise.tolist(), acc.parms_id(), acc.scale, pt)
+                    ev.add_plain_inplace(acc, pt)
+                    out.append(acc)
+        out_shape = add.shape if side == "right" else add.shape[::-1]
+        mask_int = (np.rint((mask if side == "right" else mask.T) * 2.0 ** (2 * self.f)).astype(object)
+                    if hide else np.zeros(out_shape, dtype=object))
+        return RotProducts(out, out_shape, side, e_shape, plan.p), mask_int
+
+    def _decrypt_rot(self, e: RotProducts) -> np.ndarray:
+        lay = rot.layout(*e.e_shape, self.slots)
+        plan = rot.Plan(lay, e.p)
+        z = np.zeros((lay.m, e.p))
+        with self.timer.time("decrypt"):
+            vec = ts.ckks_vector_from(self.ctx, vector_proto(e.cts, self.slots, e.scale))  # one vector: n_threads
+            vals = np.asarray(vec.decrypt()).reshape(len(e.cts), self.slots)
+            i = 0
+            for ci in range(lay.n_cts):
+                for o in range(plan.outs_per_ct):
+                    slot, row, col = rot.output_index(plan, ci, o)
+                    z[row, col] = vals[i][slot]
+                    i += 1
+        return z if e.side == "right" else z.T
+
+    def decrypt_real(self, e: Encrypted) -> np.ndarray:
+        if isinstance(e, RotProducts):
+            return self._decrypt_rot(e)
+        assert isinstance(e, CKKSProducts)
         m, n = e.x_shape
         r, t = e.rows, e.tiles
         y = np.zeros(e.shape)
@@ -392,13 +567,20 @@ class CKKSBackend(HEBackend):
 
     def decrypt(self, e: Encrypted) -> np.ndarray:
         """Integers at 2^(2f), still carrying the CKKS noise; the protocol rounds what crosses back."""
-        assert isinstance(e, CKKSProducts)  # the key owner decrypts products, never its own inputs
+        assert isinstance(e, CKKSProducts | RotProducts)  # the key owner decrypts products, never its own inputs
         return np.array([int(v) for v in np.rint(self.decrypt_real(e) * 2.0 ** (2 * self.f)).ravel()] + [0],
                         dtype=object)[:-1].reshape(e.shape)
 
     # ------------------------------------------------------------------ wire format
     def dumps(self, e: Encrypted) -> bytes:
         with self.timer.time("serialize"):
+            if isinstance(e, RotMatrix):  # already bytes (seeded), from encrypt
+                sides = sorted(e.parts)
+                return pack_blobs({"type": "rmatrix", "shape": e.shape, "sides": sides,
+                                   "n": [len(e.parts[k]) for k in sides]}, [b for k in sides for b in e.parts[k]])
+            if isinstance(e, RotProducts):
+                return pack_blobs({"type": "rproducts", "shape": e.shape, "side": e.side, "e_shape": e.e_shape,
+                                   "p": e.p, "scale": e.cts[0].scale}, [seal_dumps(ct) for ct in e.cts])
             if isinstance(e, CKKSMatrix):
                 head = {"type": "matrix", "shape": e.shape, "rows": e.rows, "tiles": e.tiles, "n": len(e.cts)}
                 blobs = [ct.serialize() for ct in e.cts]
@@ -412,6 +594,14 @@ class CKKSBackend(HEBackend):
     def loads(self, buf: bytes) -> Encrypted:
         with self.timer.time("deserialize"):
             head, blobs = unpack_blobs(buf)
+            if head["type"] == "rmatrix":
+                parts, i = {}, 0
+                for side, k in zip(head["sides"], head["n"], strict=True):
+                    parts[side], i = blobs[i:i + k], i + k
+                return RotMatrix(parts, tuple(head["shape"]))
+            if head["type"] == "rproducts":
+                return RotProducts(blobs, tuple(head["shape"]), head["side"], tuple(head["e_shape"]), head["p"],
+                                   head["scale"])
             if head["type"] == "matrix":
                 cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
                 return CKKSMatrix(cts, tuple(head["shape"]), head["rows"], head["tiles"],
@@ -427,5 +617,7 @@ class CKKSBackend(HEBackend):
         return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "mask_bits": self.kappa,
                 "exact": False, "noise_flooding": "imaginary parts" if self.flood else False,
                 "flooding_bits": self.flooding_bits if self.flood else 0,
-                "packing": "row-major tiles, one ciphertext per row chunk; reduction after decryption"}
+                "packing": ("rotations: complex pairs, doubled rows, baby-step giant-step diagonals; one slot per "
+                            "output, power-of-two Galois keys" if self.rotations else
+                            "row-major tiles, one ciphertext per row chunk; reduction after decryption")}
 

@@ -371,7 +371,8 @@ class HECutLayer(CutLayer):
     def _kappa(self) -> int:
         from securevfl.crypto.ckks import ckks_kappa
 
-        return ckks_kappa(self.scheme_params["global_scale_bits"], Bounds.f, Bounds.weight_bits)
+        return ckks_kappa(self.scheme_params["global_scale_bits"], Bounds.f, Bounds.weight_bits,
+                          str(self.scheme_params.get("packing", "terms")))
 
     def make_backend(self, public: bytes | None) -> HEBackend:
         kw = {"slot_bits": self.bounds.slot_bits, "frac_bits": self.bounds.f, "weight_bits": self.bounds.weight_bits}
