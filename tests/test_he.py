@@ -44,9 +44,10 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
 # ---------------------------------------------------------------------------------------- backends
 @pytest.mark.parametrize("make", [
     lambda: CKKSBackend({}),
+    lambda: CKKSBackend({"packing": "rotations"}),
     lambda: PaillierBackend({"key_bits": 2048}, slot_bits=120),
     lambda: NaivePaillierBackend({"key_bits": 2048}),
-], ids=["ckks", "paillier", "paillier-naive"])
+], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_backend_products_match_numpy(make, threads, monkeypatch):
     """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
@@ -110,7 +111,9 @@ def test_transcript_invariants(he):
     ctx_msgs = [m for m in to_a if m.kind == MessageKind.HE_CONTEXT]
     assert len(ctx_msgs) == 1
     if he == "ckks":
-        ctx = ts.context_from(ctx_msgs[0].payload)
+        head, blobs = unpack_blobs(ctx_msgs[0].payload)
+        assert head == {"galois": False} and len(blobs) == 1
+        ctx = ts.context_from(blobs[0])
         assert not ctx.is_private() and not ctx.has_secret_key()
     else:
         head, blobs = unpack_blobs(ctx_msgs[0].payload)
@@ -141,9 +144,12 @@ def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
     ("ckks", {"model__head_hidden": (32,), "model__cut_dim": 16}),  # the benchmark's h = 32, d = 16
     ("ckks", {"partition__n_parties": 3}),  # column offsets of two passive parties
     ("paillier", {"partition__n_labeled": 320, "train__batch_size": 32, "optim__lr": 0.1}),  # slow: fewer rows
-], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier"])
+    ("ckks", {"he_params": {**FAST["ckks"], "packing": "rotations"}}),
+    ("ckks", {"he_params": {**FAST["ckks"], "packing": "rotations"}, "model__head_hidden": (32,),
+              "model__cut_dim": 16}),
+], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32"])
 def test_he_matches_plaintext_same_seed(he, kw):
-    off, u_off, _ = losses_and_utility(small_cfg("off", **kw))
+    off, u_off, _ = losses_and_utility(small_cfg("off", **{k: v for k, v in kw.items() if k != "he_params"}))
     on, u_on, res = losses_and_utility(small_cfg(he, **kw))
     assert len(on) == len(off) >= 3
     assert np.max(np.abs(on - off) / np.abs(off)) < 1e-3
@@ -271,6 +277,8 @@ def test_cli_json_cost_carries_he(capsys):
     (["--he", "ckks", "--he-param", "coeff_mod_bit_sizes=[60,40,40,40,40,40,60]",
       "--he-param", "poly_modulus_degree=4096"], "128-bit security"),
     (["--he", "ckks", "--he-param", "ring=4"], "no parameter 'ring'"),
+    (["--he", "ckks", "--he-param", "packing=diagonal"], "packing must be one of terms, rotations"),
+    (["--he", "ckks", "--he-param", "packing=rotations", "--cut-dim", "256"], "packing=rotations: a product over"),
     (["--he", "paillier", "--he-param", "key_bits=1024"], "insecure"),
     (["--he", "paillier", "--he-param", "mask_bits=20"], "mask_bits must be in 40..128"),
     (["--he", "ckks", "--he-param", "coeff_mod_bit_sizes=[60,40,40,60]", "--he-param", "global_scale_bits=40",

@@ -267,6 +267,7 @@ class CKKSBackend(HEBackend):
     check_ranges = staticmethod(ckks_ranges)
     exact = False
     flood = True  # the imaginary flooding (tests switch it off for their control)
+    garbage_masks = True  # packing=rotations: masks on the slots that are not outputs (likewise)
 
     def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
                  frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
@@ -439,7 +440,7 @@ class CKKSBackend(HEBackend):
         with self.timer.time("encrypt"):
             for side in sorted(ops):
                 e = x if side == "right" else x.T
-                lay = rot.layout(*e.shape, self.slots)
+                lay = rot.layout(e.shape[0], e.shape[1], self.slots)
                 blobs = []
                 for vec in rot.pack_input(e, lay):
                     pt = sealapi.Plaintext()
@@ -460,7 +461,7 @@ class CKKSBackend(HEBackend):
         e_shape = ex.shape if side == "right" else ex.shape[::-1]
         wm = self._real(w if side == "right" else np.asarray(w, dtype=object).T, self.f)
         add = self._real(addend if side == "right" else np.asarray(addend, dtype=object).T, 2 * self.f)
-        lay = rot.layout(*e_shape, self.slots)
+        lay = rot.layout(e_shape[0], e_shape[1], self.slots)
         plan = rot.Plan(lay, wm.shape[1])
         bound = rot.bound_bits(term_bits, lay.n, self.f)
         top = self.params["global_scale_bits"] - 12 - self.f  # the decoding budget (module docstring)
@@ -504,6 +505,7 @@ class CKKSBackend(HEBackend):
                         else:
                             ev.rotate_vector_inplace(acc, g_size, keys)
                             ev.add_inplace(acc, inner)
+                    assert acc is not None  # n_diag ≥ 1: at least one giant step
                     ev.rescale_to_next_inplace(acc)
                     for step in plan.sum_steps:
                         moved = sealapi.Ciphertext(self.seal_ctx)
@@ -512,8 +514,9 @@ class CKKSBackend(HEBackend):
                     slot, row, col = rot.output_index(plan, ci, o)
                     # every slot: a fresh uniform real mask (outputs: the addend, plus a mask with ``hide``)
                     # and a fresh uniform imaginary flood, κ bits above the bound on what they cover
-                    noise = rng.uniform((self.slots,), -s, s) + 1j * rng.uniform((self.slots,), -s, s)
-                    out_mask = noise.real[slot] if hide else np.zeros(len(slot))
+                    noise = (rng.uniform((self.slots,), -s, s) * self.garbage_masks
+                             + 1j * rng.uniform((self.slots,), -s, s) * self.flood)
+                    out_mask = rng.uniform((len(slot),), -s, s) if hide else np.zeros(len(slot))
                     noise.real[slot] = add[row, col] + out_mask
                     mask[row, col] = out_mask
                     pt = sealapi.Plaintext()
@@ -526,18 +529,10 @@ class CKKSBackend(HEBackend):
         return RotProducts(out, out_shape, side, e_shape, plan.p), mask_int
 
     def _decrypt_rot(self, e: RotProducts) -> np.ndarray:
-        lay = rot.layout(*e.e_shape, self.slots)
-        plan = rot.Plan(lay, e.p)
-        z = np.zeros((lay.m, e.p))
         with self.timer.time("decrypt"):
             vec = ts.ckks_vector_from(self.ctx, vector_proto(e.cts, self.slots, e.scale))  # one vector: n_threads
             vals = np.asarray(vec.decrypt()).reshape(len(e.cts), self.slots)
-            i = 0
-            for ci in range(lay.n_cts):
-                for o in range(plan.outs_per_ct):
-                    slot, row, col = rot.output_index(plan, ci, o)
-                    z[row, col] = vals[i][slot]
-                    i += 1
+            z = rot.gather(e.e_shape, e.p, list(vals), self.slots)
         return z if e.side == "right" else z.T
 
     def decrypt_real(self, e: Encrypted) -> np.ndarray:

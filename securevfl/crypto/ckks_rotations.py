@@ -1,0 +1,232 @@
+"""CKKS packing ``rotations``: the reduction happens inside the ciphertext, one slot holds one output.
+
+The ``terms`` packing (ckks.py) puts one term X_ij·W_jk in each slot and reduces after decryption, so
+a product of B·n·p terms returns B·n·p / slots ciphertexts (16 per product at B 256, d 16, h 32: 27 MB
+per training step). Here a product returns ≈ 2·m·p / slots of them (1–2), at the price of rotations,
+which need Galois keys that the key owner publishes once (left rotations by powers of two).
+
+The layout (the math is pure numpy in this module; ckks.py runs it on SEAL ciphertexts):
+
+- **Complex pairs.** E (m×n, encrypted) is packed as E_c[r, c] = E[r, 2c] + i·E[r, 2c+1] and the plaintext
+  W (n×p) as W_c[c, k] = W[2c, k] − i·W[2c+1, k], so Re(E_c W_c) = E W: each slot carries two terms of a
+  reduction and a product needs half the multiplications. Im(E_c W_c) = Σ (E_2c+1 W_2c − E_2c W_2c+1) is
+  garbage that would leak W to the key owner: it is flooded (below).
+- **Doubled rows.** Row r of E_c sits at slots r·2w + q, q < 2w, holding E_c[r, q mod w] (w = nc rounded up
+  to a power of two), so a left rotation by l < w reads E_c[r, (q + l) mod w] at every q < w without
+  crossing rows. The rows fill ``rows`` = min(m, slots / 2w) per ciphertext, copied ``tiles`` times.
+- **Diagonals** (Halevi–Shoup, with Gazelle's hybrid forms for non-square W): Z = Σ_l rot(ct, l) ⊙ D_l.
+  Tall (p' ≥ w, p' = p rounded up to a power of two): w diagonals per block of w output columns, one block
+  per tile. Wide (p' < w): p' diagonals, then a rotate-and-sum over the w/p' blocks of a row.
+  Baby-step giant-step: the baby rotations rot(ct, b), b < G, are shared by every output ciphertext, the
+  giant steps by G are Horner steps on the partial sums, so every rotation is by a power of two.
+- **Masks.** Every slot that is not an output carries a partial sum (wide) or noise; its real part gets a
+  fresh uniform mask and every slot's imaginary part a fresh uniform flood, each κ bits above the public
+  bound on what it hides (the terms' bound times the reduction length). Output slots get the addend and,
+  with ``hide``, a fresh uniform mask κ bits above the same bound (as Paillier's outputs).
+
+Precision: an output slot holds a whole sum, so the largest slot magnitude is the reduction length times
+larger than a term's; κ is 3 bits lower than with ``terms`` (9 at the defaults,
+:func:`rotations_kappa`) and each product checks that its largest slot stays within the decoding
+budget (2^(scale − 12 − frac_bits)), refusing with one line otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from securevfl.crypto.backend import bits_of
+from securevfl.errors import UserError
+
+KAPPA_COST_BITS = 3  # rotations' κ below ckks_kappa: an output slot is a sum of up to 2^6 terms (cut widths ≤ 64)
+
+
+def pow2(n: int) -> int:
+    """The smallest power of two ≥ n (n ≥ 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def galois_steps(slots: int) -> list[int]:
+    """The left rotations the key owner publishes keys for: every power of two below ``slots``."""
+    return [1 << s for s in range(slots.bit_length() - 1)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """E (m×n) in complex pairs, doubled rows of width 2w, ``rows`` per ciphertext, ``tiles`` copies."""
+
+    m: int
+    n: int
+    slots: int
+
+    @property
+    def nc(self) -> int:  # complex columns
+        return (self.n + 1) // 2
+
+    @property
+    def width(self) -> int:
+        return pow2(self.nc)
+
+    @property
+    def stride(self) -> int:
+        return 2 * self.width
+
+    @property
+    def rows(self) -> int:
+        return min(self.m, self.slots // self.stride)
+
+    @property
+    def tiles(self) -> int:
+        return 1 << ((self.slots // (self.rows * self.stride)).bit_length() - 1)
+
+    @property
+    def n_cts(self) -> int:
+        return -(-self.m // self.rows)
+
+    def check(self, what: str) -> None:
+        if self.stride > self.slots:
+            raise UserError(f"--he ckks packing=rotations: {what} has rows of {self.n} values, more than "
+                            f"{self.slots} slots hold in doubled complex rows; raise poly_modulus_degree")
+
+
+def layout(m: int, n: int, slots: int) -> Layout:
+    out = Layout(int(m), int(n), int(slots))
+    out.check("a matrix")
+    return out
+
+
+def complex_pairs(a: np.ndarray, conj: bool = False) -> np.ndarray:
+    """Columns (2c, 2c+1) of ``a`` as one complex column (``conj``: a[2c] − i·a[2c+1])."""
+    a = np.asarray(a, dtype=np.float64)
+    if a.shape[1] % 2:
+        a = np.concatenate([a, np.zeros((a.shape[0], 1))], axis=1)
+    return a[:, 0::2] + (-1j if conj else 1j) * a[:, 1::2]
+
+
+def pack_input(e: np.ndarray, lay: Layout) -> list[np.ndarray]:
+    """The slot vectors (complex) of E's ciphertexts."""
+    ec = complex_pairs(e)
+    out = []
+    for ci in range(lay.n_cts):
+        block = np.zeros((lay.rows, lay.width), dtype=complex)
+        part = ec[ci * lay.rows:(ci + 1) * lay.rows]
+        block[: len(part), : lay.nc] = part
+        rows = np.concatenate([block, block], axis=1)  # doubled: rotations by l < w stay in the row
+        vec = np.zeros(lay.slots, dtype=complex)
+        tiled = np.tile(rows.ravel(), lay.tiles)
+        vec[: tiled.size] = tiled
+        out.append(vec)
+    return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How E (``lay``) times a plaintext W (n×p) runs: diagonals, baby-step size, outputs per input ct."""
+
+    lay: Layout
+    p: int
+
+    @property
+    def tall(self) -> bool:
+        return pow2(self.p) >= self.lay.width
+
+    @property
+    def n_diag(self) -> int:
+        return self.lay.width if self.tall else pow2(self.p)
+
+    @property
+    def baby(self) -> int:  # G: a power of two near √L
+        return 1 << ((self.n_diag.bit_length() - 1 + 1) // 2)
+
+    @property
+    def blocks(self) -> int:  # tall: groups of w output columns
+        return -(-self.p // self.lay.width) if self.tall else 1
+
+    @property
+    def outs_per_ct(self) -> int:
+        return -(-self.blocks // self.lay.tiles)
+
+    @property
+    def sum_steps(self) -> list[int]:  # wide: rotate-and-sum over the w/p' blocks of a row
+        if self.tall:
+            return []
+        p2 = pow2(self.p)
+        return [p2 << s for s in range((self.lay.width // p2).bit_length() - 1)]
+
+
+def diagonals(plan: Plan, wc: np.ndarray, o: int) -> np.ndarray:
+    """D_l (L × slots, complex) for output ciphertext ``o`` of an input ciphertext; ``wc`` = W_c (nc×p)."""
+    lay, w = plan.lay, plan.lay.width
+    big = np.zeros((w, max(plan.p, 1) + w * (plan.blocks + 1)), dtype=complex)
+    big[: lay.nc, : plan.p] = wc
+    q, ls = np.arange(w), np.arange(plan.n_diag)[:, None]
+    j = (q[None, :] + ls) % w  # the input column slot q reads after rotation l
+    tile = np.zeros((plan.n_diag, lay.tiles, lay.stride), dtype=complex)
+    if plan.tall:
+        for tau in range(lay.tiles):
+            b = o * lay.tiles + tau
+            if b < plan.blocks:
+                tile[:, tau, :w] = big[j, b * w + q[None, :]]
+    else:
+        tile[:, 0, :w] = big[j, (q % pow2(plan.p))[None, :]]
+    d = np.broadcast_to(tile[:, :, None, :], (plan.n_diag, lay.tiles, lay.rows, lay.stride)).reshape(plan.n_diag, -1)
+    out = np.zeros((plan.n_diag, lay.slots), dtype=complex)
+    out[:, : d.shape[1]] = d
+    return out
+
+
+def output_index(plan: Plan, ci: int, o: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For output ciphertext ``o`` of input ciphertext ``ci``: its output slots and their (row, column) in Z."""
+    lay, w = plan.lay, plan.lay.width
+    slot, row, col = [], [], []
+    r = np.arange(lay.rows)
+    valid = r[ci * lay.rows + r < lay.m]
+    for tau in range(lay.tiles if plan.tall else 1):
+        b = o * lay.tiles + tau if plan.tall else 0
+        cols = np.arange(w if plan.tall else pow2(plan.p))
+        k = b * w + cols if plan.tall else cols
+        keep = k < plan.p
+        base = tau * lay.rows * lay.stride + valid[:, None] * lay.stride
+        slot.append((base + cols[None, keep]).ravel())
+        row.append(np.repeat(ci * lay.rows + valid, keep.sum()))
+        col.append(np.tile(k[keep], len(valid)))
+    return np.concatenate(slot), np.concatenate(row), np.concatenate(col)
+
+
+def bound_bits(term_bits: int, n: int, f: int) -> int:
+    """Bits (value units) of the largest real or imaginary part a product slot carries before masks: n
+    terms in the real part, (n+1)/2 pairs of two in the imaginary part (|x₂w₁ − x₁w₂| ≤ 2 terms)."""
+    return term_bits - 2 * f + bits_of(2 * ((max(n, 1) + 1) // 2))
+
+
+def slot_vectors(e: np.ndarray, w: np.ndarray, slots: int) -> list[np.ndarray]:
+    """What each output ciphertext of E·W holds before masks and flood, slot by slot (complex; in the order
+    the product returns them): the noise-free model of the circuit, for tests and for the key owner's
+    attacks on what its decryptions show."""
+    lay = layout(e.shape[0], e.shape[1], slots)
+    plan = Plan(lay, w.shape[1])
+    wc = complex_pairs(np.asarray(w, dtype=np.float64).T, conj=True).T
+    out = []
+    for vec in pack_input(e, lay):
+        for o in range(plan.outs_per_ct):
+            d = diagonals(plan, wc, o)
+            acc = sum(np.roll(vec, -ell) * d[ell] for ell in range(plan.n_diag))
+            for s in plan.sum_steps:
+                acc = acc + np.roll(acc, -s)
+            out.append(acc)
+    return out
+
+
+def gather(e_shape: tuple[int, int], p: int, vals: list[np.ndarray], slots: int) -> np.ndarray:
+    """Z (m×p) from the output ciphertexts' slot values (in the order the product returns them)."""
+    lay = layout(e_shape[0], e_shape[1], slots)
+    plan = Plan(lay, p)
+    z = np.zeros((lay.m, p), dtype=np.asarray(vals[0]).dtype)
+    i = 0
+    for ci in range(lay.n_cts):
+        for o in range(plan.outs_per_ct):
+            slot, row, col = output_index(plan, ci, o)
+            z[row, col] = np.asarray(vals[i])[slot]
+            i += 1
+    return z

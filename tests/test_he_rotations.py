@@ -1,0 +1,130 @@
+"""CKKS ``packing=rotations`` (securevfl/crypto/ckks_rotations.py): the layout computes E·W, and what the
+key owner decrypts shows it nothing beyond the outputs — its best linear reconstruction of the active
+party's plaintext from every other slot (imaginary parts, partial sums) fails, and succeeds in the
+control with the flood and the slot masks switched off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from securevfl.crypto import ckks_rotations as rot
+from securevfl.crypto.ckks import CKKSBackend, seal_loads
+from securevfl.crypto.protocol import fixed
+from securevfl.interactive import Drbg
+
+F = 20
+
+
+@pytest.mark.parametrize("m,n,p", [(256, 16, 32), (16, 256, 32), (16, 32, 256), (300, 16, 10), (10, 300, 16),
+                                   (7, 3, 5), (33, 5, 100), (256, 17, 31), (5000, 4, 8)])
+def test_layout_computes_the_product(m, n, p):
+    """Tall and wide diagonals, odd widths (complex pairs with a zero partner), several ciphertexts."""
+    rng = np.random.default_rng(m * n + p)
+    e, w = rng.normal(size=(m, n)), rng.normal(size=(n, p))
+    z = rot.gather((m, n), p, rot.slot_vectors(e, w, 8192), 8192)
+    assert np.abs(z.real - e @ w).max() < 1e-10
+
+
+@pytest.fixture(scope="module")
+def pair():
+    owner = CKKSBackend({"packing": "rotations"})
+    return owner, CKKSBackend.from_public(owner.public_bytes(), owner.params)
+
+
+def decoded(owner: CKKSBackend, buf: bytes) -> list[np.ndarray]:
+    """The key owner's view of a product: every slot of every ciphertext, complex, with its secret key."""
+    import tenseal.sealapi as sealapi
+
+    from securevfl.crypto.backend import unpack_blobs
+
+    _, blobs = unpack_blobs(buf)
+    dec = sealapi.Decryptor(owner.seal_ctx, owner.ctx.secret_key().data)
+    out = []
+    for b in blobs:
+        pt = sealapi.Plaintext()
+        dec.decrypt(seal_loads(owner.seal_ctx, b), pt)
+        out.append(np.asarray(owner.encoder.decode_complex(pt)))
+    return out
+
+
+def reconstruct(e: np.ndarray, shape: tuple[int, int], seen: list[np.ndarray], outputs: np.ndarray) -> np.ndarray:
+    """The key owner's best linear estimate of the plaintext W (``shape``) from every slot but the real parts
+    of the outputs: it knows E and the circuit (slot = a linear function of W, ckks_rotations.slot_vectors)."""
+    basis = []
+    for idx in range(shape[0] * shape[1]):
+        unit = np.zeros(shape)
+        unit.flat[idx] = 1.0
+        basis.append(np.concatenate(rot.slot_vectors(e, unit, 8192)))
+    design = np.stack(basis, axis=1)
+    y = np.concatenate(seen)
+    rows = np.concatenate([np.flatnonzero(~outputs), np.arange(len(y)) + len(y)])  # Re(non-outputs), all Im
+    a = np.concatenate([design.real, design.imag])[rows]
+    b = np.concatenate([y.real, y.imag])[rows]
+    return np.linalg.lstsq(a, b, rcond=None)[0].reshape(shape)
+
+
+def r2(est: np.ndarray, truth: np.ndarray) -> float:
+    return float(1 - ((est - truth) ** 2).sum() / ((truth - truth.mean()) ** 2).sum())
+
+
+@pytest.mark.parametrize("product", ["g_Rt", "gT_t"])
+@pytest.mark.parametrize("protected", [True, False], ids=["masked", "control"])
+def test_key_owner_reads_nothing_but_the_outputs(pair, product, protected, monkeypatch):
+    """``g_Rt``: [[g Rᵀ + g Vᵀ]] (tall; P holds R, not V): the imaginary parts are Σ (R₂g₁ − R₁g₂), linear in
+    the gradient g with coefficients P knows. ``gT_t``: [[gᵀt + M]] (wide: partial sums of gᵀt in the slots
+    beside each output). Without the flood and the slot masks P recovers g exactly (R² ≈ 1); with them,
+    R² ≤ 0.05."""
+    owner, other = pair
+    monkeypatch.setattr(CKKSBackend, "flood", protected)
+    monkeypatch.setattr(CKKSBackend, "garbage_masks", protected)
+    rng = np.random.default_rng(7)
+    b_rows, d, h = 32, 4, 4  # shapes where those slots determine g (full rank): the control can succeed
+    g = rng.uniform(-1, 1, (b_rows, h))
+    if product == "g_Rt":
+        r = rng.uniform(-2 ** 10, 2 ** 10, (d, h))  # P's share, κ bits above |W|
+        v = rng.uniform(-2 ** 10, 2 ** 10, (d, h))  # A's share: unknown to P
+        ex = other.loads(owner.dumps(owner.encrypt(fixed(r.T, F), frozenset({"left"}))))
+        res, _ = other.left(fixed(g, F), ex, fixed(g @ v.T, 2 * F), F + 14 + F, False, Drbg())
+        e, w, p_out = r, g.T, b_rows  # Z = E·W_m with E = R (d×h), W_m = gᵀ
+    else:
+        t = rng.uniform(-1, 1, (b_rows, d))
+        ex = other.loads(owner.dumps(owner.encrypt(fixed(t, F), frozenset({"left"}))))
+        m_mask = rng.uniform(-2 ** 20, 2 ** 20, (h, d))  # M: carries A's fresh U_b
+        res, _ = other.left(fixed(g.T, F), ex, fixed(m_mask, 2 * F), 2 * F, False, Drbg())
+        e, w, p_out = t.T, g, h  # E = tᵀ (d×B), W_m = g
+    buf = other.dumps(res)
+    seen = decoded(owner, buf)
+    lay = rot.layout(*e.shape, 8192)
+    plan = rot.Plan(lay, p_out)
+    outputs = np.zeros(8192 * len(seen), dtype=bool)
+    for i, (ci, o) in enumerate((ci, o) for ci in range(lay.n_cts) for o in range(plan.outs_per_ct)):
+        outputs[i * 8192 + rot.output_index(plan, ci, o)[0]] = True
+    est = reconstruct(e, w.shape, seen, outputs)
+    # R² of the estimate, and its squared correlation with g (the best any rescaling of it could do;
+    # chance ≈ 1/128 here, 0.1 is 3.6 standard deviations above it)
+    score, corr2 = r2(est, w), float(np.corrcoef(est.ravel(), w.ravel())[0, 1] ** 2)
+    if protected:
+        assert score <= 0.05 and corr2 <= 0.1, (score, corr2)
+    else:
+        assert score >= 0.99 and corr2 >= 0.99, (score, corr2)
+
+
+def test_public_context_carries_galois_keys_and_no_secret(pair):
+    import tenseal as ts
+
+    from securevfl.crypto.backend import unpack_blobs
+
+    owner, other = pair
+    head, (ctx, keys) = unpack_blobs(owner.public_bytes())
+    assert head == {"galois": True} and len(keys) > 1e6
+    assert not ts.context_from(ctx).is_private() and not other.has_secret() and other.galois is not None
+
+
+def test_a_product_beyond_the_decoding_budget_is_refused(pair):
+    from securevfl.errors import UserError
+
+    owner, other = pair
+    ex = other.loads(owner.dumps(owner.encrypt(fixed(np.zeros((4, 256)), F), frozenset({"right"}))))
+    with pytest.raises(UserError, match="packing=rotations"):  # 256 terms of a share-sized product
+        other.right(ex, fixed(np.zeros((256, 4)), F), np.zeros((4, 4), dtype=object), 2 * F + 13, True, Drbg())
