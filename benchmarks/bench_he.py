@@ -36,11 +36,12 @@ from securevfl.training import SplitTrainer, TrainConfig
 MODES = {
     "off": ("off", {}),
     "ckks": ("ckks", {}),
+    "ckks-rotations": ("ckks", {"packing": "rotations"}),
     "paillier-3072": ("paillier", {"key_bits": 3072}),
     "paillier-2048": ("paillier", {"key_bits": 2048}),
     "paillier-naive-2048": ("paillier", {"key_bits": 2048, "packing": False}),
 }
-STEPS = {"off": 20, "ckks": 10, "paillier-3072": 2, "paillier-2048": 3, "paillier-naive-2048": 1}
+STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "paillier-3072": 2, "paillier-2048": 3, "paillier-naive-2048": 1}
 
 
 def run_mode(name: str, part, args) -> dict:

@@ -17,7 +17,8 @@ F = 20
 
 
 @pytest.mark.parametrize("m,n,p", [(256, 16, 32), (16, 256, 32), (16, 32, 256), (300, 16, 10), (10, 300, 16),
-                                   (7, 3, 5), (33, 5, 100), (256, 17, 31), (5000, 4, 8)])
+                                   (7, 3, 5), (33, 5, 100), (256, 17, 31), (5000, 4, 8),
+                                   (4, 64, 4), (2, 512, 8), (3, 100, 3), (16, 256, 1)])
 def test_layout_computes_the_product(m, n, p):
     """Tall and wide diagonals, odd widths (complex pairs with a zero partner), several ciphertexts."""
     rng = np.random.default_rng(m * n + p)

@@ -39,7 +39,8 @@ owner decrypts them as one TenSEAL vector per chunk, built from their bytes).
 What remains: the *sum* of an output's slots is not masked where the protocol does not mask it (the
 passive party's own ∂L/∂t = g W_Pᵀ): it reads g (W_P + ε)ᵀ, ε its own error, with W_P unknown to it.
 
-Packing ("row-major tiles, reduction after decryption"): a matrix X (m×n) is cut into row chunks
+Packing ``terms`` (the default; ``packing=rotations`` reduces inside the ciphertext instead, with 3 bits
+less κ: ckks_rotations.py) ("row-major tiles, reduction after decryption"): a matrix X (m×n) is cut into row chunks
 of r = min(m, slots // n) rows; each chunk is flattened row-major and tiled t = slots // (r·n)
 times to fill one ciphertext. A product with a plaintext matrix multiplies the ciphertext slot-wise
 by a plaintext laid out so that tile τ holds the terms of output column (``X @ W``) or output row
@@ -291,8 +292,9 @@ class CKKSBackend(HEBackend):
         self._galois_bytes = b""
         self._sym: sealapi.Encryptor | None = None
         self.weight_bits = weight_bits
-        self.flooding_bits = flooding_bits(self.params["poly_modulus_degree"], self.params["global_scale_bits"],
-                                           self.kappa, weight_bits)
+        self.flooding_bits = (self.kappa if self.rotations else  # sized against the garbage: ckks_rotations
+                              flooding_bits(self.params["poly_modulus_degree"], self.params["global_scale_bits"],
+                                            self.kappa, weight_bits))
         self.seal_ctx = context.seal_context().data
         self.encoder = sealapi.CKKSEncoder(self.seal_ctx)
         self.evaluator = sealapi.Evaluator(self.seal_ctx)
@@ -483,7 +485,7 @@ class CKKSBackend(HEBackend):
                 babies = [ct]
                 for _ in range(1, min(plan.baby, plan.n_diag)):
                     nxt = sealapi.Ciphertext(self.seal_ctx)
-                    ev.rotate_vector(babies[-1], 1, keys, nxt)
+                    ev.rotate_vector(babies[-1], plan.step, keys, nxt)
                     babies.append(nxt)
                 g_size = len(babies)
                 for o in range(plan.outs_per_ct):
@@ -493,7 +495,8 @@ class CKKSBackend(HEBackend):
                         inner = None
                         for b, baby in enumerate(babies[: min(g_size, plan.n_diag - g)]):
                             pt = sealapi.Plaintext()
-                            enc.encode(np.roll(d[g + b], g).tolist(), ct.parms_id(), self.ctx.global_scale, pt)
+                            enc.encode(np.roll(d[g + b], g * plan.step).tolist(), ct.parms_id(),
+                                       self.ctx.global_scale, pt)
                             term = sealapi.Ciphertext(self.seal_ctx)
                             ev.multiply_plain(baby, pt, term)
                             if inner is None:
@@ -503,7 +506,7 @@ class CKKSBackend(HEBackend):
                         if acc is None:
                             acc = inner
                         else:
-                            ev.rotate_vector_inplace(acc, g_size, keys)
+                            ev.rotate_vector_inplace(acc, g_size * plan.step, keys)
                             ev.add_inplace(acc, inner)
                     assert acc is not None  # n_diag ≥ 1: at least one giant step
                     ev.rescale_to_next_inplace(acc)

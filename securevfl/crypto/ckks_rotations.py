@@ -112,9 +112,11 @@ def pack_input(e: np.ndarray, lay: Layout) -> list[np.ndarray]:
         block = np.zeros((lay.rows, lay.width), dtype=complex)
         part = ec[ci * lay.rows:(ci + 1) * lay.rows]
         block[: len(part), : lay.nc] = part
-        rows = np.concatenate([block, block], axis=1)  # doubled: rotations by l < w stay in the row
+        # doubled (rotations by l < w stay in the row); tile τ starts τ columns in, so that a wide product
+        # can give each tile its own share of the diagonals (Plan.step)
+        cols = (np.arange(lay.stride)[None, :] + np.arange(lay.tiles)[:, None]) % lay.width
+        tiled = block[:, cols].transpose(1, 0, 2).ravel()  # (tile, row, slot)
         vec = np.zeros(lay.slots, dtype=complex)
-        tiled = np.tile(rows.ravel(), lay.tiles)
         vec[: tiled.size] = tiled
         out.append(vec)
     return out
@@ -132,8 +134,14 @@ class Plan:
         return pow2(self.p) >= self.lay.width
 
     @property
+    def step(self) -> int:
+        """Rotation between diagonals: 1 (tall); wide, the tiles split the p' diagonals, tile τ (its rows
+        τ columns in) taking rotations step·u + τ: every residue mod p' exactly once."""
+        return 1 if self.tall else min(self.lay.tiles, pow2(self.p))
+
+    @property
     def n_diag(self) -> int:
-        return self.lay.width if self.tall else pow2(self.p)
+        return self.lay.width if self.tall else pow2(self.p) // self.step
 
     @property
     def baby(self) -> int:  # G: a power of two near √L
@@ -148,28 +156,31 @@ class Plan:
         return -(-self.blocks // self.lay.tiles)
 
     @property
-    def sum_steps(self) -> list[int]:  # wide: rotate-and-sum over the w/p' blocks of a row
+    def sum_steps(self) -> list[int]:
+        """Wide: rotate-and-sum over the w/p' blocks of a row, then over the tiles that shared the diagonals."""
         if self.tall:
             return []
-        p2 = pow2(self.p)
-        return [p2 << s for s in range((self.lay.width // p2).bit_length() - 1)]
+        p2, tile = pow2(self.p), self.lay.rows * self.lay.stride
+        return ([p2 << s for s in range((self.lay.width // p2).bit_length() - 1)]
+                + [tile << s for s in range(self.step.bit_length() - 1)])
 
 
 def diagonals(plan: Plan, wc: np.ndarray, o: int) -> np.ndarray:
-    """D_l (L × slots, complex) for output ciphertext ``o`` of an input ciphertext; ``wc`` = W_c (nc×p)."""
+    """D_u (L × slots, complex), multiplying rot(ct, step·u), for output ciphertext ``o`` of an input
+    ciphertext; ``wc`` = W_c (nc×p)."""
     lay, w = plan.lay, plan.lay.width
     big = np.zeros((w, max(plan.p, 1) + w * (plan.blocks + 1)), dtype=complex)
     big[: lay.nc, : plan.p] = wc
-    q, ls = np.arange(w), np.arange(plan.n_diag)[:, None]
-    j = (q[None, :] + ls) % w  # the input column slot q reads after rotation l
+    q, ls = np.arange(w), plan.step * np.arange(plan.n_diag)[:, None]
     tile = np.zeros((plan.n_diag, lay.tiles, lay.stride), dtype=complex)
-    if plan.tall:
-        for tau in range(lay.tiles):
+    for tau in range(lay.tiles if plan.tall else plan.step):
+        j = (q[None, :] + ls + tau) % w  # the input column tile τ's slot q reads after the rotation
+        if plan.tall:
             b = o * lay.tiles + tau
             if b < plan.blocks:
                 tile[:, tau, :w] = big[j, b * w + q[None, :]]
-    else:
-        tile[:, 0, :w] = big[j, (q % pow2(plan.p))[None, :]]
+        else:
+            tile[:, tau, :w] = big[j, (q % pow2(plan.p))[None, :]]
     d = np.broadcast_to(tile[:, :, None, :], (plan.n_diag, lay.tiles, lay.rows, lay.stride)).reshape(plan.n_diag, -1)
     out = np.zeros((plan.n_diag, lay.slots), dtype=complex)
     out[:, : d.shape[1]] = d
@@ -211,7 +222,7 @@ def slot_vectors(e: np.ndarray, w: np.ndarray, slots: int) -> list[np.ndarray]:
     for vec in pack_input(e, lay):
         for o in range(plan.outs_per_ct):
             d = diagonals(plan, wc, o)
-            acc = sum(np.roll(vec, -ell) * d[ell] for ell in range(plan.n_diag))
+            acc = sum(np.roll(vec, -plan.step * u) * d[u] for u in range(plan.n_diag))
             for s in plan.sum_steps:
                 acc = acc + np.roll(acc, -s)
             out.append(acc)
