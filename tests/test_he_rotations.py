@@ -18,13 +18,16 @@ F = 20
 
 @pytest.mark.parametrize("m,n,p", [(256, 16, 32), (16, 256, 32), (16, 32, 256), (300, 16, 10), (10, 300, 16),
                                    (7, 3, 5), (33, 5, 100), (256, 17, 31), (5000, 4, 8),
-                                   (4, 64, 4), (2, 512, 8), (3, 100, 3), (16, 256, 1)])
+                                   (4, 64, 4), (2, 512, 8), (3, 100, 3), (16, 256, 1),
+                                   (30, 64, 10), (100, 7, 3)])
 def test_layout_computes_the_product(m, n, p):
     """Tall and wide diagonals, odd widths (complex pairs with a zero partner), several ciphertexts."""
     rng = np.random.default_rng(m * n + p)
     e, w = rng.normal(size=(m, n)), rng.normal(size=(n, p))
     z = rot.gather((m, n), p, rot.slot_vectors(e, w, 8192), 8192)
     assert np.abs(z.real - e @ w).max() < 1e-10
+    # every rotation the product makes has a published key (a power of two)
+    assert rot.rotations(rot.Plan(rot.layout(m, n, 8192), p)) <= set(rot.galois_steps(8192))
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +132,16 @@ def test_a_product_beyond_the_decoding_budget_is_refused(pair):
     ex = other.loads(owner.dumps(owner.encrypt(fixed(np.zeros((4, 256)), F), frozenset({"right"}))))
     with pytest.raises(UserError, match="packing=rotations"):  # 256 terms of a share-sized product
         other.right(ex, fixed(np.zeros((256, 4)), F), np.zeros((4, 4), dtype=object), 2 * F + 13, True, Drbg())
+
+
+def test_default_digits_run_under_rotations(capsys):
+    """The CLI's defaults (cut width 64, a last batch of 30 rows: tiles that are not a power of two long)."""
+    import json
+
+    from securevfl.cli import main
+
+    assert main(["train", "--dataset", "digits", "--method", "splitnn", "--he", "ckks", "--he-param",
+                 "packing=rotations", "--epochs", "1", "--json"]) == 0
+    he = json.loads(capsys.readouterr().out)["cost"]["he"]
+    assert he["hiding_bits"] == 9 and he["params"]["packing"].startswith("rotations")
+    assert he["bytes"] < 70e6  # ≈ 21 MB of Galois keys once, then ≈ 3.4 MB a step (terms: ≈ 225 MB in all)

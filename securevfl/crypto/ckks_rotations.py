@@ -77,8 +77,12 @@ class Layout:
         return min(self.m, self.slots // self.stride)
 
     @property
+    def tile_stride(self) -> int:  # a power of two, so that folding tiles is a rotation with a key
+        return pow2(self.rows * self.stride)
+
+    @property
     def tiles(self) -> int:
-        return 1 << ((self.slots // (self.rows * self.stride)).bit_length() - 1)
+        return self.slots // self.tile_stride
 
     @property
     def n_cts(self) -> int:
@@ -115,9 +119,9 @@ def pack_input(e: np.ndarray, lay: Layout) -> list[np.ndarray]:
         # doubled (rotations by l < w stay in the row); tile τ starts τ columns in, so that a wide product
         # can give each tile its own share of the diagonals (Plan.step)
         cols = (np.arange(lay.stride)[None, :] + np.arange(lay.tiles)[:, None]) % lay.width
-        tiled = block[:, cols].transpose(1, 0, 2).ravel()  # (tile, row, slot)
-        vec = np.zeros(lay.slots, dtype=complex)
-        vec[: tiled.size] = tiled
+        tiled = np.zeros((lay.tiles, lay.tile_stride), dtype=complex)
+        tiled[:, : lay.rows * lay.stride] = block[:, cols].transpose(1, 0, 2).reshape(lay.tiles, -1)
+        vec = tiled.ravel()
         out.append(vec)
     return out
 
@@ -160,9 +164,18 @@ class Plan:
         """Wide: rotate-and-sum over the w/p' blocks of a row, then over the tiles that shared the diagonals."""
         if self.tall:
             return []
-        p2, tile = pow2(self.p), self.lay.rows * self.lay.stride
+        p2, tile = pow2(self.p), self.lay.tile_stride
         return ([p2 << s for s in range((self.lay.width // p2).bit_length() - 1)]
                 + [tile << s for s in range(self.step.bit_length() - 1)])
+
+
+def rotations(plan: Plan) -> set[int]:
+    """Every left rotation the product makes (each must be one of :func:`galois_steps`)."""
+    g = min(plan.baby, plan.n_diag)
+    used = {plan.step} if g > 1 else set()
+    if plan.n_diag > g:
+        used.add(g * plan.step)
+    return used | set(plan.sum_steps)
 
 
 def diagonals(plan: Plan, wc: np.ndarray, o: int) -> np.ndarray:
@@ -181,10 +194,10 @@ def diagonals(plan: Plan, wc: np.ndarray, o: int) -> np.ndarray:
                 tile[:, tau, :w] = big[j, b * w + q[None, :]]
         else:
             tile[:, tau, :w] = big[j, (q % pow2(plan.p))[None, :]]
-    d = np.broadcast_to(tile[:, :, None, :], (plan.n_diag, lay.tiles, lay.rows, lay.stride)).reshape(plan.n_diag, -1)
-    out = np.zeros((plan.n_diag, lay.slots), dtype=complex)
-    out[:, : d.shape[1]] = d
-    return out
+    out = np.zeros((plan.n_diag, lay.tiles, lay.tile_stride), dtype=complex)
+    out[:, :, : lay.rows * lay.stride] = np.broadcast_to(
+        tile[:, :, None, :], (plan.n_diag, lay.tiles, lay.rows, lay.stride)).reshape(plan.n_diag, lay.tiles, -1)
+    return out.reshape(plan.n_diag, lay.slots)
 
 
 def output_index(plan: Plan, ci: int, o: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -198,7 +211,7 @@ def output_index(plan: Plan, ci: int, o: int) -> tuple[np.ndarray, np.ndarray, n
         cols = np.arange(w if plan.tall else pow2(plan.p))
         k = b * w + cols if plan.tall else cols
         keep = k < plan.p
-        base = tau * lay.rows * lay.stride + valid[:, None] * lay.stride
+        base = tau * lay.tile_stride + valid[:, None] * lay.stride
         slot.append((base + cols[None, keep]).ravel())
         row.append(np.repeat(ci * lay.rows + valid, keep.sum()))
         col.append(np.tile(k[keep], len(valid)))
