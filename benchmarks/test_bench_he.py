@@ -15,7 +15,7 @@ from securevfl.federation import align, build_federation
 from securevfl.lab.compose import build_partition
 from securevfl.training import SplitTrainer, TrainConfig
 
-MODES = {"ckks": {}, "paillier": {"key_bits": 2048}}
+MODES = {"ckks": {}, "ckks-rotations": {"packing": "rotations"}, "paillier": {"key_bits": 2048}}
 
 
 def _step(he: str, params: dict):
@@ -32,7 +32,7 @@ def _step(he: str, params: dict):
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_he_step(benchmark, targets, mode):
-    he_step, batches = _step(mode, MODES[mode])
+    he_step, batches = _step(mode.split("-")[0], MODES[mode])
     plain_step, _ = _step("off", {})
     he_step(batches[0])
     plain_step(batches[0])

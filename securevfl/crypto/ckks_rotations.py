@@ -139,13 +139,27 @@ class Plan:
 
     @property
     def step(self) -> int:
-        """Rotation between diagonals: 1 (tall); wide, the tiles split the p' diagonals, tile τ (its rows
-        τ columns in) taking rotations step·u + τ: every residue mod p' exactly once."""
-        return 1 if self.tall else min(self.lay.tiles, pow2(self.p))
+        """Tiles per output block, which share its diagonals: tile τ (its rows τ columns in) takes the
+        rotations step·u, so it reads columns step·u + τ (mod w), every residue exactly once over the
+        block's tiles. Tall: the copies left over once every block has one (1 when blocks outnumber
+        tiles); wide (one block): all copies, up to p'."""
+        lay = self.lay
+        if self.tall:
+            nb2 = pow2(self.blocks)
+            return min(lay.tiles // nb2, lay.width) if nb2 <= lay.tiles else 1
+        return min(lay.tiles, pow2(self.p))
 
     @property
     def n_diag(self) -> int:
-        return self.lay.width if self.tall else pow2(self.p) // self.step
+        return (self.lay.width if self.tall else pow2(self.p)) // self.step
+
+    @property
+    def blocks_per_ct(self) -> int:
+        return self.lay.tiles // self.step
+
+    def block(self, o: int, tau: int) -> int:
+        """The output block tile τ of output ciphertext ``o`` computes (≥ ``blocks``: none)."""
+        return o * self.blocks_per_ct + tau // self.step
 
     @property
     def baby(self) -> int:  # G: a power of two near √L
@@ -157,16 +171,17 @@ class Plan:
 
     @property
     def outs_per_ct(self) -> int:
-        return -(-self.blocks // self.lay.tiles)
+        return -(-self.blocks // self.blocks_per_ct)
 
     @property
     def sum_steps(self) -> list[int]:
-        """Wide: rotate-and-sum over the w/p' blocks of a row, then over the tiles that shared the diagonals."""
-        if self.tall:
-            return []
+        """Wide: rotate-and-sum over the w/p' blocks of a row; then over the tiles that shared a block's
+        diagonals (into each block's first tile)."""
         p2, tile = pow2(self.p), self.lay.tile_stride
-        return ([p2 << s for s in range((self.lay.width // p2).bit_length() - 1)]
-                + [tile << s for s in range(self.step.bit_length() - 1)])
+        folds = [tile << s for s in range(self.step.bit_length() - 1)]
+        if self.tall:
+            return folds
+        return [p2 << s for s in range((self.lay.width // p2).bit_length() - 1)] + folds
 
 
 def rotations(plan: Plan) -> set[int]:
@@ -189,7 +204,7 @@ def diagonals(plan: Plan, wc: np.ndarray, o: int) -> np.ndarray:
     for tau in range(lay.tiles if plan.tall else plan.step):
         j = (q[None, :] + ls + tau) % w  # the input column tile τ's slot q reads after the rotation
         if plan.tall:
-            b = o * lay.tiles + tau
+            b = plan.block(o, tau)
             if b < plan.blocks:
                 tile[:, tau, :w] = big[j, b * w + q[None, :]]
         else:
@@ -206,8 +221,8 @@ def output_index(plan: Plan, ci: int, o: int) -> tuple[np.ndarray, np.ndarray, n
     slot, row, col = [], [], []
     r = np.arange(lay.rows)
     valid = r[ci * lay.rows + r < lay.m]
-    for tau in range(lay.tiles if plan.tall else 1):
-        b = o * lay.tiles + tau if plan.tall else 0
+    for tau in range(0, lay.tiles, plan.step) if plan.tall else [0]:  # each block's first tile
+        b = plan.block(o, tau) if plan.tall else 0
         cols = np.arange(w if plan.tall else pow2(plan.p))
         k = b * w + cols if plan.tall else cols
         keep = k < plan.p

@@ -122,6 +122,15 @@ def shift_down(q: np.ndarray | None, k: int) -> np.ndarray | None:
     return (np.asarray(q, dtype=object) + (1 << (k - 1))) >> k
 
 
+def int_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b for integer matrices (object arrays), exact: in int64 when no partial sum can pass 2^63
+    (the CKKS shares), in Python integers otherwise (Paillier's 40-bit masks)."""
+    bits = [max((abs(int(v)).bit_length() for v in np.asarray(m, dtype=object).ravel()), default=0) for m in (a, b)]
+    if bits[0] + bits[1] + max(1, int(a.shape[-1])).bit_length() < 63:
+        return (np.asarray(a, dtype=np.int64) @ np.asarray(b, dtype=np.int64)).astype(object)
+    return np.asarray(a, dtype=object) @ np.asarray(b, dtype=object)
+
+
 def fixed(x: np.ndarray, f: int) -> np.ndarray:
     return np.rint(np.asarray(x, dtype=np.float64) * 2.0 ** f).astype(np.int64).astype(object)
 
@@ -177,7 +186,7 @@ class HEPassiveEnd(PassiveEnd):
             self.R = (self._recv_dec() + (1 << (f - 1))) >> f
             self.b = np.zeros(self.R.shape, dtype=object)
         assert self._t is not None  # send_forward set it for this step
-        y = self._recv_dec() + self._t @ self.R
+        y = self._recv_dec() + int_matmul(self._t, self.R)
         if not be.exact:  # round to the 2^-f grid: the CKKS noise (≈ 2^-22) of y does not travel to A
             y = ((y + (1 << (f - 1))) >> f) << f
         self.endpoint.send(self.active, MessageKind.HE_MASKED, dump_ints(y))
@@ -311,7 +320,7 @@ class HEActiveEnd(ActiveEnd):
         refresh = shift_down(self.V, k) - mul_real(u_b, lr, f, f + e + k) - v_next
         ep.send(p, MessageKind.HE_MASKED, dump_ints(refresh, **({"rescale": k} if k else {})))
         self.scale_exp = e + k
-        gw, _ = be.left(g, self._enc_rt, g @ self.V.T, f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
+        gw, _ = be.left(g, self._enc_rt, int_matmul(g, self.V.T), f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gw))
         self.V, self.b = v_next, u_b
         self._enc_t = self._enc_rt = None
