@@ -320,7 +320,8 @@ class HEActiveEnd(ActiveEnd):
         refresh = shift_down(self.V, k) - mul_real(u_b, lr, f, f + e + k) - v_next
         ep.send(p, MessageKind.HE_MASKED, dump_ints(refresh, **({"rescale": k} if k else {})))
         self.scale_exp = e + k
-        gw, _ = be.left(g, self._enc_rt, int_matmul(g, self.V.T), f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
+        gv = int_matmul(g, self.V.T)
+        gw, _ = be.left(g, self._enc_rt, gv, f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gw))
         self.V, self.b = v_next, u_b
         self._enc_t = self._enc_rt = None
