@@ -36,6 +36,7 @@ from securevfl.interactive import (
     init_factors,
     mix_g,
     mix_t,
+    mixing_for,
     split_combine,
     tanh_backward,
     to_host,
@@ -158,6 +159,7 @@ class CutLayer(ABC):
     """The ``--he`` name."""
 
     def __init__(self, *, interactive: bool = True, mixing: str = "off", **params: object) -> None:
+        mixing = mixing_for(mixing, self.name)
         if mixing not in MIXING:
             raise UserError(f"interactive mixing {mixing!r}: expected one of {', '.join(MIXING)}")
         self.interactive = interactive
@@ -358,11 +360,12 @@ def make_cut_layer(name: str, *, interactive: bool = True, mixing: str = "off", 
         name: ``off``, ``ckks`` or ``paillier``.
         interactive: split the head's first linear layer into the interactive layer (the method's
             ``interactive_layer``; the HE schemes need it).
-        mixing: the interactive layer's secret mixing, ``off`` or ``on`` (``--interactive-mixing``).
+        mixing: the interactive layer's secret mixing, ``auto`` (on under HE), ``off`` or ``on``
+            (``--interactive-mixing``).
         params: the scheme's parameters (validated by the scheme).
     Returns:
         A fresh cut layer (its ends are made per passive party by the federation).
     """
     if name == "off" and params:
         raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
-    return CUT_LAYERS.get(name)(interactive=interactive, mixing=mixing, **params)
+    return CUT_LAYERS.get(name)(interactive=interactive, mixing=mixing_for(mixing, name), **params)

@@ -26,7 +26,7 @@ Randomness: :class:`Drbg`, SHAKE-256 in counter mode. Seeded from ``os.urandom``
 CSPRNG); HE-off seeds the factor streams from the run seed (reproducible runs); HE-on does so only
 with the test/benchmark-only ``seeded_shares`` parameter.
 
-Secret mixing (``--interactive-mixing on``; issue 32's gauge leak). Plain SGD on W_P is consistent
+Secret mixing (``--interactive-mixing``, on by default under HE; issue 32's gauge leak). Plain SGD on W_P is consistent
 across steps only under an orthogonal change of P's coordinates, so from a_P(s) = t(s)·W_P(s) over a
 run the active party solves for t up to a rotation (h > d), and symmetrically the passive party for g
 up to a rotation from ∂L/∂t (h < d). With mixing the layer is re-parameterised as
@@ -43,8 +43,9 @@ In W_P's coordinates this is SGD preconditioned by ρ²X_mX_mᵀ on the left and
 and every invertible change of coordinates Q is matched by a different secret preconditioner, so the
 gauge is all of GL(d), not O(d): A's whole view is a function of t' (it learns t' up to a rotation, i.e.
 t·X_m up to a linear map it cannot pin down) and P's of g' = g·Z_mᵀ (docs/he-protocol.md has the
-leakage function; tests/test_he_gauge.py the attacks). Off by default (the goldens record the plain
-layer); the same mixing runs with HE off, so HE-on = HE-off step for step holds either way.
+leakage function; tests/test_he_gauge.py the attacks). On by default under HE (``auto``), off without
+it (nothing is secret from the active party there); the same mixing runs with HE off when asked for
+(``on``), so HE-on = HE-off step for step holds for the same setting.
 
 Learning rate of W_P: the party's lr under ``sgd``; under ``adam`` the optimizer's lr is an Adam
 step size, far too small for SGD, so W_P uses ``OptimConfig.interactive_lr`` (default 0.1, FATE
@@ -76,7 +77,17 @@ MIX_SCALE = 0.5
 binds on ≲ 5 % of entries at ρ = 1/2 even for saturated t."""
 MIX_LR_GAIN = 1.0 / MIX_SCALE ** 2
 """W̃'s learning-rate gain under mixing: the left preconditioner ρ²X_mX_mᵀ has mean ρ²·I."""
-MIXING = ("off", "on")
+MIXING = ("auto", "off", "on")
+"""``--interactive-mixing``: ``auto`` (the default) is ``on`` under HE and ``off`` without it
+(:func:`mixing_for`)."""
+
+
+def mixing_for(setting: str, he: str) -> str:
+    """The mixing a run gets: ``auto`` closes the gauge leak wherever W_P is secret (HE on) and keeps
+    the plain layer where the active party sees the activations anyway (HE off)."""
+    if setting == "auto":
+        return "off" if he in ("off", None) else "on"
+    return setting
 
 HParams = Callable[[], tuple[float, float, float]]
 """(lr, momentum, weight decay) of the interactive layer, read at update time (lr search changes lr)."""

@@ -31,11 +31,12 @@ class ModelConfig:
         Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each).""")
     head_hidden: tuple[int, ...] = setting(factory=tuple, ge=1, doc="""
         Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g).""")
-    interactive_mixing: str = setting("off", flag="--interactive-mixing", choices=("off", "on"), doc="""
+    interactive_mixing: str = setting("auto", flag="--interactive-mixing", choices=("auto", "off", "on"), doc="""
         The interactive layer's secret mixing (issue 32, the gauge leak): ``on`` re-parameterises W_P as
         ρ·X_m·W̃·Z_m with X_m the passive party's and Z_m the active party's secret, so over a whole run
         the active party learns t only up to an unknown linear map and the passive party g only up to
-        one (plain SGD on W_P leaves both up to a rotation). Same in both HE modes
+        one (plain SGD on W_P leaves both up to a rotation). ``auto``: on under HE, off without it (the
+        active party reads the activations in plaintext there). Same in both HE modes
         (securevfl/interactive.py, docs/he-protocol.md).""")
     emb_dim: int = setting(8, ge=1, doc="Embedding width per categorical field (tabular data; VFLHLP uses 8).")
     cut: int | None = setting(None, flag="--cut", ge=1, doc="""

@@ -33,6 +33,7 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     cfg.train.epochs, cfg.train.batch_size = 1, 64
     cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.05
     cfg.model.cut_dim = 8
+    cfg.model.interactive_mixing = "on"  # HE's default (auto), set for the HE-off runs compared with it
     if he == "paillier":  # Paillier is slow: fewer rows
         cfg.partition.n_labeled = 192
     for k, v in kw.items():
@@ -141,12 +142,13 @@ def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
 @pytest.mark.parametrize("he,kw", [
     ("ckks", {"train__epochs": 2}),
     ("ckks", {"optim__optimizer": "adam", "optim__lr": 1e-3}),  # the default optimizer (issue 15 finding 7)
-    ("ckks", {"model__head_hidden": (32,), "model__cut_dim": 16}),  # the benchmark's h = 32, d = 16
+    # the benchmark's h = 32, d = 16 (the plain layer: mixed, it barely moves in one epoch at this lr)
+    ("ckks", {"model__head_hidden": (32,), "model__cut_dim": 16, "model__interactive_mixing": "off"}),
     ("ckks", {"partition__n_parties": 3}),  # column offsets of two passive parties
     ("paillier", {"partition__n_labeled": 320, "train__batch_size": 32, "optim__lr": 0.1}),  # slow: fewer rows
     ("ckks", {"he_params": {**FAST["ckks"], "packing": "rotations"}}),
     ("ckks", {"he_params": {**FAST["ckks"], "packing": "rotations"}, "model__head_hidden": (32,),
-              "model__cut_dim": 16}),
+              "model__cut_dim": 16, "model__interactive_mixing": "off"}),
 ], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32"])
 def test_he_matches_plaintext_same_seed(he, kw):
     off, u_off, _ = losses_and_utility(small_cfg("off", **{k: v for k, v in kw.items() if k != "he_params"}))
@@ -184,7 +186,7 @@ def test_default_config_he_matches_plaintext_for_20_steps():
 
 def test_shares_come_from_os_entropy_unless_seeded():
     """Default: W_P(0)'s factors and every mask from a CSPRNG seeded by os.urandom, not the run seed —
-    the same run seed gives a different W_P(0) (so a different first loss) than HE off."""
+    the same run seed gives a different W_P(0) (so different losses) than HE off."""
     cfg = small_cfg("ckks")
     cfg.he_params = {}
     out = execute(cfg, progress=False)
@@ -192,7 +194,7 @@ def test_shares_come_from_os_entropy_unless_seeded():
     assert isinstance(a_end.rng, Drbg) and a_end.rng.seed != Drbg().seed
     off = np.array(execute(small_cfg("off"), progress=False).method.trainer.losses)
     on = np.array(out.method.trainer.losses)
-    assert abs(on[0] - off[0]) > 1e-4
+    assert np.abs(on - off).max() > 1e-4
 
 
 def test_plaintext_interactive_layer():
@@ -313,7 +315,8 @@ def test_paillier_matches_plaintext_two_epochs_full_digits():
 def test_ckks_matches_plaintext_on_fashion_mnist():
     def cfg(he):
         return small_cfg(he, dataset="fashion-mnist", train__epochs=2, train__batch_size=128, model__cut_dim=16,
-                         model__head_hidden=(32,), model__bottom="mlp", partition__n_labeled=2000)
+                         model__head_hidden=(32,), model__bottom="mlp", partition__n_labeled=2000,
+                         model__interactive_mixing="off")  # the plain layer: mixed, 32 SGD steps barely move it
     off, u_off, _ = losses_and_utility(cfg("off"))
     on, u_on, _ = losses_and_utility(cfg("ckks"))
     assert np.max(np.abs(on - off) / np.abs(off)) < 1e-3 and abs(u_on - u_off) <= 0.005

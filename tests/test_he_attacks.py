@@ -94,6 +94,9 @@ def run(he: str, shape: str, monkeypatch, known_w0: bool = False, n_labeled: int
     if not all_labels:
         cfg.partition.n_labeled = n_labeled or (128 if he == "paillier" else 256)
     cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.1
+    # the plain layer (HE's default mixes it: tests/test_he_gauge.py): these attacks and their controls
+    # read W_P = V + R directly, the per-step masks they test are the same with and without mixing
+    cfg.model.interactive_mixing = "off"
     for k, v in {**SHAPES.get(shape, {}), **model}.items():
         if v is not None:
             setattr(cfg.model, k, v)

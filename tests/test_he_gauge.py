@@ -333,6 +333,7 @@ def bound_cfg(he: str, interactive_lr: float, seeded: bool) -> RunConfig:
     cfg.partition.n_labeled = 128 if he == "paillier" else 256
     cfg.optim.optimizer, cfg.optim.lr, cfg.optim.interactive_lr = "sgd", 0.1, interactive_lr
     cfg.model.cut_dim = 8
+    cfg.model.interactive_mixing = "off"  # the bound on |V + R| = |W_P| (mixing stores W̃ the same way)
     return cfg
 
 

@@ -179,10 +179,10 @@ def test_he_save_predict_keeps_shares_apart_and_no_keys(tmp_path):
     assert np.allclose(got.to_numpy(), expected, atol=1e-3)
     sa = torch.load(tmp_path / "m" / "active" / "model.pt", weights_only=True)
     sp = torch.load(tmp_path / "m" / "passive1" / "model.pt", weights_only=True)
-    # each side its own share (V or R) and its own optimizer state; the active party also its public
-    # |W_P| running bound; a rescale exponent where one happened
-    assert [{"V", "b"} <= set(e) <= {"V", "b", "bound", "scale_exp"} for e in sa["cut_ends"]] == [True]
-    assert [{"R", "b"} <= set(e) <= {"R", "b", "scale_exp"} for e in sp["cut_ends"]] == [True]
+    # each side its own share (V or R), its own optimizer state and its own secret mixing (HE's default);
+    # the active party also its public |W_P| running bound; a rescale exponent where one happened
+    assert [{"V", "b", "mix"} <= set(e) <= {"V", "b", "mix", "bound", "scale_exp"} for e in sa["cut_ends"]] == [True]
+    assert [{"R", "b", "mix"} <= set(e) <= {"R", "b", "mix", "scale_exp"} for e in sp["cut_ends"]] == [True]
     for folder in ("active", "passive1"):
         text = "".join((tmp_path / "m" / folder / f).read_text() for f in ("manifest.json", "preprocessing.json"))
         assert "secret" not in text.lower() and "key" not in text.lower()

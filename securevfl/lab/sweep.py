@@ -48,6 +48,7 @@ import numpy as np
 
 from securevfl.config import RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
+from securevfl.interactive import mixing_for
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
@@ -106,6 +107,9 @@ from them, stay as they were; a non-default value is hashed like any other."""
 def run_id(config: dict) -> str:
     """Hash of the resolved configuration: equal configs share a row, whatever the sweep file."""
     hashed = dict(config)
+    model = hashed.get("model")
+    if isinstance(model, dict) and model.get("interactive_mixing") == "auto":  # hashed as what it resolves to
+        hashed["model"] = {**model, "interactive_mixing": mixing_for("auto", str(hashed.get("he", "off")))}
     for path, default in HASH_EXEMPT_DEFAULTS.items():
         parent = hashed
         for key in path[:-1]:  # copy the dicts along the path: the caller's config is not changed
