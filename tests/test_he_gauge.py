@@ -181,7 +181,8 @@ def gauge_attack(outs: list[np.ndarray], ins: list[np.ndarray | None], d: int, l
                 c = mu * c + t_hat.T @ g
                 s_sum = s_sum + c
         coef_m, rhs_m = np.concatenate(coef, 1), np.concatenate(rhs, 1)
-        return est, coef_m, rhs_m, float(np.linalg.norm(k @ coef_m - rhs_m) / np.linalg.norm(rhs_m))
+        scale = float(np.linalg.norm(rhs_m))  # 0 when the run gives no equations (h = d)
+        return est, coef_m, rhs_m, float(np.linalg.norm(k @ coef_m - rhs_m)) / scale if scale else np.inf
 
     best: tuple[float, list[np.ndarray], np.ndarray] | None = None
     for symmetric in (True, False):  # the attacker keeps the most self-consistent K (its own criterion)
