@@ -419,3 +419,20 @@ def test_defenses_on_both_sides_equal_in_process(files, defense: str) -> None:
     assert r["utility"] == sim["utility"]
     assert r["privacy"]["epsilon"] == sim["privacy"]["epsilon"]
     assert r["privacy"]["features"]["passive1"]["epsilon"] == sim["privacy"]["features"]["passive1"]["epsilon"]
+
+
+def test_ckks_rotations_with_the_default_mixing_over_grpc(files) -> None:
+    """The encrypted layer as a user gets it by default (mixing on) with CKKS packing by rotations, each
+    party in its own channel: the Galois keys cross once in the public context (≈ 21 MB, under the
+    channel's message limit), and the deployed run scores like the in-process one (CKKS noise aside)."""
+    from securevfl.lab.compose import execute
+
+    over = {"he": "ckks", "he_params": {"packing": "rotations"}}
+    p = Passive(files)
+    r = deploy(files, small_cfg(files, "guest", **over), [p])
+    p.close()
+    he = r["cost"]["he"]
+    assert p.status == 0 and he["hiding_bits"] == 9 and "interactive_mixing" in he
+    assert he["params"]["packing"].startswith("rotations")
+    sim = execute(small_cfg(files, "guest", "host", **over), progress=False).to_json()
+    assert abs(r["utility"]["test"] - sim["utility"]["test"]) < 0.1  # fresh OS-entropy shares in each run

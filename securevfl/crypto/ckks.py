@@ -199,9 +199,10 @@ def _scratch() -> str:
     return os.path.join(_SCRATCH[0], f"{os.getpid()}-{threading.get_ident()}")
 
 
-def seal_dumps(ct: sealapi.Ciphertext) -> bytes:
+def seal_dumps(obj) -> bytes:
+    """The bytes of a SEAL object that saves to a path (a ciphertext, or a seeded Serializable)."""
     path = _scratch()
-    ct.save(path)
+    obj.save(path)
     with open(path, "rb") as fh:
         return fh.read()
 
@@ -303,10 +304,7 @@ class CKKSBackend(HEBackend):
                 n2 = 2 * self.params["poly_modulus_degree"]
                 keys = sealapi.KeyGenerator(self.seal_ctx, context.secret_key().data).create_galois_keys(
                     [pow(3, step, n2) for step in rot.galois_steps(self.slots)])
-                path = _scratch()
-                keys.save(path)  # seeded: half the size of the keys themselves
-                with open(path, "rb") as fh:
-                    self._galois_bytes = fh.read()
+                self._galois_bytes = seal_dumps(keys)  # seeded: half the size of the keys themselves
 
     @classmethod
     def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
@@ -447,10 +445,7 @@ class CKKSBackend(HEBackend):
                 for vec in rot.pack_input(e, lay):
                     pt = sealapi.Plaintext()
                     self.encoder.encode(vec.tolist(), self.ctx.global_scale, pt)
-                    path = _scratch()
-                    self._sym.encrypt_symmetric(pt).save(path)
-                    with open(path, "rb") as fh:
-                        blobs.append(fh.read())
+                    blobs.append(seal_dumps(self._sym.encrypt_symmetric(pt)))
                 parts[side] = blobs
         return RotMatrix(parts, x.shape)
 
