@@ -53,7 +53,7 @@ from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, 
 from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
-from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for
+from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for, seeded_build
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.roles import ACTIVE, passive_name
@@ -318,8 +318,8 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     # the active party's models from the same seed streams as the simulator's standard_models
     bottom = fresh_bottom(a_data, cfg.model, cfg.seed, 0)
     widths = [cut.out_dim(cfg.model.cut_dim)] * len(names)
-    torch.manual_seed(seed_for(cfg.seed, n_parties))
-    head = build_head(cfg.model.cut_dim + sum(widths), len(classes), cfg.model)
+    head = seeded_build(seed_for(cfg.seed, n_parties),
+                        lambda: build_head(cfg.model.cut_dim + sum(widths), len(classes), cfg.model))
     active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
                          passive_names=names, passive_widths=widths, n_classes=len(classes), seed=cfg.seed,
                          interactive_lr=cfg.optim.interactive_lr, device=device)

@@ -5,6 +5,7 @@ partition's global view: each party has only its own :class:`PartyData`."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypedDict
@@ -119,16 +120,27 @@ ModelsFactory = Callable[[Partition, ModelConfig, CutLayer, int, list[PartyData]
 """Builds a federation's models (a method's own layout: e.g. entity-aug's label-only host)."""
 
 
+_SEEDED_INIT = threading.Lock()
+
+
+def seeded_build(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` right after ``torch.manual_seed(seed)``, as one step: initialisation draws from torch's
+    process-wide generator, and parties hosted as threads of one process (the gRPC tests, or a
+    deployment that does so) would otherwise interleave their draws."""
+    with _SEEDED_INIT:
+        torch.manual_seed(seed)
+        return build()
+
+
 def fresh_bottom(data: PartyData, model: ModelConfig, seed: int, k: int) -> nn.Module:
     """Party ``k``'s fresh bottom model, from ``seed_for(seed, k)``."""
-    torch.manual_seed(seed_for(seed, k))
-    return build_bottom(data.feature_shape, model, data.n_numeric, data.cardinalities)
+    return seeded_build(seed_for(seed, k),
+                        lambda: build_bottom(data.feature_shape, model, data.n_numeric, data.cardinalities))
 
 
 def fresh_head(partition: Partition, model: ModelConfig, seed: int, in_dim: int) -> nn.Module:
     """The active party's fresh head on ``in_dim`` inputs, from ``seed_for(seed, number of parties)``."""
-    torch.manual_seed(seed_for(seed, len(partition.parties)))
-    return build_head(in_dim, partition.n_classes, model)
+    return seeded_build(seed_for(seed, len(partition.parties)), lambda: build_head(in_dim, partition.n_classes, model))
 
 
 def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
