@@ -66,6 +66,7 @@ import tenseal as ts
 import tenseal.sealapi as sealapi
 
 from securevfl.crypto import ckks_rotations as rot
+from securevfl.crypto import tiles
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, he_threads, pack_blobs, unpack_blobs
 from securevfl.crypto.ckks_rotations import KAPPA_COST_BITS
 from securevfl.errors import UserError
@@ -331,13 +332,6 @@ class CKKSBackend(HEBackend):
         return pack_blobs({"galois": self.rotations}, [ctx, self._galois_bytes] if self.rotations else [ctx])
 
     # ------------------------------------------------------------------ layout
-    def _layout(self, m: int, n: int) -> tuple[int, int]:
-        if n > self.slots:
-            raise UserError(f"--he ckks: a row of {n} values does not fit {self.slots} slots; raise "
-                            "poly_modulus_degree")
-        r = min(m, self.slots // n)
-        return r, self.slots // (r * n)
-
     def _real(self, x: np.ndarray, scale_bits: int) -> np.ndarray:
         return np.asarray(x, dtype=object).astype(np.float64) / 2.0 ** scale_bits
 
@@ -346,13 +340,9 @@ class CKKSBackend(HEBackend):
             return self._encrypt_rot(x, ops)
         x = self._real(x, self.f)
         m, n = x.shape
-        r, t = self._layout(m, n)
-        cts = []
+        r, t = tiles.layout(m, n, self.slots, "ckks")
         with self.timer.time("encrypt"):
-            for c in range(0, m, r):
-                block = np.zeros((r, n))
-                block[: min(r, m - c)] = x[c:c + r]
-                cts.append(ts.ckks_vector(self.ctx, np.tile(block.ravel(), t).tolist()))
+            cts = [ts.ckks_vector(self.ctx, vec.tolist()) for vec in tiles.chunk_vectors(x, r, t)]
         return CKKSMatrix(cts, (m, n), r, t)
 
     def _repeat(self, ex: CKKSMatrix, ci: int, k: int) -> ts.CKKSVector:
@@ -378,17 +368,12 @@ class CKKSBackend(HEBackend):
             for ci, ct in enumerate(ex.cts):
                 lo = ci * r
                 valid = min(r, m - lo)
-                groups = list(range(0, p, t))
-                mult = np.zeros((len(groups), t, r, n))
+                groups = tiles.groups(p, t)
+                mult = np.stack([tiles.multipliers(w, side, lo, valid, r, n, t, ks) for ks in groups])
                 terms = np.zeros((len(groups), self.slots), dtype=complex)
-                for gi, g in enumerate(groups):
-                    ks = list(range(g, min(g + t, p)))
+                for gi, ks in enumerate(groups):
+                    g = ks.start
                     u = rng.uniform((len(ks), valid, n), -s, s)
-                    for tau, k in enumerate(ks):
-                        if side == "right":  # term (i, j) = X[i, j] W[j, k]; reduce over j
-                            mult[gi, tau, :valid] = w[:, k][None, :]
-                        else:  # term (i, j) = W[k, i] X[i, j]; reduce over i (and chunks)
-                            mult[gi, tau, :valid] = w[k, lo:lo + valid][:, None]
                     if side == "right":
                         if not hide:
                             u -= u.mean(2, keepdims=True)
@@ -548,14 +533,8 @@ class CKKSBackend(HEBackend):
                 # a chunk's ciphertexts as one TenSEAL vector: decrypted on the context's n_threads
                 vec = ts.ckks_vector_from(self.ctx, vector_proto(row, self.slots, e.scale))
                 vals = np.asarray(vec.decrypt()).reshape(len(row), self.slots)
-                for gi, v in enumerate(vals):
-                    g = gi * t
-                    nk = min(t, p - g)
-                    v = v[: t * r * n].reshape(t, r, n)[:nk, :valid]
-                    if e.side == "right":
-                        y[lo:lo + valid, g:g + nk] = v.sum(2).T
-                    else:
-                        y[g:g + nk] += v.sum(1)
+                for v, ks in zip(vals, tiles.groups(p, t), strict=True):
+                    tiles.reduce_terms(y, v[: t * r * n].reshape(t, r, n), e.side, lo, valid, ks)
         return y
 
     def decrypt(self, e: Encrypted) -> np.ndarray:
