@@ -337,6 +337,7 @@ classes, so they are named here by module path and imported on first use, withou
 CUT_LAYERS.register(PlainCutLayer)
 CUT_LAYERS.register_lazy("ckks", "securevfl.crypto:CKKSCutLayer")
 CUT_LAYERS.register_lazy("paillier", "securevfl.crypto:PaillierCutLayer")
+CUT_LAYERS.register_lazy("bfv", "securevfl.crypto:BFVCutLayer")
 
 
 TEST_FIXTURE_PARAMS = ("seeded_shares",)
@@ -357,7 +358,7 @@ def make_cut_layer(name: str, *, interactive: bool = True, mixing: str = "off", 
     """The cut layer ``--he name --he-param key=value ...`` asks for.
 
     Args:
-        name: ``off``, ``ckks`` or ``paillier``.
+        name: ``off``, ``ckks``, ``bfv`` or ``paillier``.
         interactive: split the head's first linear layer into the interactive layer (the method's
             ``interactive_layer``; the HE schemes need it).
         mixing: the interactive layer's secret mixing, ``auto`` (on under HE), ``off`` or ``on``
@@ -367,5 +368,5 @@ def make_cut_layer(name: str, *, interactive: bool = True, mixing: str = "off", 
         A fresh cut layer (its ends are made per passive party by the federation).
     """
     if name == "off" and params:
-        raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks or --he paillier")
+        raise UserError(f"--he-param {sorted(params)[0]} needs --he ckks, bfv or paillier")
     return CUT_LAYERS.get(name)(interactive=interactive, mixing=mixing_for(mixing, name), **params)

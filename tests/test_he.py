@@ -16,7 +16,8 @@ from securevfl.channel.codec import decode_tensor
 from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.crypto.backend import load_ints, unpack_blobs
-from securevfl.crypto.ckks import CKKSBackend
+from securevfl.crypto.ckks import CKKSBackend, seal_dumps
+from securevfl.crypto.bfv import BFVBackend
 from securevfl.crypto.paillier import NaivePaillierBackend, PaillierBackend
 from securevfl.crypto.protocol import fixed, real
 from securevfl.data import dataset_status
@@ -24,7 +25,8 @@ from securevfl.interactive import Drbg, first_linear, init_factors
 from securevfl.lab.compose import execute
 
 HAVE_FMNIST = dict((n, ok) for n, ok, _ in dataset_status())["fashion-mnist"]
-FAST = {"ckks": {"seeded_shares": True}, "paillier": {"key_bits": 2048, "seeded_shares": True}}
+FAST = {"ckks": {"seeded_shares": True}, "bfv": {"seeded_shares": True},
+        "paillier": {"key_bits": 2048, "seeded_shares": True}}
 
 
 def small_cfg(he: str = "off", **kw) -> RunConfig:
@@ -48,7 +50,8 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     lambda: CKKSBackend({"packing": "rotations"}),
     lambda: PaillierBackend({"key_bits": 2048}, slot_bits=120),
     lambda: NaivePaillierBackend({"key_bits": 2048}),
-], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive"])
+    lambda: BFVBackend({}, slot_bits=142),
+], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive", "bfv"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_backend_products_match_numpy(make, threads, monkeypatch):
     """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
@@ -59,7 +62,8 @@ def test_backend_products_match_numpy(make, threads, monkeypatch):
     owner = make()
     if threads > 1 and isinstance(owner, NaivePaillierBackend):
         pytest.skip("the naive baseline is single-core by design")
-    kw = {"slot_bits": 120} if isinstance(owner, PaillierBackend) else {}
+    kw = {"slot_bits": 120} if isinstance(owner, PaillierBackend) else {"slot_bits": 142} if isinstance(
+        owner, BFVBackend) else {}
     other = type(owner).from_public(owner.public_bytes(), owner.params, **kw)
     assert owner.has_secret() and not other.has_secret()
     rng = np.random.default_rng(1)
@@ -86,7 +90,7 @@ def test_backend_products_match_numpy(make, threads, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------- invariants
-@pytest.mark.parametrize("he", ["ckks", "paillier"])
+@pytest.mark.parametrize("he", ["ckks", "paillier", "bfv"])
 def test_transcript_invariants(he):
     """Kinds of traffic, no plaintext activation or label bytes, the context carries no secret key.
     (Whether what crosses *reveals* a secret is tested by attacks: tests/test_he_attacks.py.)"""
@@ -116,6 +120,14 @@ def test_transcript_invariants(he):
         assert head == {"galois": False} and len(blobs) == 1
         ctx = ts.context_from(blobs[0])
         assert not ctx.is_private() and not ctx.has_secret_key()
+    elif he == "bfv":  # one public key per plaintext modulus; no secret key's bytes anywhere in it
+        head, blobs = unpack_blobs(ctx_msgs[0].payload)
+        be = p.cut_end.backend
+        assert set(head) == {"n", "plain"} and len(blobs) == len(be.plain) == 3
+        for sk in be.secret:
+            assert seal_dumps(sk)[64:128] not in ctx_msgs[0].payload
+        other = BFVBackend.from_public(ctx_msgs[0].payload, be.params, slot_bits=142)
+        assert not other.has_secret()
     else:
         head, blobs = unpack_blobs(ctx_msgs[0].payload)
         assert set(head) == {"n", "h"} and not blobs
@@ -149,7 +161,10 @@ def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
     ("ckks", {"he_params": {**FAST["ckks"], "packing": "rotations"}}),
     ("ckks", {"he_params": {**FAST["ckks"], "packing": "rotations"}, "model__head_hidden": (32,),
               "model__cut_dim": 16, "model__interactive_mixing": "off"}),
-], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32"])
+    ("bfv", {}),
+    ("bfv", {"optim__optimizer": "adam", "optim__lr": 1e-3, "partition__n_parties": 3}),
+], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32",
+        "bfv", "bfv-adam-3parties"])
 def test_he_matches_plaintext_same_seed(he, kw):
     off, u_off, _ = losses_and_utility(small_cfg("off", **{k: v for k, v in kw.items() if k != "he_params"}))
     on, u_on, res = losses_and_utility(small_cfg(he, **kw))
@@ -274,7 +289,9 @@ def test_cli_json_cost_carries_he(capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--he", "foo"], "available: ckks, off, paillier"),
+    (["--he", "foo"], "available: bfv, ckks, off, paillier"),
+    (["--he", "bfv", "--he-param", "mask_bits=20"], "mask_bits must be in 40..128"),
+    (["--he", "bfv", "--he-param", "poly_modulus_degree=8192"], "poly_modulus_degree must be one of"),
     (["--he", "ckks", "--he-param", "poly_modulus_degree=2048"], "128-bit security"),
     (["--he", "ckks", "--he-param", "coeff_mod_bit_sizes=[60,40,40,40,40,40,60]",
       "--he-param", "poly_modulus_degree=4096"], "128-bit security"),
