@@ -16,8 +16,8 @@ from securevfl.channel.codec import decode_tensor
 from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.crypto.backend import load_ints, unpack_blobs
-from securevfl.crypto.ckks import CKKSBackend, seal_dumps
 from securevfl.crypto.bfv import BFVBackend
+from securevfl.crypto.ckks import CKKSBackend, seal_dumps
 from securevfl.crypto.paillier import NaivePaillierBackend, PaillierBackend
 from securevfl.crypto.protocol import fixed, real
 from securevfl.data import dataset_status
