@@ -38,8 +38,8 @@ class RunConfig:
         OS CSPRNG and is never recorded. A run with it set is marked 'not private (mechanism seed
         fixed)'.""")
     he: str = setting("off", flag="--he", doc="""
-        Cut-layer protection: ``off`` (plaintext), ``ckks`` or ``paillier`` (the HE-protected
-        interactive layer).""")
+        Cut-layer protection: ``off`` (plaintext), ``ckks``, ``bfv`` or ``paillier`` (the HE-protected
+        interactive layer; ``bfv`` and ``paillier`` hide every mask by ≥ 40 bits, ``ckks`` by 12).""")
     he_params: dict = setting(factory=dict, flag="--he-param", cli="keyvalue", doc="""
         HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``;
         on the command line one ``KEY=VALUE`` per flag (repeatable).""")

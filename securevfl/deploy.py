@@ -22,7 +22,7 @@ Protocol, all through the channel (the passive party's script is :func:`serve_ru
 4. active → passive CONTROL ``{"op": "end"}``; passive → active CONTROL its report (its feature
    defenses' privacy reports, its HE scheme description, its own byte counts).
 
-Scope: the ``splitnn`` method (supervised split learning) with any defense, ``--he off|ckks|paillier``
+Scope: the ``splitnn`` method (supervised split learning) with any defense, ``--he off|ckks|bfv|paillier``
 and PSI or plain alignment. Methods with stages outside the supervised loop (pre-training, SSL,
 imputation) have no passive script yet and are refused with that reason; so are attacks (their
 adversary's view lives in another process, and their scoring needs the simulator's ground truth).

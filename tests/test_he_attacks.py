@@ -6,7 +6,7 @@ shares, its factor, its own activations / gradients). The *judge* (the test) rea
 objects for the ground truth only. Every attack has a control that shows the same code succeeds
 when the protection is removed, so a passing test cannot be vacuous.
 
-Attacks (both schemes, h ≥ d and h < d, 3 epochs):
+Attacks (every scheme, h ≥ d and h < d, 3 epochs):
 - A, linear reconstruction of t = tanh(z) without auxiliary rows: through its own share V
   (t̂ = a_P V⁺) and through its factor Y, following W_P's updates with its own g (finding 1's
   attack). Control: P's secret factor X replaced by the identity (W_P(0) known to A, the old
@@ -210,7 +210,8 @@ def passive_regressions(truth: Truth, be) -> dict[str, float]:
 
 
 CASES = [("ckks", "h>=d"), ("ckks", "h<d"), ("paillier", "h>=d"),
-         pytest.param("paillier", "h<d", marks=pytest.mark.slow)]  # Paillier runs take ≈ 15–30 s each
+         pytest.param("paillier", "h<d", marks=pytest.mark.slow),  # Paillier runs take ≈ 15–30 s each
+         ("bfv", "h>=d"), pytest.param("bfv", "h<d", marks=pytest.mark.slow)]
 
 
 @pytest.mark.parametrize("he,shape", CASES)
@@ -254,7 +255,8 @@ def label_accuracy(truth: Truth, be, use_true_w: bool) -> tuple[float, float]:
     return hits / n, max(counts.values()) / n
 
 
-@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow),
+                                pytest.param("bfv", marks=pytest.mark.slow)])
 def test_passive_label_recovery_through_decrypted_slots_fails(he, monkeypatch):
     """Linear softmax head (h = 10 classes ≤ d = 16): with W_P the passive party would read every label
     off ∂L/∂t (control ≥ 0.95); through what it decrypts it stays at the prior."""

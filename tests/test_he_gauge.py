@@ -275,7 +275,8 @@ def check(got: dict, leak: dict, control: dict) -> None:
         assert 1 - control[k] < threshold and control[k] > CONTROL, (k, control, leak)
 
 
-@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow),
+                                pytest.param("bfv", marks=pytest.mark.slow)])
 def test_active_gauge_attack_fails_with_mixing(he, monkeypatch):
     """h > d: A's gauge attack recovers t up to rotation without the mixing (control) and no more
     than t' (the documented leakage) with it."""
@@ -295,7 +296,8 @@ def test_square_layer_gauge_attack_gets_no_more_than_the_leakage(monkeypatch):
         assert 1 - got[k] >= (1 - leak[k]) / 2, (k, got, leak)
 
 
-@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow),
+                                pytest.param("bfv", marks=pytest.mark.slow)])
 def test_passive_gauge_attack_fails_with_mixing(he, monkeypatch):
     """h < d (linear head): P's mirrored attack recovers g up to rotation without the mixing (control)
     and no more than g' (the documented leakage) with it."""
@@ -362,7 +364,7 @@ def test_weight_bound_rescales_before_the_masks_bound_is_passed(monkeypatch):
     assert ctrl_err is None and max(ctrl) > 16, ctrl
 
 
-@pytest.mark.parametrize("he", ["ckks", pytest.param("paillier", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("he", ["ckks", "bfv", pytest.param("paillier", marks=pytest.mark.slow)])
 def test_rescaled_layer_computes_the_same_function(he, monkeypatch):
     """Rescaling changes the stored representation only: with a learning rate that makes the bound
     rescale mid-run, HE-on (seeded) still matches HE-off step for step."""

@@ -15,7 +15,7 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   parameter is the strength axis: ``{iso: [1, 5, 25]}``, ``{dp: {clip: 1.0, noise: [0.5, 1.0]}}``.
 - ``attacks``: attack names, specs (``mc:n_aux=20``) or one-key mappings ``{mc: {n_aux: 20, steps: 600}}``;
   a list value sweeps that parameter (``{mc: {n_aux: [20, 80]}}``: one cell per value, the swept key
-  shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``paillier`` or a list of them, each optionally
+  shows as ``mc:n_aux``); ``he``: ``off`` / ``ckks`` / ``bfv`` / ``paillier`` or a list of them, each optionally
   with parameters (``{paillier: {key_bits: 2048}}``, as ``--he-param``);
   ``seeds``: list of ints; ``train``, ``model``, ``optim``: sections of the run config (a list given
   for a scalar ``model`` key sweeps it like a strength, e.g. ``model: {cut: [1, 2, 3]}``, shown as

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 from securevfl.lab.report.frame import pareto_front, setting_label  # noqa: E402
 from securevfl.lab.report.text import he_cost_label  # noqa: E402
 
-_HE_MARKERS = {"off": "o", "ckks": "s", "paillier": "^"}
+_HE_MARKERS = {"off": "o", "ckks": "s", "bfv": "D", "paillier": "^"}
 
 
 def _short(r) -> str:
@@ -250,8 +250,8 @@ def image_grid(attacks: pd.DataFrame, dataset: str, attack: str, path: Path) -> 
     if at.empty:
         return None
     at = at[at.seed == at.seed.min()].drop_duplicates(["method", "defense", "he", "swept"])
-    he_order = {"off": 0, "ckks": 1, "paillier": 2}
-    at = at.assign(_defended=at.family != "none", _he=at.he.map(he_order).fillna(3)).sort_values(
+    he_order = {"off": 0, "ckks": 1, "bfv": 2, "paillier": 3}
+    at = at.assign(_defended=at.family != "none", _he=at.he.map(he_order).fillna(4)).sort_values(
         ["method", "_defended", "strength", "_he"]).head(8)
 
     def images(ex: dict, key: str) -> np.ndarray:  # uint8 rows as the attack stored them, in [0, 1]
