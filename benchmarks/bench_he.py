@@ -1,5 +1,5 @@
-"""Seconds and bytes per training step with the cut layer in plaintext, CKKS, packed Paillier and
-naive per-value Paillier (issue 9).
+"""Seconds and bytes per training step with the cut layer in plaintext, CKKS (both packings), BFV,
+packed Paillier and naive per-value Paillier (issue 9).
 
 One federation per mode (same partition, seed and batches): ``splitnn``, two parties, batch B,
 bottom output d, head ``Linear(·, h) → ReLU → Linear(h, K)`` so the interactive layer is d×h.
@@ -37,11 +37,12 @@ MODES = {
     "off": ("off", {}),
     "ckks": ("ckks", {}),
     "ckks-rotations": ("ckks", {"packing": "rotations"}),
+    "bfv": ("bfv", {}),
     "paillier-3072": ("paillier", {"key_bits": 3072}),
     "paillier-2048": ("paillier", {"key_bits": 2048}),
     "paillier-naive-2048": ("paillier", {"key_bits": 2048, "packing": False}),
 }
-STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "paillier-3072": 2, "paillier-2048": 3, "paillier-naive-2048": 1}
+STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "bfv": 5, "paillier-3072": 2, "paillier-2048": 3, "paillier-naive-2048": 1}
 
 
 def run_mode(name: str, part, args) -> dict:

@@ -15,7 +15,7 @@ from securevfl.federation import align, build_federation
 from securevfl.lab.compose import build_partition
 from securevfl.training import SplitTrainer, TrainConfig
 
-MODES = {"ckks": {}, "ckks-rotations": {"packing": "rotations"}, "paillier": {"key_bits": 2048}}
+MODES = {"ckks": {}, "ckks-rotations": {"packing": "rotations"}, "bfv": {}, "paillier": {"key_bits": 2048}}
 
 
 def _step(he: str, params: dict):

@@ -53,7 +53,8 @@ COEFF_BITS = (60,) * 6  # 5 data primes and the special prime
 SEND_PRIMES = 3  # data primes a product keeps when it leaves the active party
 PLAIN_BITS = 59
 FLOOD_HI, FLOOD_SHIFT = 62, 38  # u_F = hi·2^38 + lo, hi uniform on [−2^62, 2^62), lo on [0, 2^38)
-SECURE_N = {16384: 438, 32768: 881}  # max log2 q for 128-bit security (ternary secret)
+SECURE_N = {16384: 438, 32768: 881}
+HALF = 1 << 30  # max log2 q for 128-bit security (ternary secret)
 
 
 def bfv_ranges(p: dict) -> dict:
@@ -190,8 +191,12 @@ class BFVBackend(HEBackend):
 
     # ------------------------------------------------------------------ key owner
     def _encode(self, i: int, vals: np.ndarray) -> sealapi.Plaintext:
+        """Slots mod t_i (integers of any size; int64 arrays already in [0, t_i) pass straight through)."""
+        vals = np.asarray(vals)
+        if vals.dtype != np.int64:
+            vals = np.mod(vals.astype(object), self.plain[i]).astype(np.int64)
         pt = sealapi.Plaintext()
-        self.encoders[i].encode([int(v) for v in np.mod(np.asarray(vals, dtype=object), self.plain[i])], pt)
+        self.encoders[i].encode(vals.tolist(), pt)
         return pt
 
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
@@ -209,7 +214,8 @@ class BFVBackend(HEBackend):
         m, n = e.x_shape
         r, t = e.rows, e.tiles
         p = e.shape[1] if e.side == "right" else e.shape[0]
-        per_mod = [np.zeros(e.shape, dtype=object) for _ in self.plain]
+        # the reduction in int64 on 30-bit halves of each slot (exact for < 2^33 terms an output)
+        halves = [(np.zeros(e.shape, dtype=np.int64), np.zeros(e.shape, dtype=np.int64)) for _ in self.plain]
         with self.timer.time("decrypt"):
             for ci, row in enumerate(e.cts):
                 lo = ci * r
@@ -218,9 +224,12 @@ class BFVBackend(HEBackend):
                     for i, blob in enumerate(group):
                         pt = sealapi.Plaintext()
                         self.decryptors[i].decrypt(seal_loads(self.ctxs[i], blob), pt)
-                        v = np.array(self.encoders[i].decode_uint64(pt), dtype=np.uint64)[: t * r * n]
-                        tiles.reduce_terms(per_mod[i], v.astype(object).reshape(t, r, n), e.side, lo, valid, ks)
-            return crt([y % q for y, q in zip(per_mod, self.plain, strict=True)], self.plain)
+                        v = np.array(self.encoders[i].decode_uint64(pt), dtype=np.uint64)[: t * r * n].reshape(t, r, n)
+                        for acc, part in zip(halves[i], (v & np.uint64(HALF - 1), v >> np.uint64(30)), strict=True):
+                            tiles.reduce_terms(acc, part.astype(np.int64), e.side, lo, valid, ks)
+            per_mod = [(lo_.astype(object) + hi_.astype(object) * HALF) % q
+                       for (lo_, hi_), q in zip(halves, self.plain, strict=True)]
+            return crt(per_mod, self.plain)
 
     # ------------------------------------------------------------------ the other party
     def _uniform_mod(self, rng, shape: tuple[int, ...], q: int) -> np.ndarray:
@@ -287,6 +296,7 @@ class BFVBackend(HEBackend):
         mask = (rng.ints(out_shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
                 else np.zeros(out_shape, dtype=object))
         target = np.asarray(addend, dtype=object) + mask  # what each output's masks must sum to
+        w_mod = [np.mod(w, q).astype(np.int64) for q in self.plain]  # A's plaintext, reduced once per modulus
         chunks = list(range(0, m, r))
         sums = [np.zeros(out_shape, dtype=object) for _ in self.plain]  # left: mask sums of earlier chunks
         out = []
@@ -295,20 +305,19 @@ class BFVBackend(HEBackend):
                 valid = min(r, m - lo)
                 row = []
                 for ks in tiles.groups(p, t):
-                    mult = tiles.multipliers(w, side, lo, valid, r, n, t, ks)
                     group = []
                     for i, q in enumerate(self.plain):
-                        u = self._uniform_mod(rng, (t, r, n), q).astype(object)
+                        mult = tiles.multipliers(w_mod[i], side, lo, valid, r, n, t, ks)
+                        u = self._uniform_mod(rng, (t, r, n), q)  # int64 in [0, q); sums in Python integers
                         if side == "right":  # output (row, k): its terms lie in this chunk; fix the last
-                            own = u[: len(ks), :valid].sum(2).T
-                            want = target[lo:lo + valid, ks.start:ks.stop] - (own - u[: len(ks), :valid, -1].T)
-                            u[: len(ks), :valid, -1] = (want % q).T
+                            head = u[: len(ks), :valid, :-1].astype(object).sum(2).T
+                            want = target[lo:lo + valid, ks.start:ks.stop] - head
+                            u[: len(ks), :valid, -1] = (want % q).T.astype(np.int64)
                         elif ci < len(chunks) - 1:  # output (k, col) sums over rows of every chunk
-                            sums[i][ks.start:ks.stop] += u[: len(ks), :valid].sum(1)
+                            sums[i][ks.start:ks.stop] += u[: len(ks), :valid].astype(object).sum(1)
                         else:
-                            own = sums[i][ks.start:ks.stop] + u[: len(ks), :valid].sum(1)
-                            want = target[ks.start:ks.stop] - (own - u[: len(ks), valid - 1])
-                            u[: len(ks), valid - 1] = want % q
+                            head = sums[i][ks.start:ks.stop] + u[: len(ks), : valid - 1].astype(object).sum(1)
+                            u[: len(ks), valid - 1] = ((target[ks.start:ks.stop] - head) % q).astype(np.int64)
                         prod = sealapi.Ciphertext(self.ctxs[i])
                         self.evaluators[i].multiply_plain(self._input(ex, ci, i), self._encode(i, mult.ravel()), prod)
                         self.evaluators[i].add_plain_inplace(prod, self._encode(i, u.ravel()))
