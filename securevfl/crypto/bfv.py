@@ -18,7 +18,7 @@ without, 0 (the key owner learns the exact sum, never a term).
 
 **Circuit privacy.** The key owner P holds the secret key and every input ciphertext it sent, so a raw
 product [[x]]·w gives A's plaintext w away twice: c1 = c1_in·w (P divides by its own c1_in in R_q and
-reads w exactly: the control attack of tests/test_he_bfv.py) and the phase noise e·w − (t mod q)·k
+reads w exactly: the control attack of tests/test_he_circuit.py) and the phase noise e·w − (t mod q)·k
 (P knows its own e). Before a product leaves the active party it
 1. switches the modulus from the 5 data primes to :data:`SEND_PRIMES` (dividing the product's noise,
    ≤ N·t·(2^5 + 2t) ≈ 2^133, by ≈ 2^120, plus the switch's rounding ≤ (1 + N)/2),
