@@ -471,3 +471,32 @@ def test_parties_in_threads_initialise_as_in_one(monkeypatch, locked: bool) -> N
     for t in threads:
         t.join()
     assert (not bad) if locked else bad
+
+
+@pytest.mark.slow
+def test_bfv_over_grpc_keeps_its_secret_keys(files, monkeypatch) -> None:
+    """``--he bfv`` deployed: the key owner's three public keys cross once (found in the captured bytes:
+    the control that key material is seen when it is there), its secret keys never do, and the run
+    scores like the in-process one (fresh OS-entropy shares in each)."""
+    import securevfl.deploy as deploy_mod
+    from securevfl.crypto.ckks import seal_dumps
+    from securevfl.lab.compose import execute
+
+    layers = []
+    real = deploy_mod.make_cut_layer
+
+    def capture(*a, **kw):
+        layers.append(real(*a, **kw))
+        return layers[-1]
+
+    monkeypatch.setattr(deploy_mod, "make_cut_layer", capture)
+    p = Passive(files)
+    r = deploy(files, small_cfg(files, "guest", he="bfv"), [p])
+    p.close()
+    assert p.status == 0 and r["cost"]["he"]["scheme"] == "bfv" and r["cost"]["he"]["hiding_bits"] == 40
+    be = next(layer for layer in layers if layer.passive_ends).passive_ends[0].backend
+    captured = b"".join([m.payload for m in r["_channel"].transcript] + [m.payload for m in p.channel.transcript])
+    assert all(seal_dumps(pk)[64:128] in captured for pk in be.public)
+    assert not any(seal_dumps(sk)[64:128] in captured for sk in be.secret)
+    sim = execute(small_cfg(files, "guest", "host", he="bfv"), progress=False).to_json()
+    assert abs(r["utility"]["test"] - sim["utility"]["test"]) < 0.1
