@@ -1,13 +1,13 @@
-"""The HE-protected interactive layer, scheme-agnostic (CKKS and Paillier share it).
+"""The HE-protected interactive layer, scheme-agnostic (CKKS, BFV and Paillier share it).
 
 The layer is :mod:`securevfl.interactive` (t = tanh(z), a_P = t W_P, clip of g, momentum SGD on W_P)
 computed on additive shares: the active party A holds V, the passive party P holds R, W_P = V + R,
 and the velocity likewise (b = b_A + b_P). P owns the key pair; only the public context/key crosses.
 Everything is fixed point: t, g, W at 2^f (``frac_bits`` f = 20), products and velocities at 2^2f,
-as Python integers — Paillier computes on them exactly, CKKS approximately.
+as Python integers — Paillier and BFV compute on them exactly, CKKS approximately.
 
-Public bounds size every mask (so the hiding is a number, κ = the backend's ``kappa``: Paillier's
-``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_s| ≤
+Public bounds size every mask (so the hiding is a number, κ = the backend's ``kappa``: Paillier's and
+BFV's ``mask_bits`` ≥ 40, CKKS 12, see ckks.py): |t| ≤ 1 (tanh), |g| ≤ GRAD_BOUND (clip), |W_s| ≤
 2^``weight_bits`` for the stored matrix W_s = W_P / 2^e (the active party's running bound,
 :class:`securevfl.interactive.WeightBound`, rescales the shares before an update could pass it, and
 refuses past e = MAX_RESCALE_BITS), sums over ≤ 2^``max_terms_bits`` terms (B, d, h).
