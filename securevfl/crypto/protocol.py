@@ -33,7 +33,8 @@ values each masked by a fresh uniform κ bits above the secret (tV + E, G + M, i
 F) and ∂L/∂t = g W_Pᵀ, which it receives with HE off too. HE does not protect labels from P: that
 is what the defenses are for; the defense point is g in both modes (interactive.py).
 
-Paillier results are re-randomised (fresh obfuscator) and exact. CKKS product slots carry the key
+Paillier results are re-randomised (fresh obfuscator) and exact; BFV results are exact, switched down,
+re-randomised with a fresh encryption of zero and noise-flooded (bfv.py). CKKS product slots carry the key
 owner's encryption error times A's plaintext: the real parts under the term masks (κ bits), the
 imaginary parts under a fresh uniform flood κ_f bits above a public bound on that noise (ckks.py;
 κ_f = ``flooding_bits``, 51 at the defaults).
