@@ -358,3 +358,19 @@ def test_seeded_shares_is_refused_from_user_input(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "seeded_shares is a test fixture" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_bfv_product_uses_the_crt_its_public_bound_needs():
+    """A product computes in the fewest plaintext moduli its public bound allows (the number of
+    ciphertexts is visible, so only public bounds choose it) and stays exact."""
+    owner = BFVBackend({}, slot_bits=142)
+    other = BFVBackend.from_public(owner.public_bytes(), owner.params, slot_bits=142)
+    rng = np.random.default_rng(2)
+    x, w = fixed(rng.uniform(-1, 1, (40, 8)), 20), fixed(rng.normal(size=(8, 5)), 20)
+    add = Drbg().ints((40, 5), 90)
+    ex = other.loads(owner.dumps(owner.encrypt(x, frozenset({"right"}))))
+    for hide, term_bits, bits, k in [(False, 43, 91, 2), (True, 43, 91, 2), (True, 84, 91, 3), (False, 43, None, 3)]:
+        res, mask = other.right(ex, w, add, term_bits, hide, Drbg(), addend_bits=bits)
+        got = owner.loads(other.dumps(res))
+        assert got.moduli == k and np.array_equal(owner.decrypt(got) - mask, x @ w + add)
+    assert owner.moduli_for(100) == 2 and owner.moduli_for(120) == 3

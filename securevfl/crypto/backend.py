@@ -140,15 +140,16 @@ class HEBackend(ABC):
     # ---- other party (plaintext-side products), integers throughout
     @abstractmethod
     def right(self, ex: Encrypted, w: np.ndarray, addend: np.ndarray, term_bits: int, hide: bool,
-              rng) -> tuple[Encrypted, np.ndarray]:
+              rng, addend_bits: int | None = None) -> tuple[Encrypted, np.ndarray]:
         """[[X @ W + addend + mask]] and the mask. ``term_bits`` bounds |X_ij W_jk|; with ``hide`` each
         output gets a fresh uniform mask ``kappa`` bits above its bound (drawn from ``rng``), without,
         the mask is 0 — a scheme whose slots hold single terms (CKKS) still blinds every term with
-        masks that cancel in each output."""
+        masks that cancel in each output. ``addend_bits``: a public bound on |addend| (BFV sizes its
+        CRT by it; None: the largest size)."""
 
     @abstractmethod
     def left(self, w: np.ndarray, ex: Encrypted, addend: np.ndarray, term_bits: int, hide: bool,
-             rng) -> tuple[Encrypted, np.ndarray]:
+             rng, addend_bits: int | None = None) -> tuple[Encrypted, np.ndarray]:
         """[[W @ X + addend + mask]] and the mask (as :meth:`right`)."""
 
     # ---- wire format

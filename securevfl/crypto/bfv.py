@@ -6,9 +6,10 @@ which CKKS's double-precision decoding caps at 12) — at a lattice scheme's SIM
 protocol's fixed-point results need ≈ 2^142 (``slot_bits``: a κ-bit mask above a κ-bit share above
 |W_P|). So a value lives in Z_P, P = t_1·…·t_k, with k plaintext moduli (59-bit primes ≡ 1 mod 2N,
 SEAL's batching primes; the coefficient primes have 60 bits, so they never coincide), one SEAL context
-each with the same ring: every encryption and product is done in each context, and the key owner
-recombines by CRT. k is the least number of primes whose product holds ``slot_bits`` + sign: 3 at the
-defaults.
+each with the same ring: inputs are encrypted in each context, and the key owner recombines a
+product's residues by CRT. k is the least number of primes whose product holds ``slot_bits`` + sign: 3
+at the defaults; a product computes in the fewest of them its own public bound needs (``addend_bits``
+from the protocol): 3 for the masked forward product, 2 for the backward ones and the set-up.
 
 **Layout** ``terms`` (tiles.py), as CKKS's default: one term per slot, the reduction after decryption.
 Every slot that reaches the key owner carries a mask uniform mod t_i in every context — uniform mod P,
@@ -113,6 +114,7 @@ class BFVProducts(Encrypted):
     x_shape: tuple[int, int]
     rows: int
     tiles: int
+    moduli: int  # the CRT's size for this product (the first ``moduli`` plaintext moduli)
 
 
 class BFVBackend(HEBackend):
@@ -203,7 +205,8 @@ class BFVBackend(HEBackend):
         """Encrypted with the secret key and saved seeded (half a ciphertext): the key owner only sends inputs."""
         assert self.secret is not None
         x = np.asarray(x, dtype=object)
-        r, t = tiles.layout(*x.shape, self.slots, "bfv")
+        m, n = x.shape
+        r, t = tiles.layout(m, n, self.slots, "bfv")
         with self.timer.time("encrypt"):
             blobs = [[seal_dumps(self.sym[i].encrypt_symmetric(self._encode(i, vec))) for i in range(len(self.plain))]
                      for vec in tiles.chunk_vectors(x, r, t)]
@@ -215,7 +218,8 @@ class BFVBackend(HEBackend):
         r, t = e.rows, e.tiles
         p = e.shape[1] if e.side == "right" else e.shape[0]
         # the reduction in int64 on 30-bit halves of each slot (exact for < 2^33 terms an output)
-        halves = [(np.zeros(e.shape, dtype=np.int64), np.zeros(e.shape, dtype=np.int64)) for _ in self.plain]
+        moduli = self.plain[:e.moduli]
+        halves = [(np.zeros(e.shape, dtype=np.int64), np.zeros(e.shape, dtype=np.int64)) for _ in moduli]
         with self.timer.time("decrypt"):
             for ci, row in enumerate(e.cts):
                 lo = ci * r
@@ -228,8 +232,8 @@ class BFVBackend(HEBackend):
                         for acc, part in zip(halves[i], (v & np.uint64(HALF - 1), v >> np.uint64(30)), strict=True):
                             tiles.reduce_terms(acc, part.astype(np.int64), e.side, lo, valid, ks)
             per_mod = [(lo_.astype(object) + hi_.astype(object) * HALF) % q
-                       for (lo_, hi_), q in zip(halves, self.plain, strict=True)]
-            return crt(per_mod, self.plain)
+                       for (lo_, hi_), q in zip(halves, moduli, strict=True)]
+            return crt(per_mod, moduli)
 
     # ------------------------------------------------------------------ the other party
     def _uniform_mod(self, rng, shape: tuple[int, ...], q: int) -> np.ndarray:
@@ -285,8 +289,15 @@ class BFVBackend(HEBackend):
             ex.cts[ci, i] = seal_loads(self.ctxs[i], ex.blobs[ci][i])
         return ex.cts[ci, i]
 
+    def moduli_for(self, bits: int) -> int:
+        """The fewest plaintext moduli whose product P holds every integer of |v| < 2^bits in (−P/2, P/2]."""
+        for k in range(1, len(self.plain) + 1):
+            if math.prod(self.plain[:k]) > 1 << (bits + 1):
+                return k
+        raise AssertionError(f"a {bits}-bit result does not fit the CRT ({len(self.plain)} moduli)")
+
     def _product(self, ex: BFVMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
-                 rng) -> tuple[BFVProducts, np.ndarray]:
+                 rng, addend_bits: int | None) -> tuple[BFVProducts, np.ndarray]:
         m, n = ex.shape
         r, t = ex.rows, ex.tiles
         w = np.asarray(w, dtype=object)
@@ -296,9 +307,14 @@ class BFVBackend(HEBackend):
         mask = (rng.ints(out_shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
                 else np.zeros(out_shape, dtype=object))
         target = np.asarray(addend, dtype=object) + mask  # what each output's masks must sum to
-        w_mod = [np.mod(w, q).astype(np.int64) for q in self.plain]  # A's plaintext, reduced once per modulus
+        # the CRT this product needs, from public bounds only (the number of ciphertexts is visible):
+        # |X W + addend + mask| < 3 · 2^(the largest of their bounds)
+        moduli = self.plain if addend_bits is None else self.plain[:self.moduli_for(
+            max(term_bits + bits_of(reduced), self.kappa + term_bits + bits_of(reduced) + 1 if hide else 0,
+                addend_bits) + 2)]
+        w_mod = [np.mod(w, q).astype(np.int64) for q in moduli]  # A's plaintext, reduced once per modulus
         chunks = list(range(0, m, r))
-        sums = [np.zeros(out_shape, dtype=object) for _ in self.plain]  # left: mask sums of earlier chunks
+        sums = [np.zeros(out_shape, dtype=object) for _ in moduli]  # left: mask sums of earlier chunks
         out = []
         with self.timer.time("matmul"):
             for ci, lo in enumerate(chunks):
@@ -306,7 +322,7 @@ class BFVBackend(HEBackend):
                 row = []
                 for ks in tiles.groups(p, t):
                     group = []
-                    for i, q in enumerate(self.plain):
+                    for i, q in enumerate(moduli):
                         mult = tiles.multipliers(w_mod[i], side, lo, valid, r, n, t, ks)
                         u = self._uniform_mod(rng, (t, r, n), q)  # int64 in [0, q); sums in Python integers
                         if side == "right":  # output (row, k): its terms lie in this chunk; fix the last
@@ -324,13 +340,13 @@ class BFVBackend(HEBackend):
                         group.append(self._leave(i, prod, rng))
                     row.append(group)
                 out.append(row)
-        return BFVProducts(out, out_shape, side, (m, n), r, t), mask
+        return BFVProducts(out, out_shape, side, (m, n), r, t, len(moduli)), mask
 
-    def right(self, ex, w, addend, term_bits, hide, rng):
-        return self._product(ex, w, "right", addend, term_bits, hide, rng)
+    def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
+        return self._product(ex, w, "right", addend, term_bits, hide, rng, addend_bits)
 
-    def left(self, w, ex, addend, term_bits, hide, rng):
-        return self._product(ex, w, "left", addend, term_bits, hide, rng)
+    def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
+        return self._product(ex, w, "left", addend, term_bits, hide, rng, addend_bits)
 
     # ------------------------------------------------------------------ wire format
     def dumps(self, e: Encrypted) -> bytes:
@@ -340,7 +356,8 @@ class BFVBackend(HEBackend):
                                    "n": len(e.blobs)}, [b for chunk in e.blobs for b in chunk])
             assert isinstance(e, BFVProducts)
             return pack_blobs({"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape,
-                               "rows": e.rows, "tiles": e.tiles, "groups": [len(row) for row in e.cts]},
+                               "rows": e.rows, "tiles": e.tiles, "groups": [len(row) for row in e.cts],
+                               "moduli": e.moduli},
                               [b for row in e.cts for group in row for b in group])
 
     def loads(self, buf: bytes) -> Encrypted:
@@ -352,14 +369,15 @@ class BFVBackend(HEBackend):
                     raise ValueError("malformed BFV ciphertext message")
                 return BFVMatrix([blobs[c * k:(c + 1) * k] for c in range(head["n"])], tuple(head["shape"]),
                                  head["rows"], head["tiles"])
-            if len(blobs) != sum(head["groups"]) * k:
+            k = int(head["moduli"])
+            if not 1 <= k <= len(self.plain) or len(blobs) != sum(head["groups"]) * k:
                 raise ValueError("malformed BFV ciphertext message")
             rows, i = [], 0
             for g in head["groups"]:
                 rows.append([blobs[i + j * k:i + (j + 1) * k] for j in range(g)])
                 i += g * k
             return BFVProducts(rows, tuple(head["shape"]), head["side"], tuple(head["x_shape"]), head["rows"],
-                               head["tiles"])
+                               head["tiles"], k)
 
     def describe(self) -> dict:
         return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "exact": True,

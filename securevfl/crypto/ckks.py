@@ -404,12 +404,12 @@ class CKKSBackend(HEBackend):
         mask_int = np.rint(mask * 2.0 ** (2 * self.f)).astype(object) if hide else np.zeros(out_shape, dtype=object)
         return CKKSProducts(out, out_shape, side, (m, n), r, t), mask_int
 
-    def right(self, ex, w, addend, term_bits, hide, rng):
+    def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
         if isinstance(ex, RotMatrix):
             return self._product_rot(ex, w, "right", addend, term_bits, hide, rng)
         return self._product(ex, w, "right", addend, term_bits, hide, rng)
 
-    def left(self, w, ex, addend, term_bits, hide, rng):
+    def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
         if isinstance(ex, RotMatrix):
             return self._product_rot(ex, w, "left", addend, term_bits, hide, rng)
         return self._product(ex, w, "left", addend, term_bits, hide, rng)

@@ -246,7 +246,7 @@ class PaillierBackend(HEBackend):
                             "(batch size, cut width and head width must stay ≤ 4096)")
         return total, mask
 
-    def right(self, ex, w, addend, term_bits, hide, rng):
+    def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
         m, n = ex.shape
         S, p, w = self.slots, w.shape[1], np.asarray(w, dtype=object)
         add, mask = self._mask((m, p), addend, term_bits, n, hide, rng)
@@ -257,7 +257,7 @@ class PaillierBackend(HEBackend):
         cts = [flat[k * len(chunks):(k + 1) * len(chunks)] for k in range(p)]
         return PackedResult((m, p), "right", cts), mask
 
-    def left(self, w, ex, addend, term_bits, hide, rng):
+    def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
         m, n = ex.shape
         S, p, w = self.slots, w.shape[0], np.asarray(w, dtype=object)
         add, mask = self._mask((p, n), addend, term_bits, m, hide, rng)
@@ -374,13 +374,13 @@ class NaivePaillierBackend(HEBackend):
                 else np.zeros(y.shape, dtype=object))
         return y + (np.asarray(addend, dtype=object) + mask), mask
 
-    def right(self, ex, w, addend, term_bits, hide, rng):
+    def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
         with self.timer.time("matmul"):
             y, mask = self._add(np.dot(ex.values, np.asarray(w, dtype=object)), addend, term_bits, ex.shape[1], hide,
                                 rng)
         return NaiveMatrix(y.shape, y), mask
 
-    def left(self, w, ex, addend, term_bits, hide, rng):
+    def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
         with self.timer.time("matmul"):
             y, mask = self._add(np.dot(np.asarray(w, dtype=object), ex.values), addend, term_bits, ex.shape[0], hide,
                                 rng)

@@ -55,6 +55,7 @@ from securevfl.crypto.backend import (
     Encrypted,
     HEBackend,
     HETimer,
+    bits_of,
     dump_ints,
     he_threads,
     load_ints,
@@ -274,7 +275,7 @@ class HEActiveEnd(ActiveEnd):
             y_rng = Drbg.derived(self.seed, f"{p}/Y") if self.layer.seeded_shares else Drbg()
             self.Y = y = fixed(draw_y(y_rng, enc_x.shape[1], h, fan_in), f)  # A's secret factor
             self.V = self.rng.ints(y.shape, bd.share)
-            res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng)
+            res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng, addend_bits=bd.share + f)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
             self.b = np.zeros(self.V.shape, dtype=object)
             # |W_P(0)|_jk = |Σ_l X_jl Y_lk| ≤ ‖X_j‖·‖Y_k‖ ≤ X_ROW_BOUND·‖Y_k‖ (the running bound's start)
@@ -285,7 +286,7 @@ class HEActiveEnd(ActiveEnd):
                 self.mix = draw_mix_a(z_rng, h)
         self._enc_t = be.loads(ep.recv(p, MessageKind.HE_CIPHERTEXT))
         zero = np.zeros((self._enc_t.shape[0], self.V.shape[1]), dtype=object)
-        res, self._E = be.right(self._enc_t, self.V, zero, f + bd.share, True, self.rng)
+        res, self._E = be.right(self._enc_t, self.V, zero, f + bd.share, True, self.rng, addend_bits=0)
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
 
     def finish_forward(self, training: bool) -> torch.Tensor:
@@ -314,7 +315,9 @@ class HEActiveEnd(ActiveEnd):
         k = (self.bound.step(real(g, f), lr, mu, wd, e) if self.bound is not None else e) - e
         u_b = self.rng.ints(self.V.shape, bd.kappa + bd.velocity)
         m = mul_real(self.b, mu, f) + mul_real(self.V, wd, f, -f - e) - u_b  # λW = λ 2^e W_s
-        gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng)  # [[Gᵀ + Mᵀ]]
+        # |m| < 3·2^(κ + velocity): μ|b_A| and |U_b| below 2^(κ + velocity), |λ V 2^(f+e)| far below
+        gm, _ = be.left(g.T, self._enc_t, m.T, 2 * f + bd.grad_bits, False, self.rng,
+                        addend_bits=bd.kappa + bd.velocity + 2)  # [[Gᵀ + Mᵀ]]
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gm))
         v_next = self.rng.ints(self.V.shape, bd.share)
         # W_s' = W_s/2^k − η b'/2^(e+k): F = V/2^k − η U_b/2^(e+k) − U' (k announced in the header)
@@ -322,7 +325,8 @@ class HEActiveEnd(ActiveEnd):
         ep.send(p, MessageKind.HE_MASKED, dump_ints(refresh, **({"rescale": k} if k else {})))
         self.scale_exp = e + k
         gv = int_matmul(g, self.V.T)
-        gw, _ = be.left(g, self._enc_rt, gv, f + bd.grad_bits + bd.share, False, self.rng)  # [[g W_Pᵀ]]
+        gw, _ = be.left(g, self._enc_rt, gv, f + bd.grad_bits + bd.share, False, self.rng,  # [[g W_Pᵀ]]
+                        addend_bits=f + bd.grad_bits + bd.share + bits_of(self.V.shape[1]))
         ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(gw))
         self.V, self.b = v_next, u_b
         self._enc_t = self._enc_rt = None
