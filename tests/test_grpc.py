@@ -185,12 +185,11 @@ def test_passive_party_as_its_own_process(files) -> None:
     assert sent and not any(n in m.payload for m in sent for n in needles)
 
 
-def test_he_secret_key_never_crosses_the_wire(files, monkeypatch) -> None:
-    """Paillier: the key owner (passive1) keeps p, q; the captured bytes of both directions hold the
-    public modulus n (the control: key material is found when it is there) and never p, q or λ."""
+def capture_cut_layers(monkeypatch) -> list:
+    """Every cut layer the deployed parties build (each process's own), for the judge to read keys from."""
     import securevfl.deploy as deploy_mod
 
-    layers = []
+    layers: list = []
     real = deploy_mod.make_cut_layer
 
     def capture(*a, **kw):
@@ -198,6 +197,13 @@ def test_he_secret_key_never_crosses_the_wire(files, monkeypatch) -> None:
         return layers[-1]
 
     monkeypatch.setattr(deploy_mod, "make_cut_layer", capture)
+    return layers
+
+
+def test_he_secret_key_never_crosses_the_wire(files, monkeypatch) -> None:
+    """Paillier: the key owner (passive1) keeps p, q; the captured bytes of both directions hold the
+    public modulus n (the control: key material is found when it is there) and never p, q or λ."""
+    layers = capture_cut_layers(monkeypatch)
     p = Passive(files)
     cfg = small_cfg(files, "guest", he="paillier", he_params={"key_bits": 2048})
     cfg.data.party_files = [str(files["guest"])]
@@ -478,18 +484,10 @@ def test_bfv_over_grpc_keeps_its_secret_keys(files, monkeypatch) -> None:
     """``--he bfv`` deployed: the key owner's three public keys cross once (found in the captured bytes:
     the control that key material is seen when it is there), its secret keys never do, and the run
     scores like the in-process one (fresh OS-entropy shares in each)."""
-    import securevfl.deploy as deploy_mod
     from securevfl.crypto.ckks import seal_dumps
     from securevfl.lab.compose import execute
 
-    layers = []
-    real = deploy_mod.make_cut_layer
-
-    def capture(*a, **kw):
-        layers.append(real(*a, **kw))
-        return layers[-1]
-
-    monkeypatch.setattr(deploy_mod, "make_cut_layer", capture)
+    layers = capture_cut_layers(monkeypatch)
     p = Passive(files)
     r = deploy(files, small_cfg(files, "guest", he="bfv"), [p])
     p.close()
