@@ -7,61 +7,56 @@ when its layer is built."""
 
 from __future__ import annotations
 
+import importlib
+
 from securevfl.crypto.backend import BackendClass
 from securevfl.crypto.protocol import HECutLayer
 
 
-class CKKSCutLayer(HECutLayer):
-    """``--he ckks``: the HE-protected interactive layer over CKKS (TenSEAL)."""
+class SchemeCutLayer(HECutLayer):
+    """The interactive layer over the scheme whose backend class ``backend_path`` names
+    (``module:Class``), imported on first use."""
 
-    name = "ckks"
+    backend_path: str
 
-    @staticmethod
-    def validate(params: dict) -> dict:
-        from securevfl.crypto.ckks import CKKSBackend
+    @classmethod
+    def backend(cls) -> BackendClass:
+        module, name = cls.backend_path.split(":")
+        return getattr(importlib.import_module(module), name)
 
-        return CKKSBackend.validate(params)
+    @classmethod
+    def validate(cls, params: dict) -> dict:  # the scheme's own check
+        return cls.backend().validate(params)
 
     @property
     def backend_cls(self) -> BackendClass:
-        from securevfl.crypto.ckks import CKKSBackend
-
-        return CKKSBackend
+        return self.backend()
 
 
-class PaillierCutLayer(HECutLayer):
-    """``--he paillier``: the same layer over packed Paillier; ``packing: false`` is the textbook
+class CKKSCutLayer(SchemeCutLayer):
+    """``--he ckks``: over CKKS (TenSEAL); ``packing: rotations`` reduces inside the ciphertext."""
+
+    name = "ckks"
+    backend_path = "securevfl.crypto.ckks:CKKSBackend"
+
+
+class BFVCutLayer(SchemeCutLayer):
+    """``--he bfv``: over BFV with exact slots (CRT over several plaintext moduli), so its masks hide
+    κ = ``mask_bits`` ≥ 40 bits as under Paillier."""
+
+    name = "bfv"
+    backend_path = "securevfl.crypto.bfv:BFVBackend"
+
+
+class PaillierCutLayer(SchemeCutLayer):
+    """``--he paillier``: over packed Paillier; ``packing: false`` is the textbook
     one-value-per-ciphertext baseline."""
 
     name = "paillier"
-
-    @staticmethod
-    def validate(params: dict) -> dict:
-        from securevfl.crypto.paillier import PaillierBackend
-
-        return PaillierBackend.validate(params)
+    backend_path = "securevfl.crypto.paillier:PaillierBackend"
 
     @property
     def backend_cls(self) -> BackendClass:
         from securevfl.crypto import paillier
 
         return paillier.PaillierBackend if self.scheme_params["packing"] else paillier.NaivePaillierBackend
-
-
-class BFVCutLayer(HECutLayer):
-    """``--he bfv``: the same layer over BFV with exact slots (CRT over several plaintext moduli), so its
-    masks hide κ = ``mask_bits`` ≥ 40 bits as under Paillier."""
-
-    name = "bfv"
-
-    @staticmethod
-    def validate(params: dict) -> dict:
-        from securevfl.crypto.bfv import BFVBackend
-
-        return BFVBackend.validate(params)
-
-    @property
-    def backend_cls(self) -> BackendClass:
-        from securevfl.crypto.bfv import BFVBackend
-
-        return BFVBackend

@@ -175,6 +175,8 @@ class BackendClass(Protocol):
     def from_public(self, blob: bytes, params: dict, *, timer: HETimer | None = ..., slot_bits: int = ...,
                     frac_bits: int = ..., weight_bits: int = ...) -> HEBackend: ...
 
+    def validate(self, params: dict) -> dict: ...
+
 
 def pack_blobs(head: dict, blobs: list[bytes]) -> bytes:
     """A JSON header and length-prefixed binary blobs (ciphertexts) in one message."""
