@@ -45,6 +45,7 @@ from securevfl.lab.compose import execute
 F = 20
 LR = 0.1
 CONTROL = 0.99
+RANK_TOL = 1e-3  # singular values below this fraction of the largest are noise to the attacker
 ACTIVE_SHAPE = {"cut_dim": 8, "head_hidden": (32,)}  # h = 32 > d = 8 (h − d ≥ d: one step pins K)
 PASSIVE_SHAPE = {"cut_dim": 32, "head_hidden": ()}  # linear head: h = 10 classes < d = 32
 
@@ -163,6 +164,11 @@ def gauge_attack(outs: list[np.ndarray], ins: list[np.ndarray | None], d: int, l
     t̂'s, K·(η S(s) N(s)) = Ŵ(0) N(s) for every step s is linear in K. Start from the first step alone
     (S = t̂(0)ᵀg(0)), then alternate: follow the run with K, re-solve K on every step at once."""
     train = [i for i, g in enumerate(ins) if g is not None]
+    # the rank the attacker sees, which can be below the public width: a softmax head's g has rows
+    # summing to 0 (rank ≤ h − 1), and a d-th direction at the noise level (5e-5 of the first, under
+    # CKKS) would make every step's complement wrong by a random direction
+    sv = np.linalg.svd(outs[train[0]], compute_uv=False)
+    d = min(d, int((sv > RANK_TOL * sv[0]).sum()))
     w0, _ = complement(outs[train[0]], d)
     comps = [complement(o, d)[1] for o in outs]
     t0 = outs[train[0]] @ w0.T
@@ -207,7 +213,7 @@ def whiten(x: np.ndarray) -> np.ndarray:
 def procrustes_r2(est: np.ndarray, true: np.ndarray) -> tuple[float, float]:
     """(max, mean) per-feature R² of ``true`` from ``est`` under the best rotation, scale and offset."""
     e, t = est - est.mean(0), true - true.mean(0)
-    u, _, vt = np.linalg.svd(e.T @ t)
+    u, _, vt = np.linalg.svd(e.T @ t, full_matrices=False)  # an isometry when est is narrower than true
     fit = e @ u @ vt
     fit *= (fit * t).sum() / max((fit * fit).sum(), 1e-300)
     sst = (t ** 2).sum(0)
