@@ -33,7 +33,8 @@ Decryption stays exact: B + 2^100 is far below Δ/2 = q/(2t) ≈ 2^120 at three 
 backend is built).
 
 Parameters: ``poly_modulus_degree`` 16384 (coefficient modulus 6 × 60 bits = 360 ≤ the 438 the
-HomomorphicEncryption.org standard allows for 128-bit security), ``mask_bits`` κ 40 (40..128).
+HomomorphicEncryption.org standard allows for 128-bit security; 32768 doubles the slots),
+``mask_bits`` κ 40 (40..128). SEAL's calls hold Python's lock, so BFV runs on one core.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ COEFF_BITS = (60,) * 6  # 5 data primes and the special prime
 SEND_PRIMES = 3  # data primes a product keeps when it leaves the active party
 PLAIN_BITS = 59
 FLOOD_HI, FLOOD_SHIFT = 62, 38  # u_F = hi·2^38 + lo, hi uniform on [−2^62, 2^62), lo on [0, 2^38)
-SECURE_N = {16384: 438, 32768: 881}
-HALF = 1 << 30  # max log2 q for 128-bit security (ternary secret)
+SECURE_N = {16384: 438, 32768: 881}  # max log2 q for 128-bit security (ternary secret); SEAL checks it too
+HALF = 1 << 30  # the decrypted reduction runs on 30-bit halves of each slot, in int64
 
 
 def bfv_ranges(p: dict) -> dict:
