@@ -329,27 +329,18 @@ def plaintext_coeffs(ct, ctx) -> tuple[np.ndarray, float]:
     """P's exact view of a ciphertext: the decrypted plaintext polynomial's integer coefficients
     (centred mod Q), via sealapi: decrypt (NTT form), wrap the residues as c0 of a ciphertext with c1 = 1
     (written uncompressed in SEAL's format), leave NTT form with SEAL's evaluator, compose the RNS."""
-    import struct
-
     import tenseal.sealapi as sealapi
 
-    from securevfl.crypto.ckks import seal_dumps, seal_loads
+    from securevfl.crypto.ckks import raw_ciphertext
 
     ct = as_seal(ct, ctx)
     seal_ctx = ctx.seal_context().data
     pt = sealapi.Plaintext()
     sealapi.Decryptor(seal_ctx, ctx.secret_key().data).decrypt(ct, pt)
     n, k = ct.poly_modulus_degree(), ct.coeff_modulus_size()
-    res = np.array([pt.data(i) for i in range(n * k)], dtype=np.uint64)
-    head = bytearray(seal_dumps(ct)[:16])
-    head[5] = 0  # compr_mode none
-    members = struct.pack("<4Q", *ct.parms_id()) + bytes([1]) + struct.pack("<QQQdQ", 2, n, k, ct.scale, 1)
-    dyn = struct.pack("<Q", 2 * n * k) + np.concatenate([res, np.ones(n * k, dtype=np.uint64)]).tobytes()
-    dyn_head = bytearray(head)
-    dyn_head[8:16] = struct.pack("<Q", 16 + len(dyn))
-    body = members + bytes(dyn_head) + dyn
-    head[8:16] = struct.pack("<Q", 16 + len(body))
-    c = seal_loads(seal_ctx, bytes(head) + body)
+    res = np.array([pt.data(i) for i in range(n * k)], dtype=np.uint64).reshape(k, n)
+    c = raw_ciphertext(seal_ctx, ct.parms_id(), np.stack([res, np.ones((k, n), dtype=np.uint64)]), ntt=True,
+                       scale=ct.scale)
     sealapi.Evaluator(seal_ctx).transform_from_ntt_inplace(c)
     da = c.dyn_array()
     qs = [q.value() for q in seal_ctx.get_context_data(ct.parms_id()).parms().coeff_modulus()]

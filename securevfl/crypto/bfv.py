@@ -40,7 +40,6 @@ HomomorphicEncryption.org standard allows for 128-bit security; 32768 doubles th
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +47,7 @@ import tenseal.sealapi as sealapi
 
 from securevfl.crypto import tiles
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, pack_blobs, unpack_blobs
-from securevfl.crypto.ckks import SIGMA, seal_dumps, seal_loads
+from securevfl.crypto.ckks import SIGMA, raw_ciphertext, seal_dumps, seal_load, seal_loads
 from securevfl.errors import UserError
 
 COEFF_BITS = (60,) * 6  # 5 data primes and the special prime
@@ -158,9 +157,7 @@ class BFVBackend(HEBackend):
         else:
             self.public = []
             for c, blob in zip(self.ctxs, public, strict=True):
-                pk = sealapi.PublicKey()
-                pk.load(c, _path_with(blob))
-                self.public.append(pk)
+                self.public.append(seal_load(sealapi.PublicKey(), c, blob))
         self.encryptors = [sealapi.Encryptor(c, pk) for c, pk in zip(self.ctxs, self.public, strict=True)]
         # the level products leave at, and what the switch to it divides by
         self.low = []  # per context (a parms_id hashes the plaintext modulus too)
@@ -245,20 +242,6 @@ class BFVBackend(HEBackend):
             out = np.where(bad, np.frombuffer(rng.bytes(8 * size), dtype="<u8") >> np.uint64(64 - bits), out)
         return out.astype(np.int64).reshape(shape)
 
-    def _raw(self, i: int, c0: list[np.ndarray]) -> sealapi.Ciphertext:
-        """The ciphertext (c0, 0) at the send level from c0's residues, written in SEAL's uncompressed
-        format (header, parms_id, NTT flag, size, N, coeff count, scale, correction factor, data)."""
-        k, n = len(self.low_q), self.slots
-        data = np.zeros((2, k, n), dtype="<u8")
-        data[0] = np.stack(c0)
-        dyn = struct.pack("<Q", data.size) + data.tobytes()
-        dyn = self._head(16 + len(dyn)) + dyn
-        body = struct.pack("<4Q", *self.low[i]) + b"\x00" + struct.pack("<QQQdQ", 2, n, k, 1.0, 1) + dyn
-        return seal_loads(self.ctxs[i], self._head(16 + len(body)) + body)
-
-    def _head(self, size: int) -> bytes:
-        return self._header + b"\x00\x00\x00" + struct.pack("<Q", size)  # compression none, reserved
-
     def _flood(self, i: int, rng) -> sealapi.Ciphertext:
         """(u_F, 0), u_F = hi·2^FLOOD_SHIFT + lo uniform on [−2^100, 2^100) per coefficient; its residues
         mod each q in uint64 arithmetic, exact (the shift in steps that stay below 2^64)."""
@@ -272,7 +255,9 @@ class BFVBackend(HEBackend):
                 k = min(4, left)
                 r, left = (r << np.uint64(k)) % qq, left - k
             res.append((r + lo) % qq)
-        return self._raw(i, res)
+        polys = np.zeros((2, len(self.low_q), n), dtype="<u8")
+        polys[0] = np.stack(res)  # (u_F, 0): noise only, message 0
+        return raw_ciphertext(self.ctxs[i], self.low[i], polys, ntt=False, header=self._header)
 
     def _leave(self, i: int, prod: sealapi.Ciphertext, rng) -> bytes:
         """Switch down, re-randomise, flood; the bytes the key owner receives."""
@@ -389,11 +374,3 @@ class BFVBackend(HEBackend):
                 "packing": "row-major tiles, one ciphertext per row chunk and plaintext modulus; reduction after "
                            "decryption, CRT over the moduli"}
 
-
-def _path_with(blob: bytes) -> str:
-    from securevfl.crypto.ckks import _scratch
-
-    path = _scratch()
-    with open(path, "wb") as fh:
-        fh.write(blob)
-    return path

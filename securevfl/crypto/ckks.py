@@ -208,13 +208,37 @@ def seal_dumps(obj) -> bytes:
         return fh.read()
 
 
-def seal_loads(seal_ctx, buf: bytes) -> sealapi.Ciphertext:
+def seal_load(obj, seal_ctx, buf: bytes):
+    """``obj`` (a SEAL object that loads from a path: ciphertext, public or Galois keys) read from bytes."""
     path = _scratch()
     with open(path, "wb") as fh:
         fh.write(buf)
-    ct = sealapi.Ciphertext(seal_ctx)
-    ct.load(seal_ctx, path)
-    return ct
+    obj.load(seal_ctx, path)
+    return obj
+
+
+def seal_loads(seal_ctx, buf: bytes) -> sealapi.Ciphertext:
+    return seal_load(sealapi.Ciphertext(seal_ctx), seal_ctx, buf)
+
+
+def raw_ciphertext(seal_ctx, parms_id: list[int], polys: np.ndarray, ntt: bool, scale: float = 1.0,
+                   header: bytes | None = None) -> sealapi.Ciphertext:
+    """A ciphertext built from its residues ``polys`` (components × primes × N, uint64), written in SEAL's
+    uncompressed format (header; parms_id, NTT flag, size, N, prime count, scale, correction factor; the
+    data as a nested DynArray), for what sealapi has no call for (a noise-only ciphertext, an exact
+    decoding). ``header``: the first 5 bytes of any SEAL save (magic, header size, version)."""
+    if header is None:
+        header = seal_dumps(sealapi.Plaintext("1"))[:5]
+    size, k, n = polys.shape
+
+    def head(total: int) -> bytes:
+        return header + b"\x00\x00\x00" + struct.pack("<Q", total)  # compression none, reserved, size
+
+    data = np.ascontiguousarray(polys, dtype="<u8")
+    dyn = struct.pack("<Q", data.size) + data.tobytes()
+    body = (struct.pack("<4Q", *parms_id) + bytes([int(ntt)]) + struct.pack("<QQQdQ", size, n, k, scale, 1)
+            + head(16 + len(dyn)) + dyn)
+    return seal_loads(seal_ctx, head(16 + len(body)) + body)
 
 
 # TenSEAL's CKKSVectorProto (sizes = 1, ciphertexts = 2, scale = 3), written and read here so that several
@@ -316,11 +340,7 @@ class CKKSBackend(HEBackend):
         if be.rotations:
             if not head.get("galois"):
                 raise ValueError("packing=rotations needs the key owner's Galois keys")
-            path = _scratch()
-            with open(path, "wb") as fh:
-                fh.write(parts[1])
-            be.galois = sealapi.GaloisKeys()
-            be.galois.load(be.seal_ctx, path)
+            be.galois = seal_load(sealapi.GaloisKeys(), be.seal_ctx, parts[1])
         return be
 
     def has_secret(self) -> bool:
