@@ -172,8 +172,12 @@ def parse_defense(text: str | None, mechanism_seed: int | None = None) -> list[D
         text: the defense spec.
         mechanism_seed: ``None``: private noise (OS CSPRNG). An int: reproducible noise (debugging and
             exact tests only; the run is marked not private). Never the public run seed."""
-    if text is None or text.strip() in ("", "none"):
+    if text is not None and not text.strip():
+        raise UserError("--defense is empty: name a defense, or 'none' for no defense")
+    if text is None or text.strip() == "none":
         return []
+    if any(not part.strip() for part in text.split("+")):
+        raise UserError(f"defense {text!r}: an empty part between '+' (compose as a+b)")
     if re.search(r"\de\+\d", text):  # '+' composes defenses, so 1e+06 would split into 1e and 06
         raise UserError(f"defense {text!r}: write large numbers without an exponent '+' (e.g. 1000000 for 1e+06); "
                         "'+' composes defenses")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from securevfl.errors import UserError
+from securevfl.validate import host_port, number
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,10 +83,10 @@ def _net_flags(g) -> None:
     """Flags of the network transport, shared by ``train --peer`` and ``party``."""
     g.add_argument("--tls", metavar="DIR", help="this party's folder from `securevfl certs` (mutual TLS)")
     g.add_argument("--insecure", action="store_true", help="plaintext gRPC without authentication (warns)")
-    g.add_argument("--timeout", type=float, default=None, metavar="S",
-                   help="seconds to wait for a peer's next message or answer (default 120)")
-    g.add_argument("--max-message-mb", type=float, default=None, metavar="MB",
-                   help="largest message accepted or sent, MiB (default 256)")
+    g.add_argument("--timeout", default=None, metavar="S",
+                   help="seconds to wait for a peer's next message or answer (default 120; at most a week)")
+    g.add_argument("--max-message-mb", default=None, metavar="MB",
+                   help="largest message accepted or sent, MiB (default 256; gRPC's limit: under 2048)")
 
 
 def _add_train(sub) -> None:
@@ -121,8 +122,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.peer:
         r = _train_deployed(args)
     else:
-        if args.tls or args.insecure:
-            raise UserError("--tls/--insecure go with --peer (parties in other processes)")
+        given = [f for f, v in (("--tls", args.tls), ("--insecure", args.insecure), ("--timeout", args.timeout),
+                                ("--max-message-mb", args.max_message_mb)) if v]
+        if given:
+            raise UserError(f"{'/'.join(given)} go{'es' if len(given) == 1 else ''} with --peer (parties in other "
+                            "processes); without --peer every party runs in this process")
         from securevfl.lab.compose import execute
 
         if args.save is not None:
@@ -174,13 +178,9 @@ def _net_config(args: argparse.Namespace, party: str):
               "network", file=sys.stderr)
     kw = {}
     if args.timeout is not None:
-        if args.timeout <= 0:
-            raise UserError(f"--timeout must be > 0, got {args.timeout:g}")
-        kw["timeout"] = args.timeout
+        kw["timeout"] = number("--timeout", args.timeout, gt=0, le=7 * 86400)
     if args.max_message_mb is not None:
-        if args.max_message_mb <= 0:
-            raise UserError(f"--max-message-mb must be > 0, got {args.max_message_mb:g}")
-        kw["max_message_bytes"] = int(args.max_message_mb * 2 ** 20)
+        kw["max_message_bytes"] = int(number("--max-message-mb", args.max_message_mb, gt=0, le=2047) * 2 ** 20)
     tls = None if args.insecure else grpc_mod.TLSFiles.load(args.tls, party)
     return grpc_mod, grpc_mod.NetConfig(tls, **kw)
 
@@ -194,6 +194,8 @@ def _train_deployed(args: argparse.Namespace) -> dict:
         name, sep, addr = spec.partition("=")
         if not sep or not name or ":" not in addr:
             raise UserError(f"--peer {spec}: expected NAME=HOST:PORT (e.g. passive1=10.0.0.2:50051)")
+        if host_port(f"--peer {name}", addr)[1] == 0:
+            raise UserError(f"--peer {spec}: port 0 is not a peer's port (0 means 'any free port' only to --listen)")
         if name in peers:
             raise UserError(f"--peer {name} given twice")
         peers[name] = addr
@@ -213,20 +215,53 @@ def cmd_party(args: argparse.Namespace) -> int:
     from securevfl import threads
     from securevfl.deploy import serve
 
-    if ":" not in args.listen:
-        raise UserError(f"--listen {args.listen}: expected HOST:PORT (e.g. 0.0.0.0:50051)")
+    host_port("--listen", args.listen)
     if not (args.role.startswith("passive") and args.role.removeprefix("passive").isdigit()):
         raise UserError(f"--role {args.role}: a served party is passive1, passive2, ... (the active party runs "
                         "`securevfl train --peer ...`)")
+    check_party_file(args.party_file)  # before listening: a server that cannot serve any run must not start
+    own = party_settings(args)
     grpc_mod, net = _net_config(args, args.role)
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active")
     print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
           f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
     try:
-        return serve(channel, args.party_file, args.id_column, args.serve_forever)
+        return serve(channel, args.party_file, args.id_column, args.serve_forever, own)
     finally:
         channel.close()
+
+
+def check_party_file(path: str) -> None:
+    """``party --party-file`` exists and is a file (checked before the server listens)."""
+    if not Path(path).is_file():
+        raise UserError(f"--party-file {path}: no such file")
+
+
+def party_settings(args: argparse.Namespace):
+    """``party``'s own privacy settings (:class:`securevfl.lab.party_settings.PartySettings`), checked."""
+    import yaml
+
+    from securevfl.lab.party_settings import PartySettings, check_own
+
+    he_params = {}
+    for item in args.he_param:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"--he-param {item}: expected KEY=VALUE")
+        if key.strip() in he_params:
+            raise UserError(f"--he-param {key.strip()} given more than once")
+        he_params[key.strip()] = yaml.safe_load(value)
+    if args.defense is not None and not args.defense.strip():
+        raise UserError("--defense is empty: name a defense, or 'none'")
+    seed = None if args.mechanism_seed is None else int(number("--mechanism-seed", args.mechanism_seed, integer=True,
+                                                               ge=0, le=2 ** 63 - 1))
+    if args.he is not None and args.he not in ("off", "ckks", "bfv", "paillier"):
+        raise UserError(f"--he {args.he}: expected off, ckks, bfv or paillier")
+    own = PartySettings(defense=args.defense, mechanism_seed=seed, he=args.he, he_params=he_params,
+                        interactive_mixing=args.interactive_mixing)
+    check_own(own)
+    return own
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
@@ -320,6 +355,15 @@ def make_parser() -> _Parser:
     pa.add_argument("--party-file", required=True, help="this party's CSV/Parquet file (no label column)")
     pa.add_argument("--id-column", default="id", help="entity-ID column of the file (default id)")
     pa.add_argument("--serve-forever", action="store_true", help="serve run after run (default: exit after one)")
+    own = pa.add_argument_group("this party's own protection (it decides; the active party can only ask)")
+    own.add_argument("--defense", metavar="SPEC", help="defenses this party runs itself (e.g. embedding-dp:noise=1); "
+                     "default: those the active party asks for, said on stderr")
+    own.add_argument("--mechanism-seed", metavar="N", help="fix this party's mechanism noise (tests only: not "
+                     "private); the active party cannot fix it")
+    own.add_argument("--he", metavar="SCHEME", help="require this HE scheme (ckks, bfv, paillier); refuse other runs")
+    own.add_argument("--he-param", action="append", default=[], metavar="KEY=VALUE",
+                     help="require this HE parameter (e.g. mask_bits=40); refuse runs that differ")
+    own.add_argument("--interactive-mixing", choices=("auto", "off", "on"), help="require this mixing")
     _net_flags(pa)
     ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
     ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")

@@ -54,6 +54,7 @@ from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for, seeded_build
+from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.roles import ACTIVE, passive_name
@@ -92,21 +93,24 @@ def _expect(obj: object, what: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------- passive side
-def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str) -> dict:
-    """One run as a passive party, from the active party's run description ``hello`` to its ``end``.
+def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str, own: PartySettings | None = None) -> dict:
+    """One run as a passive party, from the active party's run description ``hello`` to its ``end``;
+    ``own``: this party's own privacy settings, which decide over what ``hello`` asks
+    (:func:`securevfl.lab.party_settings.reconcile`).
 
     Returns:
         The report sent to the active party at the end (also what ``securevfl party`` prints)."""
+    from securevfl.lab.party_settings import reconcile  # the composition layer knows the defenses
+
     try:
         if hello.get("protocol") != PROTOCOL or hello.get("op") != "run":
             raise UserError(f"the active party speaks protocol {hello.get('protocol')!r}, this party {PROTOCOL}")
         name = hello["party"]
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
-        if any(str(k).replace("-", "_") == "seeded_shares" for k in hello["he_params"]):
-            # a test fixture: this party's HE share and masks would follow from the public seed
-            raise UserError("the active party asked for HE seeded_shares, which would let it derive this party's "
-                            "secret share; refused")
+        hello, notes = reconcile(hello, own or PartySettings())
+        for note in notes:
+            print(f"{name}: {note}", file=sys.stderr, flush=True)
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
         df = _read_table(path)
@@ -449,7 +453,8 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
 
 
 # ---------------------------------------------------------------------------------- the server
-def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False) -> int:
+def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False,
+          own: PartySettings | None = None) -> int:
     """``securevfl party``: answer runs of the active party on ``channel`` (a listening
     :class:`~securevfl.channel.grpc.GrpcChannel`); one run, or one after another with ``serve_forever``.
     A run that fails (bad bytes, a vanished or stalled peer, a bad file) ends with one ``error:``
@@ -465,7 +470,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
         print(f"{channel.party}: run started by the active party", file=sys.stderr, flush=True)
         try:
             desc = _expect(decode_json(hello), "run description")
-            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column)
+            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own)
             channel.drain(grace=min(10.0, channel.net.timeout))
             print(json.dumps({"party": channel.party, "steps": report["steps"], "bytes": channel.stats.as_dict()}))
             status = 0

@@ -277,7 +277,7 @@ class Party:
                 m.load_state_dict(state["modules"][k])
             for end, s in zip(self.cut_end_list(), state["cut_ends"], strict=True):
                 end.load_state_dict(restored(s, numpy=True))
-        except (KeyError, RuntimeError, ValueError) as e:
+        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as e:
             raise UserError(f"--model: {folder}: the saved models do not fit this configuration "
                             f"({str(e).splitlines()[0]})") from None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ import numpy as np
 import torch
 
 from securevfl.errors import UserError
+from securevfl.files import make_private_dir, open_new
 from securevfl.provenance import git_commit, version
 
-FORMAT = "securevfl-party/1"
+FORMAT = "securevfl-party/2"  # 2: run id, the manifest's own hash, no label facts in a passive folder
 MODEL, PREPROCESSING, MANIFEST = "model.pt", "preprocessing.json", "manifest.json"
 _INTS = "__int_array__"  # an object array of Python ints (HE shares), stored as a list
 
@@ -67,6 +69,13 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _manifest_digest(manifest: dict) -> str:
+    """The manifest's own hash: every field but ``sha256``, as canonical JSON (so the class names, the
+    run id and the configuration are covered as the two files are)."""
+    body = {k: v for k, v in manifest.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def expected_columns(prep: dict) -> list[dict]:
     """The columns (name, dtype) a party's file must hold, from its preprocessing."""
     return ([{"name": prep["id_column"], "dtype": "id"}]
@@ -75,42 +84,95 @@ def expected_columns(prep: dict) -> list[dict]:
 
 
 def write_party_folder(folder: Path, state: dict, preprocessing: dict, manifest: dict) -> Path:
-    """Write one party's folder (created; refused if it already holds a saved party)."""
+    """Write one party's folder (created; refused if it already holds a saved party). Files are made
+    new (never through a link planted in the folder) and readable by the owner only."""
     if (folder / MANIFEST).exists():
         raise UserError(f"--save: {folder} already holds a saved model; choose an empty folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(storable(state), folder / MODEL)
-    (folder / PREPROCESSING).write_text(json.dumps(_jsonable(preprocessing), indent=1))
-    full = {"format": FORMAT, **manifest, "columns": expected_columns(preprocessing),
-            "versions": {"securevfl": version(), "commit": git_commit(), "torch": torch.__version__},
-            "sha256": {name: _sha256(folder / name) for name in (MODEL, PREPROCESSING)}}
-    (folder / MANIFEST).write_text(json.dumps(_jsonable(full), indent=1))
+    make_private_dir(folder)
+    with open_new(folder / MODEL, "wb") as f:
+        torch.save(storable(state), f)
+    with open_new(folder / PREPROCESSING, "w") as f:
+        f.write(json.dumps(_jsonable(preprocessing), indent=1))
+    full = _jsonable({"format": FORMAT, **manifest, "columns": expected_columns(preprocessing),
+                      "versions": {"securevfl": version(), "commit": git_commit(), "torch": torch.__version__}})
+    full["sha256"] = {**{name: _sha256(folder / name) for name in (MODEL, PREPROCESSING)},
+                      MANIFEST: _manifest_digest(full)}
+    with open_new(folder / MANIFEST, "w") as f:
+        f.write(json.dumps(full, indent=1))
     return folder
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SCHEMA: dict[str, type | tuple[type, ...]] = {
+    "format": str, "index": int, "n_parties": int, "run_id": str, "party": str, "role": str, "config": dict,
+    "model": dict, "columns": list, "sha256": dict}
+_ACTIVE_SCHEMA: dict[str, type | tuple[type, ...]] = {"task": str, "n_classes": int, "classes": list,
+                                                      "passives": list}
+_LABEL_FIELDS = ("task", "n_classes", "classes", "label_scale")
+"""What only the active party's manifest may hold (a passive folder holds nothing about the labels)."""
+
+
+def _bad(folder: Path, why: str) -> UserError:
+    return UserError(f"--model: {folder} is not an intact saved party folder: {why}")
+
+
 def read_manifest(folder: Path) -> dict:
-    """A saved party's manifest (the folder is checked to be one)."""
+    """A saved party's manifest, verified whole: its schema, and its own hash (so an edited field,
+    e.g. swapped class names, is refused like an edited file)."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"--model: {folder} is not a saved party folder ({MANIFEST}: {e})") from None
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise _bad(folder, f"{MANIFEST} cannot be read as JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(manifest, dict):
+        raise _bad(folder, f"{MANIFEST} is not a JSON object")
     if manifest.get("format") != FORMAT:
-        raise UserError(f"--model: {folder / MANIFEST} has format {manifest.get('format')!r}, expected {FORMAT}")
+        raise _bad(folder, f"{MANIFEST} has format {manifest.get('format')!r}, expected {FORMAT} (save it again "
+                           "with this version's train --save)")
+    schema = {**_SCHEMA, **(_ACTIVE_SCHEMA if manifest.get("role") == "active" else {})}
+    for key, typ in schema.items():
+        v = manifest.get(key)
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise _bad(folder, f"{MANIFEST} field {key!r} is missing or not a {getattr(typ, '__name__', typ)}")
+    if manifest["role"] not in ("active", "passive"):
+        raise _bad(folder, f"{MANIFEST} role {manifest['role']!r} is neither active nor passive")
+    facts = [k for k in _LABEL_FIELDS if k in manifest]
+    if manifest["role"] == "passive" and facts:
+        raise _bad(folder, f"a passive manifest holds label facts ({', '.join(facts)})")
+    digests = manifest["sha256"]
+    if set(digests) != {MODEL, PREPROCESSING, MANIFEST} or not all(
+            isinstance(d, str) and _HEX64.fullmatch(d) for d in digests.values()):
+        raise _bad(folder, f"{MANIFEST} field 'sha256' must hold the SHA-256 of {MODEL}, {PREPROCESSING} and "
+                           f"{MANIFEST}")
+    if _manifest_digest(manifest) != digests[MANIFEST]:
+        raise _bad(folder, f"{MANIFEST} was changed after saving (its hash does not match)")
     return manifest
 
 
 def read_party_folder(folder: Path) -> tuple[dict, dict, dict]:
-    """(manifest, model state, preprocessing) of one saved party, after checking the files' hashes.
+    """(manifest, model state, preprocessing) of one saved party, verified whole before any tensor is
+    read: the manifest (:func:`read_manifest`), then every file's hash, then the files themselves.
 
     Raises:
-        UserError: a missing or altered file."""
+        UserError: a missing, altered or unreadable file, in one line."""
     manifest = read_manifest(folder)
-    for name, digest in manifest["sha256"].items():
+    for name in (MODEL, PREPROCESSING):
         path = folder / name
-        if not path.is_file() or _sha256(path) != digest:
-            raise UserError(f"--model: {path} is missing or does not match its manifest's hash")
-    state = torch.load(folder / MODEL, weights_only=True)
-    prep = json.loads((folder / PREPROCESSING).read_text())
+        if path.is_symlink() or not path.is_file() or _sha256(path) != manifest["sha256"][name]:
+            raise _bad(folder, f"{name} is missing or does not match its manifest's hash")
+    try:  # weights_only: tensors and plain containers, never code
+        state = torch.load(folder / MODEL, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a file that matches its hash but does not load
+        raise _bad(folder, f"{MODEL} cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+    try:
+        prep = json.loads((folder / PREPROCESSING).read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise _bad(folder, f"{PREPROCESSING} cannot be read as JSON ({str(e).splitlines()[0]})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("modules"), dict) \
+            or not isinstance(state.get("cut_ends"), list):
+        raise _bad(folder, f"{MODEL} does not hold a party's models")
+    need = {"id_column": str, "numeric_columns": list, "categorical_columns": list, "ignored_columns": list}
+    if not isinstance(prep, dict) or any(not isinstance(prep.get(k), t) for k, t in need.items()):
+        raise _bad(folder, f"{PREPROCESSING} lacks {', '.join(need)}")
     if "numeric" in prep:
         prep["numeric"] = {k: np.asarray(v, dtype=np.float64) if isinstance(v, list) else v
                            for k, v in prep["numeric"].items()}

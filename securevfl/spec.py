@@ -133,5 +133,7 @@ def parse_args(kind: str, text: str, arg: str, primary: str | None = None) -> di
                 if primary is None or len(items) > 1:
                     raise UserError(f"{kind} {text!r}: write parameters as key=value")
                 key, value = primary, item
+            if key.strip() in given:  # keeping the last would be silent
+                raise UserError(f"{kind} {text!r}: parameter {key.strip()!r} given more than once")
             given[key.strip()] = value
     return given

@@ -76,3 +76,39 @@ def whole_number(owner: str, key: str, value: typing.Any) -> int:
     if not math.isfinite(f) or f != int(f):
         raise UserError(f"{owner}: {key} must be a whole number, got {value!r}")
     return int(f)
+
+
+def number(what: str, value: typing.Any, *, integer: bool = False, ge: float | None = None,
+           gt: float | None = None, le: float | None = None) -> float | int:
+    """The one check of a numeric flag or parameter outside the settings dataclasses (network flags,
+    ports, spec values): ``value`` (text or a number) must be a finite number — NaN and ±inf are
+    refused, which ``x <= 0`` alone lets through — whole where ``integer``, and within the bounds.
+    Returns it as an int or a float; a one-line UserError names ``what`` otherwise."""
+    text = value.strip() if isinstance(value, str) else value
+    try:
+        f = float(text) if not isinstance(text, bool) else math.nan
+    except (TypeError, ValueError):
+        raise UserError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(f):
+        raise UserError(f"{what} must be a finite number, got {value!r}")
+    if integer and f != int(f):
+        raise UserError(f"{what} must be a whole number, got {value!r}")
+    bounds = [(ge, f >= ge if ge is not None else True, "≥"), (gt, f > gt if gt is not None else True, ">"),
+              (le, f <= le if le is not None else True, "≤")]
+    for bound, ok, sign in bounds:
+        if not ok:
+            raise UserError(f"{what} must be {sign} {bound:g}, got {value!r}")
+    return int(f) if integer else f
+
+
+def port(what: str, text: str) -> int:
+    """A TCP port, 0..65535 (0: any free port, where listening)."""
+    return int(number(what, text, integer=True, ge=0, le=65535))
+
+
+def host_port(what: str, text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets), the port checked by :func:`port`."""
+    host, sep, p = str(text).rpartition(":")
+    if not sep or not host:
+        raise UserError(f"{what} {text}: expected HOST:PORT (e.g. 127.0.0.1:50051)")
+    return host, port(f"{what} {text}: the port", p)

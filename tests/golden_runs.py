@@ -35,6 +35,47 @@ RUNS: dict[str, dict] = {
     "cancer-splitnn-paillier": {"dataset": "breast-cancer", "method": "splitnn", "epochs": 1, "he": "paillier",
                                 "he_params": {"seeded_shares": True, "key_bits": 2048}},
 }
+# Which numbers are exact on every CPU and which are chaotic in floating point. The set-up (configuration,
+# partition, privacy accounting, attack parameters, public HE bounds) is computed without training and
+# compared exactly; everything a training loop produced gets its family's tolerance, measured by
+# scripts/golden_spread.py (docs/install.md, "Golden runs on every CPU", gives the table behind each).
+_EXACT_SECTIONS = (".config.", ".partition.", ".privacy.", ".params.", ".cost.")
+_EXACT_LEAVES = {"alpha", "beta", "unaligned_rows_per_step", "epsilon", "delta", "status"}
+_CLOSED_FORM = {"prior", "prior_mse"}  # from the labels or features alone (a numpy reduction)
+_BASELINES = {"baseline", "baseline_test", "leakage"}  # the local-SSL baseline (SimSiam + MixMatch on 40 rows)
+# and leakage = value − max(control, baseline), which moves with it
+_CONTROLS = {"control", "control_test", "control_mse", "control_psnr", "control_ssim"}
+_IMAGE = {"mse", "psnr", "ssim"}
+
+
+def family(path: str, he: bool = False) -> str:
+    """The tolerance family of the number at ``path`` (a dotted path in a run's JSON) of a plaintext
+    run, or of an HE run (``he``: masks from OS entropy, so the same machine varies too)."""
+    leaf = path.rsplit(".", 1)[-1].split("[", 1)[0]
+    if any(s in path + "." for s in _EXACT_SECTIONS) or leaf in _EXACT_LEAVES:
+        return "exact"
+    if leaf in _CLOSED_FORM:
+        return "closed-form"
+    fam = ("ssl-loss" if ".method_info." in path else
+           "utility" if ".utility" in path else
+           "attack-baseline" if leaf in _BASELINES else
+           "attack-control" if leaf in _CONTROLS else
+           "attack-image" if leaf in _IMAGE else "attack")
+    return f"he-{fam}" if he else fam
+
+
+TOLERANCE: dict[str, float] = {
+    "exact": 0.0, "closed-form": 1e-9,
+    "utility": 0.01, "ssl-loss": 0.01,
+    "attack": 0.02, "attack-control": 0.02, "attack-image": 0.05,
+    "attack-baseline": 0.06,
+    "he-utility": 0.02,
+}
+"""Absolute tolerance per family (PSNR in dB, the rest in their own units): about 3× the largest
+change that kernel perturbations gave (scripts/golden_spread.py; the table and the reasons are in
+docs/install.md, "Golden runs on every CPU"). A family with no entry here takes the largest."""
+
+
 VOLATILE = {"seconds", "seconds_per_step", "seconds_by_op", "versions", "examples"}
 SWEEP = {"name": "golden", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["local", "splitnn"],
          "defenses": ["none", {"iso": [5]}], "attacks": ["mc:steps=30"], "seeds": [0, 1], "train": {"epochs": 1},
@@ -42,11 +83,11 @@ SWEEP = {"name": "golden", "dataset": {"name": "digits", "aligned_fraction": 0.5
 """A small sweep store: its rows (by cell) are golden too."""
 
 
-def config(spec: dict):
+def config(spec: dict, seed: int = 0):
     from securevfl.config import RunConfig
 
     # mechanism_seed: goldens must reproduce the defenses' noise (the opt-in; such runs are marked not private)
-    cfg = RunConfig(dataset=spec["dataset"], method=spec["method"], seed=0, mechanism_seed=0,
+    cfg = RunConfig(dataset=spec["dataset"], method=spec["method"], seed=seed, mechanism_seed=seed,
                     defense=spec.get("defense", "none"),
                     attacks=list(spec.get("attacks", [])), he=spec.get("he", "off"),
                     he_params=dict(spec.get("he_params", {})))
@@ -68,17 +109,19 @@ def strip(obj: object, he: bool) -> object:
     return obj
 
 
-def run(name: str) -> dict:
+def run(name: str, seed: int = 0, threads: int = 1) -> dict:
+    """Golden run ``name`` (``seed``/``threads`` other than 0/1: the perturbation study's variants)."""
     from securevfl.lab.compose import execute
 
     spec = RUNS[name]
-    with pinned_threads():
-        result = json.loads(json.dumps(execute(config(spec), progress=False).to_json()))  # as the JSON output reads
+    with pinned_threads(threads):
+        result = json.loads(json.dumps(execute(config(spec, seed), progress=False).to_json()))  # as the JSON reads
     return strip(result, spec.get("he", "off") != "off")
 
 
-def pinned_threads():
-    """One torch / HE thread for the duration (explicit settings, so the load-aware policy keeps out)."""
+def pinned_threads(threads: int = 1):
+    """``threads`` torch / HE threads (one by default) for the duration (explicit settings, so the
+    load-aware policy keeps out)."""
     import contextlib
 
     import torch
@@ -87,8 +130,8 @@ def pinned_threads():
     def pin():
         saved = {k: os.environ.get(k) for k in ("SECUREVFL_THREADS", "SECUREVFL_HE_THREADS")}
         before = torch.get_num_threads()
-        os.environ.update({"SECUREVFL_THREADS": "1", "SECUREVFL_HE_THREADS": "1"})
-        torch.set_num_threads(1)
+        os.environ.update({"SECUREVFL_THREADS": str(threads), "SECUREVFL_HE_THREADS": str(threads)})
+        torch.set_num_threads(threads)
         try:
             yield
         finally:
@@ -102,8 +145,9 @@ def pinned_threads():
     return pin()
 
 
-def sweep_rows(tmp: Path) -> dict:
-    """The golden sweep's stored rows, keyed by cell, without what varies between runs."""
+def sweep_rows(tmp: Path, seed: int = 0, threads: int = 1) -> dict:
+    """The golden sweep's stored rows, keyed by cell, without what varies between runs (``seed``
+    shifts the sweep's seeds and mechanism seed: the perturbation study)."""
     import sqlite3
 
     import yaml
@@ -111,8 +155,8 @@ def sweep_rows(tmp: Path) -> dict:
     from securevfl.lab.engine import run_sweep
 
     f = tmp / "golden.yaml"
-    f.write_text(yaml.safe_dump(SWEEP))
-    with pinned_threads():
+    f.write_text(yaml.safe_dump({**SWEEP, "seeds": [s + seed for s in SWEEP["seeds"]], "mechanism_seed": seed}))
+    with pinned_threads(threads):
         run_sweep(str(f), str(tmp / "golden.sqlite"), workers=1, progress=False)
     with sqlite3.connect(tmp / "golden.sqlite") as db:
         rows = db.execute("SELECT method, defense, seed, status, utility, epsilon, bytes_sent, result_json "
@@ -133,14 +177,24 @@ def fingerprint() -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--seed", type=int, default=0, help="shift every seed (the study's seed spread)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", help="write every run (and the sweep) to this JSON file, keyed by name")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     GOLDEN.mkdir(exist_ok=True)
+    results: dict[str, object] = {}
     for name in args.names or RUNS:
-        out = run(name)
+        out = results[name] = run(name, args.seed, args.threads)
         if args.write:
             (GOLDEN / f"{name}.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
         print(name, json.dumps(out.get("utility", {}).get("test")), flush=True)
+    if args.out:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            results["sweep"] = sweep_rows(Path(tmp), args.seed, args.threads)
+        Path(args.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     if args.write:
         import tempfile
 

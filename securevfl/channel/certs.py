@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from securevfl.errors import UserError
+from securevfl.files import PRIVATE_FILE, PUBLIC_FILE, make_private_dir, open_new
 
 VALID_DAYS = 365
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
@@ -31,12 +32,10 @@ def _key_bytes(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    """Create ``path`` with mode 0600 from the start (never readable by others, not even briefly)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
+def _write(path: Path, data: bytes, perms: int) -> None:
+    """Create ``path`` new with ``perms`` from the start (never through a planted link, never over a file)."""
+    with open_new(path, "wb", perms) as f:
         f.write(data)
-    os.chmod(path, 0o600)
 
 
 def _cert(subject: str, public: ec.EllipticCurvePublicKey, issuer: x509.Name, signer: ec.EllipticCurvePrivateKey,
@@ -66,24 +65,29 @@ def make_certs(parties: list[str], out: str | Path) -> dict[str, Path]:
     if bad:
         raise UserError(f"--parties: {bad[0]!r} is not a party name (lower-case letters, digits, - and _)")
     root = Path(out)
+    if root.exists() and not root.is_dir() or root.is_symlink():
+        raise UserError(f"--out {out}: exists and is not a directory (it names the new certificates' folder)")
     if (root / "ca" / "ca.key").exists():
         raise UserError(f"--out {out} already holds a CA; choose a new folder (certificates are never overwritten)")
-    (root / "ca").mkdir(parents=True, exist_ok=True)
+    taken = [n for n in ["ca", *names] if os.path.lexists(root / n)]
+    if taken:
+        raise UserError(f"--out {out}: {root / taken[0]} already exists; choose a new folder (certificates are never "
+                        "overwritten)")
+    make_private_dir(root)
+    make_private_dir(root / "ca")
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "securevfl CA")])
     ca_cert = _cert("securevfl CA", ca_key.public_key(), ca_name, ca_key, ca=True)
     ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
-    _write_private(root / "ca" / "ca.key", _key_bytes(ca_key))
-    (root / "ca" / "ca.pem").write_bytes(ca_pem)
+    _write(root / "ca" / "ca.key", _key_bytes(ca_key), PRIVATE_FILE)
+    _write(root / "ca" / "ca.pem", ca_pem, PUBLIC_FILE)
     folders = {}
     for name in names:
-        d = root / name
-        d.mkdir(exist_ok=True)
-        os.chmod(d, 0o700)
+        d = make_private_dir(root / name)
         key = ec.generate_private_key(ec.SECP256R1())
-        _write_private(d / f"{name}.key", _key_bytes(key))
-        (d / f"{name}.pem").write_bytes(_cert(name, key.public_key(), ca_name, ca_key, ca=False)
-                                        .public_bytes(serialization.Encoding.PEM))
-        (d / "ca.pem").write_bytes(ca_pem)
+        _write(d / f"{name}.key", _key_bytes(key), PRIVATE_FILE)
+        _write(d / f"{name}.pem", _cert(name, key.public_key(), ca_name, ca_key, ca=False)
+               .public_bytes(serialization.Encoding.PEM), PUBLIC_FILE)
+        _write(d / "ca.pem", ca_pem, PUBLIC_FILE)
         folders[name] = d
     return folders

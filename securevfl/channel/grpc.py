@@ -169,14 +169,19 @@ class GrpcChannel(Channel):
                      ("Ping", self._on_ping))}
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         tls = self.net.tls
-        if tls is None:
-            port = server.add_insecure_port(listen)
-        else:
-            creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
-                                                require_client_auth=True)
-            port = server.add_secure_port(listen, creds)
+        try:  # gRPC raises RuntimeError (newer) or returns 0 (older) for a port in use or a host not here
+            if tls is None:
+                port = server.add_insecure_port(listen)
+            else:
+                creds = grpc.ssl_server_credentials([(tls.key, tls.cert)], root_certificates=tls.ca,
+                                                    require_client_auth=True)
+                port = server.add_secure_port(listen, creds)
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise UserError(f"--listen {listen}: cannot listen there (address in use or not local)")
+            server.stop(None)
+            raise UserError(f"--listen {listen}: cannot listen there (the port is in use, or the host is not an "
+                            "address of this machine or does not resolve)")
         self.port = port
         server.start()
         self._server = server

@@ -26,6 +26,7 @@ What the reader decides, and tells (``partition.ingest`` in the run JSON, and a 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import sys
 from pathlib import Path
@@ -60,12 +61,49 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise UserError(f"party file {path}: cannot read ({e.strerror or e})") from None
     if path.suffix.lower() not in (".parquet", ".pq") and head.count(b",") + 1 > max_columns:
         raise UserError(f"party file {path}: more than {max_columns} columns (SECUREVFL_MAX_CSV_COLUMNS)")
+    parquet = path.suffix.lower() in (".parquet", ".pq")
     try:
-        if path.suffix.lower() in (".parquet", ".pq"):
+        names = _parquet_schema(path) if parquet else _csv_header(head)
+        _refuse_duplicate_names(path, names)
+        if parquet:
             return pd.read_parquet(path)
         return pd.read_csv(path, dtype=str, keep_default_na=False)
+    except UserError:
+        raise
     except Exception as e:  # noqa: BLE001 - any reader failure is the user's file
         raise UserError(f"party file {path}: cannot read ({str(e).splitlines()[0]})") from None
+
+
+def _csv_header(head: bytes) -> list[str]:
+    """The header's names as written (pandas renames a repeated ``y`` to ``y.1``, so it is read here)."""
+    line = head.decode("utf-8-sig", errors="replace").rstrip("\r\n")
+    return [n.strip() for n in next(csv.reader([line]), [])]
+
+
+def _parquet_schema(path: Path) -> list[str]:
+    """The columns' names, after refusing types no party can encode (lists, structs, maps, bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(path)
+    for field in schema:
+        t = field.type
+        if pa.types.is_nested(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t) \
+                or pa.types.is_fixed_size_binary(t):
+            raise UserError(f"party file {path}: column {field.name!r} has type {t}, which is not supported "
+                            "(a column holds numbers, text or categories); flatten it or drop it from the file")
+    return [str(n) for n in schema.names]
+
+
+def _refuse_duplicate_names(path: Path, names: list[str]) -> None:
+    """A repeated column name is refused: pandas would keep both under new names, so a second label or
+    ID column would silently become a feature (a label leak)."""
+    seen: dict[str, int] = {}
+    for i, n in enumerate(names):
+        if n in seen:
+            raise UserError(f"party file {path}: column name {n!r} appears more than once (columns {seen[n] + 1} and "
+                            f"{i + 1}); rename or remove the copy")
+        seen[n] = i
 
 
 def _index_as_column(df: pd.DataFrame, path: Path, id_col: str) -> pd.DataFrame:
@@ -90,7 +128,8 @@ MAX_CLASSES = 100
 
 
 def _missing(values: pd.Series) -> np.ndarray:
-    return values.astype(str).str.strip().str.lower().isin(MISSING).to_numpy()
+    # a typed null (Parquet's NaN/None) stays null under pandas ≥ 3's astype(str): test it too
+    return (values.isna() | values.astype(str).str.strip().str.lower().isin(MISSING)).to_numpy(dtype=bool)
 
 
 def _ids(df: pd.DataFrame, path: Path, column: str, numeric: bool) -> np.ndarray:
@@ -181,9 +220,10 @@ def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification
     regression (``task``, or ``auto`` with a fractional label) the float target (NaN where unlabeled)
     and no classes."""
     miss = _missing(raw)
-    values = raw.astype(str).str.strip()
-    parsed = pd.to_numeric(values.where(~miss), errors="coerce").to_numpy()
+    values = raw.astype(str).str.strip().where(~miss, "")
+    parsed = pd.to_numeric(values.where(~miss), errors="coerce").to_numpy(np.float64)
     numeric = bool(np.isfinite(parsed[~miss]).all())
+    _check_label_cells(values, miss, parsed, path, column)
     if task == "regression" and not numeric:
         bad = values[~miss][~np.isfinite(parsed[~miss])].iloc[0]
         raise UserError(f"party file {path}: label column {column!r}: value {bad!r} is not a number "
@@ -197,6 +237,9 @@ def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification
             print(f"note: label column {column!r} has fractional values: training a regression (MSE; R² as utility); "
                   "--task classification refuses such a label, --task regression makes this explicit", file=sys.stderr)
         if task == "regression" or (task == "auto" and fractional):
+            if len(np.unique(present)) < 2:  # R² is undefined and nothing can be learnt
+                raise UserError(f"party file {path}: label column {column!r} has one value ({present[0]:g}) on every "
+                                "labeled row: a regression needs a target that varies")
             return np.where(miss, np.nan, parsed).astype(np.float64), ~miss, []
         if fractional:
             x = present[present != np.round(present)][0]
@@ -217,6 +260,24 @@ def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification
     y = np.array([-1 if m else index[int(k) if isinstance(k, float) else k] for k, m in zip(keys, miss, strict=True)],
                  dtype=np.int64)
     return y, ~miss, classes
+
+
+def _check_label_cells(values: pd.Series, miss: np.ndarray, parsed: np.ndarray, path: Path, column: str) -> None:
+    """A label column holds numbers or text, not both, and no number that is not finite: ``inf`` or a
+    stray word in a 0/1 column would otherwise become a class of its own."""
+    present = ~miss
+    is_num = present & ~np.isnan(parsed)
+    bad_inf = np.flatnonzero(is_num & ~np.isfinite(parsed))
+    if len(bad_inf):
+        i = int(bad_inf[0])
+        raise UserError(f"party file {path}: label column {column!r}: line {i + 2}: value {values.iloc[i]!r} is not a "
+                        "finite number; fix the cell or leave it empty (unlabeled)")
+    text = present & np.isnan(parsed)
+    if is_num.any() and text.any():
+        i = int(np.flatnonzero(text)[0])
+        raise UserError(f"party file {path}: label column {column!r}: line {i + 2}: value {values.iloc[i]!r} is text "
+                        f"among numbers ({int(is_num.sum())} of {int(present.sum())} labels are numbers); fix the cell "
+                        "or leave it empty (unlabeled)")
 
 
 def _locate(cfg: DataConfig) -> str:
@@ -321,6 +382,12 @@ def _check_columns(cfg: DataConfig, paths: list[Path], frames: list[pd.DataFrame
         if cfg.label_column in df.columns:
             raise UserError(f"party file {path} (passive party) has the label column {cfg.label_column!r}; "
                             "labels belong to the active party only")
+    if cfg.label_column in cfg.drop_columns:
+        raise UserError(f"--drop-columns names the label column {cfg.label_column!r}: the label is never a feature; "
+                        "to train on another label, use --label-column")
+    for flag, cols in (("--categorical", cfg.categorical), ("--numeric", cfg.numeric)):
+        if cfg.label_column in cols:
+            raise UserError(f"{flag} names the label column {cfg.label_column!r}, which is not a feature")
     named = set(cfg.drop_columns) | set(cfg.categorical) | set(cfg.numeric)
     unknown = named - {str(c) for df in frames for c in df.columns}
     if unknown:
@@ -425,6 +492,11 @@ def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids
             i = int(np.flatnonzero(bad)[0])
             raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {df[c].iloc[i]!r} is not a number "
                             "(the saved model reads this column as numeric)")
+        inf = np.flatnonzero(np.isinf(parsed))
+        if len(inf):  # refused as training refuses it: no model output on such a row means anything
+            i = int(inf[0])
+            raise UserError(f"party file {path}: column {c!r}: line {i + 2}: value {brief(df[c].iloc[i])} is not a "
+                            "finite number (non-finite input); fix the file or leave the cell empty")
         num_values.append(parsed)
     num = np.column_stack(num_values) if num_values else np.zeros((len(df), 0))
     return ids, encode_rows(num, _category_codes(df, prep["categorical_columns"]), prep)

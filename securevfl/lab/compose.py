@@ -9,6 +9,7 @@ import dataclasses
 import math
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -137,13 +138,16 @@ def save_run(result: RunResult, folder: Path) -> list[Path]:
     fed, part, cfg = result.federation, result.partition, result.config
     config = cfg.to_dict()
     files = list(config["data"].pop("party_files"))
+    run_id = uuid.uuid4().hex  # binds the folders of one run: predict refuses a folder from another
     out = []
     for k, party in enumerate(fed.parties):
         own = {**config, "data": {**config["data"], "party_files": [files[k]]}}  # no other party's file
-        run = {"index": k, "n_parties": len(fed.parties), "task": part.task, "n_classes": part.n_classes,
-               "interactive": fed.cut.interactive, "config": own}
-        if k == 0:  # the class names are the active party's (its label column)
-            run["classes"] = list(part.meta.get("classes", []))
+        run = {"index": k, "n_parties": len(fed.parties), "run_id": run_id, "interactive": fed.cut.interactive,
+               "config": own}
+        if k == 0:  # the task and class names are the active party's (its label column)
+            run.update(task=part.task, n_classes=part.n_classes, classes=list(part.meta.get("classes", [])))
+        else:  # a passive folder holds nothing about the labels, not even the label settings
+            own["data"] = {key: v for key, v in own["data"].items() if key not in ("label_column", "task")}
         out.append(party.save_own(folder / party.name, run))
     return out
 

@@ -26,12 +26,28 @@ from securevfl.training import SplitTrainer
 
 
 def _party_folders(model_dir: Path) -> list[Path]:
+    """The saved parties' folders in party order, after checking that they are one run's: one run id,
+    positions 0..n−1 once each, the active party first."""
     if not model_dir.is_dir():
         raise UserError(f"--model {model_dir}: no such directory")
     folders = sorted(p for p in model_dir.iterdir() if (p / MANIFEST).is_file())
     if not folders:
         raise UserError(f"--model {model_dir}: no saved party folders (train with --save {model_dir})")
-    return sorted(folders, key=lambda p: int(read_manifest(p)["index"]))
+    manifests = {f: read_manifest(f) for f in folders}
+    folders.sort(key=lambda f: manifests[f]["index"])
+    first = manifests[folders[0]]
+    if first["role"] != "active":
+        raise UserError(f"--model {model_dir}: no active party's folder (the one with the head and the labels)")
+    for f in folders:
+        m = manifests[f]
+        if m["run_id"] != first["run_id"]:
+            raise UserError(f"--model {model_dir}: {f.name} is from another training run than {folders[0].name} "
+                            f"(run id {m['run_id'][:12]} vs {first['run_id'][:12]}); use the folders one --save wrote")
+    got = [manifests[f]["index"] for f in folders]
+    if got != list(range(first["n_parties"])):
+        raise UserError(f"--model {model_dir}: holds parties at positions {got}, the run had {first['n_parties']} "
+                        "parties; a folder is missing or extra")
+    return folders
 
 
 def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> dict:
@@ -48,6 +64,7 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
 
     Raises:
         UserError: a folder or file that does not match, in one line."""
+    check_out(out)
     folders = _party_folders(Path(model_dir))
     if len(party_files) != len(folders):
         raise UserError(f"--model {model_dir} holds {len(folders)} parties but {len(party_files)} --party-file were "
@@ -105,6 +122,19 @@ def _predictions(manifest: dict, id_column: str, ids: np.ndarray, scores: np.nda
     for j, c in enumerate(classes):
         frame[f"proba_{c}"] = scores[:, j]
     return frame
+
+
+OUT_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def check_out(out: str | Path) -> Path:
+    """``--out`` names a CSV or Parquet file (its suffix says which); anything else is refused before work."""
+    out = Path(out)
+    if out.suffix.lower() not in OUT_SUFFIXES:
+        raise UserError(f"--out {out}: name a .csv or .parquet file (the suffix chooses the format)")
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a directory")
+    return out
 
 
 def _write(frame: pd.DataFrame, out: Path) -> None:

@@ -41,6 +41,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,7 @@ import numpy as np
 from securevfl.config import RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
+from securevfl.validate import number
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
@@ -57,7 +59,7 @@ _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "
 _LIST_KEYS = {"party_files", "id_columns", "drop_columns", "categorical", "numeric"}
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
 _GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "attack_search", "he", "seeds", "train", "model",
-              "optim", "save"}
+              "optim", "save", "max_cells"}
 # top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
 # new top-level setting is a sweep key without an edit here
 RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
@@ -360,6 +362,8 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     he_modes = _he_modes(data.get("he", "off"))
     seeds = _seeds(data.get("seeds", [0]))
     base, data_axes = _base_config(ds, data)
+    _check_size(data, [len(v) for v in data_axes.values()] + [len(methods), len(defenses), len(he_modes),
+                                                            len(attack_variants), len(seeds)])
     cells = _expand_cells(base, data_axes, _Grid(methods, defenses, he_modes, attack_variants, seeds))
     if data.get("mechanism_seed") is not None:
         cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
@@ -461,6 +465,22 @@ def _base_config(ds: dict, data: dict) -> tuple[RunConfig, dict[str, list]]:
         except UserError as e:
             raise UserError(f"sweep file: {e}") from None
     return base, axes
+
+
+MAX_CELLS = 5000
+"""A sweep larger than this is refused unless its file says ``max_cells: N`` (a typo such as a seed
+range of 30,000 would otherwise expand for minutes in silence and then run for weeks)."""
+
+
+def _check_size(data: dict, axis_lengths: list[int]) -> None:
+    """Refuse, before expanding, a grid over the cap (the product of its axes bounds its cells)."""
+    n = math.prod(axis_lengths)
+    cap = MAX_CELLS
+    if data.get("max_cells") is not None:
+        cap = int(number("sweep key max_cells", data["max_cells"], integer=True, ge=1))
+    if n > cap:
+        raise _fail("max_cells", f"the grid has up to {n:,} cells ({' × '.join(map(str, axis_lengths))}), more than "
+                                 f"{cap:,}; if you mean it, set max_cells: {n} in the sweep file")
 
 
 def _is_list_axis(v: list) -> bool:

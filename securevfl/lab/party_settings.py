@@ -1,0 +1,142 @@
+"""A served party's own privacy settings, and how they meet the run description the active party sends.
+
+Every setting that protects a passive party's data is that party's own decision (``securevfl party
+--defense/--mechanism-seed/--he/--he-param/--interactive-mixing``). The active party's description
+may *ask* for settings; :func:`reconcile` decides, as a pure function of the description and the
+party's own settings, what the party runs with:
+
+- **mechanism seed**: only the party's own ``--mechanism-seed`` fixes its noise. A seed in the
+  description that is not the party's own is refused: with it the active party could regenerate the
+  very noise that hides this party's features from it.
+- **defenses that run at this party** (feature DP, dCor, the passive side of Laplace): with its own
+  ``--defense`` the party runs its own and ignores what the description asks for them (said on
+  stderr); without, it runs what the description asks (said on stderr: the active party chose them).
+  Defenses that run at the active party are the active party's business and pass through.
+- **HE scheme, HE parameters, interactive mixing**: both sides must run the same protocol, so what the
+  party set itself is a requirement: a description that differs is refused.
+- **HE test fixtures** (``seeded_shares``) are refused whatever the party set.
+
+Whatever is left weak (no HE, no defense at this party, mixing off, a fixed seed) is listed in the
+returned notes, which the party prints before any data moves."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from securevfl.errors import UserError
+
+PASSIVE = "passive"
+
+
+@dataclass
+class PartySettings:
+    """What a served passive party decided for itself (the flags of ``securevfl party``)."""
+
+    defense: str | None = None
+    """Its own defenses (``--defense``); only those that run at a passive party are allowed. None: run
+    what the active party asks for."""
+    mechanism_seed: int | None = None
+    """A fixed seed for its own mechanisms (``--mechanism-seed``): tests and debugging only."""
+    he: str | None = None
+    """The HE scheme it requires (``--he``); None: whatever the run uses (a note if off)."""
+    he_params: dict = field(default_factory=dict)
+    """HE parameters it requires, e.g. ``mask_bits=40`` (``--he-param``)."""
+    interactive_mixing: str | None = None
+    """The interactive layer's mixing it requires (``--interactive-mixing``)."""
+
+
+def _split(spec: str | None) -> list[str]:
+    if spec is None or spec.strip() in ("", "none"):
+        return []
+    return [p.strip() for p in spec.split("+")]
+
+
+def _runs_here(part: str) -> bool:
+    """Whether the defense named by the spec part runs at a passive party."""
+    from defenses import DEFENSES  # the registry (imports torch): only when a run starts
+    from securevfl.spec import split_name
+
+    return PASSIVE in DEFENSES.get(split_name(part)[0]).runs_at
+
+
+def check_own(own: PartySettings) -> None:
+    """The party's own settings make sense on their own (before it listens).
+
+    Raises:
+        UserError: a defense of the active party's in its own ``--defense``, or a test fixture."""
+    from defenses import parse_defense
+    from securevfl.cutlayer import refuse_test_fixtures
+
+    parse_defense(own.defense)  # names and parameters, with the defenses' own checks
+    for part in _split(own.defense):
+        if not _runs_here(part):
+            raise UserError(f"--defense {part}: runs at the active party; a passive party's --defense names the "
+                            "defenses it runs itself (e.g. embedding-dp, dcor)")
+    refuse_test_fixtures(own.he_params, "--he-param")
+
+
+def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
+    """The run description this party runs with, and the notes it prints.
+
+    Args:
+        hello: the active party's run description (``deploy.run_description``).
+        own: this party's own settings.
+    Returns:
+        (the description with this party's decisions in place, notes for stderr).
+    Raises:
+        UserError: a setting asked for that this party refuses (one line, sent to the active party too)."""
+    notes: list[str] = []
+    hello = dict(hello)
+    if any(str(k).replace("-", "_") == "seeded_shares" for k in hello.get("he_params", {})):
+        # a test fixture: this party's HE share and masks would follow from the public seed
+        raise UserError("the active party asked for HE seeded_shares, which would let it derive this party's "
+                        "secret share; refused")
+    asked = _split(hello.get("defense"))
+    theirs = [p for p in asked if not _runs_here(p)]
+    here_asked = [p for p in asked if _runs_here(p)]
+    if own.defense is not None:
+        here = _split(own.defense)
+        if here_asked != here:
+            notes.append(f"the active party asked this party to run {'+'.join(here_asked) or 'no defense'}; it runs "
+                         f"its own --defense {'+'.join(here) or 'none'} instead")
+        hello["defense"] = "+".join(theirs + here) or "none"  # (the order seeds each part: unchanged if not overridden)
+    else:
+        here = here_asked
+        if here:
+            notes.append(f"running the defense the active party chose for this party: {'+'.join(here)} (set your own "
+                         "with --defense)")
+
+    asked_seed = hello.get("mechanism_seed")
+    if asked_seed is not None and asked_seed != own.mechanism_seed and here:
+        raise UserError(f"the active party asked for a fixed mechanism seed ({asked_seed}), which would let it "
+                        "regenerate the noise of this party's defense; refused (only this party's own "
+                        "--mechanism-seed fixes its noise)")
+    hello["mechanism_seed"] = own.mechanism_seed  # (with no defense here, the active party's seed seeds nothing here)
+    if own.mechanism_seed is not None:
+        notes.append(f"--mechanism-seed {own.mechanism_seed}: this party's noise is reproducible by anyone who knows "
+                     "the seed (tests only; the run is not private)")
+    if not here:
+        notes.append("no defense runs at this party: its activations carry its features as the model learns them")
+    scheme = hello.get("he", "off")
+    if own.he is not None and scheme != own.he:
+        raise UserError(f"the active party asked for --he {scheme}; this party requires --he {own.he}; refused")
+    for key, want in own.he_params.items():
+        got = hello.get("he_params", {}).get(key)
+        if got != want:
+            raise UserError(f"the active party asked for --he-param {key}={got!r}; this party requires {key}={want!r}; "
+                            "refused")
+    mixing = hello.get("model", {}).get("interactive_mixing")
+    if own.interactive_mixing is not None and mixing != own.interactive_mixing:
+        raise UserError(f"the active party asked for --interactive-mixing {mixing}; this party requires "
+                        f"{own.interactive_mixing}; refused")
+    if scheme == "off":
+        notes.append("--he off: the active party receives this party's activations in the clear")
+    elif mixing == "off":
+        notes.append("--interactive-mixing off: the active party learns more of this party's activations from the "
+                     "encrypted layer (docs/he-protocol.md)")
+    return hello, notes
+
+
+def describe(own: PartySettings) -> dict:
+    return dataclasses.asdict(own)
