@@ -68,12 +68,14 @@ def test_save_predict_round_trip_and_party_folders(tmp_path, capsys):
     active, passive = tmp_path / "model" / "active", tmp_path / "model" / "passive1"
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == ["active", "passive1"]
     ma, mp = (json.loads((d / "manifest.json").read_text()) for d in (active, passive))
-    assert ma["versions"]["securevfl"] == version() and set(ma["sha256"]) == {"model.pt", "preprocessing.json"}
+    assert ma["versions"]["securevfl"] == version()
+    assert set(ma["sha256"]) == {"model.pt", "preprocessing.json", "manifest.json"}  # the manifest's own too
     assert [c["name"] for c in mp["columns"]] == ["id", *[f"x{i}" for i in range(10, 30)]]
     assert {"name": "band", "dtype": "category"} in ma["columns"]
     assert ma["config"]["data"]["party_files"] == [str(fg)] and mp["config"]["data"]["party_files"] == [str(fh)]
     # the passive folder holds no label: no classes, scaler of labels, head or label values
-    assert "classes" not in mp and "label_scale" not in mp
+    assert not {"classes", "label_scale", "task", "n_classes"} & set(mp)
+    assert not {"label_column", "task"} & set(mp["config"]["data"]) and ma["run_id"] == mp["run_id"]
     sp = torch.load(passive / "model.pt", weights_only=True)
     assert set(sp["modules"]) == {"bottom"}
     prep = json.loads((passive / "preprocessing.json").read_text())
