@@ -279,7 +279,7 @@ class Party:
                 end.load_state_dict(restored(s, numpy=True))
         except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as e:
             raise UserError(f"--model: {folder}: the saved models do not fit this configuration "
-                            f"({str(e).splitlines()[0]})") from None
+                            f"({(str(e).splitlines() or [type(e).__name__])[0]})") from None
 
     def set_lr(self, lr: float) -> None:
         for group in self._built_optimizer().param_groups:

@@ -112,6 +112,10 @@ _LABEL_FIELDS = ("task", "n_classes", "classes", "label_scale")
 """What only the active party's manifest may hold (a passive folder holds nothing about the labels)."""
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [""])[0][:200]
+
+
 def _bad(folder: Path, why: str) -> UserError:
     return UserError(f"--model: {folder} is not an intact saved party folder: {why}")
 
@@ -122,7 +126,7 @@ def read_manifest(folder: Path) -> dict:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise _bad(folder, f"{MANIFEST} cannot be read as JSON ({str(e).splitlines()[0]})") from None
+        raise _bad(folder, f"{MANIFEST} cannot be read as JSON ({_first_line(e)})") from None
     if not isinstance(manifest, dict):
         raise _bad(folder, f"{MANIFEST} is not a JSON object")
     if manifest.get("format") != FORMAT:
@@ -162,11 +166,11 @@ def read_party_folder(folder: Path) -> tuple[dict, dict, dict]:
     try:  # weights_only: tensors and plain containers, never code
         state = torch.load(folder / MODEL, weights_only=True)
     except Exception as e:  # noqa: BLE001 - a file that matches its hash but does not load
-        raise _bad(folder, f"{MODEL} cannot be loaded ({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
+        raise _bad(folder, f"{MODEL} cannot be loaded ({type(e).__name__}: {_first_line(e)})") from None
     try:
         prep = json.loads((folder / PREPROCESSING).read_text())
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise _bad(folder, f"{PREPROCESSING} cannot be read as JSON ({str(e).splitlines()[0]})") from None
+        raise _bad(folder, f"{PREPROCESSING} cannot be read as JSON ({_first_line(e)})") from None
     if not isinstance(state, dict) or not isinstance(state.get("modules"), dict) \
             or not isinstance(state.get("cut_ends"), list):
         raise _bad(folder, f"{MODEL} does not hold a party's models")

@@ -10,6 +10,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -159,3 +160,195 @@ def test_store_rows_with_damaged_sections_load():
     assert len(runs) == 3 and runs.epsilon_audit.isna().all() and not runs.feature_side.iloc[1]
     assert len(attacks) == 2 and attacks.control.isna().all() and attacks.leakage.isna().all()
     summarise(runs, attacks)
+
+
+# ---------------------------------------------------------------- issue 40: party files, flags, model folders
+# Each property has a fast run (few examples) and a slow one (many): ``pytest -m slow`` runs the latter.
+MANY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+names = st.sampled_from(["id", "label", "label", "id", "x", "x", "y.1", "", " id", "lab\"el", "a,b"])
+
+
+def _party_files_property(n: int, header_a: list[str], header_p: list[str], pool: list[str]) -> None:
+    """Headers with repeated, empty, quoted and ID/label-copying names: success, or one UserError."""
+    import csv as csvmod
+    import io
+
+    from securevfl.config import RunConfig
+    from securevfl.lab.compose import build_partition
+
+    def table(header: list[str]) -> str:
+        buf = io.StringIO()
+        w = csvmod.writer(buf)
+        w.writerow(header)
+        for i in range(n):
+            w.writerow([str(i) if h.strip() == "id" else pool[(i * 7 + j) % len(pool)] for j, h in enumerate(header)])
+        return buf.getvalue()
+
+    d = Path(tempfile.mkdtemp(prefix="securevfl-fuzz-"))
+    (d / "a.csv").write_text(table(header_a))
+    (d / "p.csv").write_text(table(header_p))
+    cfg = RunConfig(dataset="csv")
+    cfg.data.party_files = [str(d / "a.csv"), str(d / "p.csv")]
+    try:
+        part = build_partition(cfg)
+    except UserError:
+        return
+    cols = [c for p in part.parties for c in (p.column_names or ())]
+    assert "label" not in cols and not any(c.startswith(("label.", "id.")) for c in cols)  # no label as a feature
+
+
+party_file_args = (st.integers(4, 30), st.lists(names, min_size=2, max_size=5).map(lambda h: ["id", "label", *h]),
+                   st.lists(names, min_size=1, max_size=4).map(lambda h: ["id", *h]),
+                   st.lists(cells, min_size=5, max_size=20))
+
+
+@FAST
+@given(*party_file_args)
+def test_party_file_headers_read_or_fail_cleanly(n, header_a, header_p, pool):
+    _party_files_property(n, header_a, header_p, pool)
+
+
+@pytest.mark.slow
+@MANY
+@given(*party_file_args)
+def test_party_file_headers_read_or_fail_cleanly_many(n, header_a, header_p, pool):
+    _party_files_property(n, header_a, header_p, pool)
+
+
+flag_values = st.one_of(st.sampled_from(["nan", "NaN", "inf", "-inf", "1e999", "0", "-1", "65536", "99999", "",
+                                         " 5", "5.5", "0x10", "1_000"]),
+                        st.floats(allow_nan=True, allow_infinity=True).map(repr), st.integers(-2**40, 2**40).map(str),
+                        st.text(max_size=8))
+
+
+def _flags_property(listen_port: str, timeout: str, mb: str) -> None:
+    """``party``'s numeric flags: every value is checked before anything listens (the file is missing, so
+    even a valid line ends in an error — never a listening server, a hang or a traceback)."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["party", "--role", "passive1", "--insecure", "--listen", f"127.0.0.1:{listen_port}",
+                     "--timeout", timeout, "--max-message-mb", mb, "--party-file", "/nonexistent/p.csv"])
+    lines = err.getvalue().strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), err.getvalue()
+
+
+@FAST
+@given(flag_values, flag_values, flag_values)
+def test_numeric_flags_are_checked_or_refused(listen_port, timeout, mb):
+    _flags_property(listen_port, timeout, mb)
+
+
+@pytest.mark.slow
+@MANY
+@given(flag_values, flag_values, flag_values)
+def test_numeric_flags_are_checked_or_refused_many(listen_port, timeout, mb):
+    _flags_property(listen_port, timeout, mb)
+
+
+@given(flag_values)
+@FAST
+def test_number_validator_returns_finite_in_range_or_refuses(text):
+    import math
+
+    from securevfl.validate import number, port
+
+    try:
+        v = number("x", text, gt=0, le=1e6)
+        assert math.isfinite(v) and 0 < v <= 1e6
+    except UserError:
+        pass
+    try:
+        assert 0 <= port("p", text) <= 65535
+    except UserError:
+        pass
+
+
+_SAVED: dict[str, Path] = {}
+
+
+def _saved_folder() -> Path:
+    """One saved federation per session (trained once), copied for each example."""
+    if "m" not in _SAVED:
+        import numpy as np
+        import pandas as pd
+
+        d = Path(tempfile.mkdtemp(prefix="securevfl-fuzz-saved-"))
+        rng = np.random.default_rng(0)
+        y = (rng.random(80) > 0.5).astype(int)
+        pd.DataFrame({"id": range(80), "label": y, "a": rng.normal(size=80) + y}).to_csv(d / "a.csv", index=False)
+        pd.DataFrame({"id": range(80), "b": rng.normal(size=80)}).to_csv(d / "p.csv", index=False)
+        assert main(["train", "--dataset", "csv", "--party-file", str(d / "a.csv"), "--party-file", str(d / "p.csv"),
+                     "--epochs", "1", "--quiet", "--json", "--save", str(d / "m")]) == 0
+        _SAVED["m"] = d
+    return _SAVED["m"]
+
+
+folder_edits = st.lists(st.tuples(
+    st.sampled_from(["active", "passive1"]),
+    st.sampled_from(["manifest-key", "manifest-drop", "truncate", "flip", "prep"]),
+    st.sampled_from(["format", "index", "n_parties", "run_id", "party", "role", "config", "model", "sha256", "classes",
+                     "task", "n_classes", "columns", "passives"]),
+    values, st.integers(0, 10_000), st.booleans()), min_size=1, max_size=3)
+
+
+def _folder_property(edits: list) -> None:
+    """A saved folder damaged anywhere (a manifest field replaced or dropped, a file truncated or flipped,
+    with or without the hashes made to agree): ``predict`` scores or says one ``error:`` line."""
+    import contextlib
+    import io
+    import shutil
+
+    src = _saved_folder()
+    d = Path(tempfile.mkdtemp(prefix="securevfl-fuzz-"))
+    shutil.copytree(src / "m", d / "m")
+    for party, how, key, value, at, fix_hashes in edits:
+        folder = d / "m" / party
+        m = folder / "manifest.json"
+        if how in ("manifest-key", "manifest-drop"):
+            doc = json.loads(m.read_text())
+            if isinstance(doc, dict):
+                if how == "manifest-key":
+                    doc[key] = value
+                else:
+                    doc.pop(key, None)
+            m.write_text(json.dumps(doc, default=str))
+        else:
+            f = folder / ("preprocessing.json" if how == "prep" else "model.pt")
+            data = bytearray(f.read_bytes())
+            if how == "truncate":
+                data = data[: at % max(len(data), 1)]
+            elif data:
+                data[at % len(data)] ^= 0xFF
+            f.write_bytes(bytes(data))
+        if fix_hashes:
+            from securevfl.saved import MANIFEST, _manifest_digest, _sha256
+
+            with contextlib.suppress(Exception):
+                doc = json.loads(m.read_text())
+                doc["sha256"] = {n: _sha256(folder / n) for n in ("model.pt", "preprocessing.json")}
+                doc["sha256"][MANIFEST] = _manifest_digest(doc)
+                m.write_text(json.dumps(doc, default=str))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["predict", "--model", str(d / "m"), "--party-file", str(src / "a.csv"), "--party-file",
+                     str(src / "p.csv"), "--out", str(d / "p.csv")])
+    text = err.getvalue()
+    assert "Traceback" not in text
+    assert code == 0 or (code == 2 and text.strip().splitlines()[-1].startswith("error:")), text
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(folder_edits)
+def test_model_folders_predict_or_fail_cleanly(edits):
+    _folder_property(edits)
+
+
+@pytest.mark.slow
+@MANY
+@given(folder_edits)
+def test_model_folders_predict_or_fail_cleanly_many(edits):
+    _folder_property(edits)

@@ -26,6 +26,7 @@ from securevfl.config import RunConfig  # noqa: E402
 from securevfl.deploy import serve, train_deployed  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab import compose  # noqa: E402,F401 - imported once here, not inside a party's timed wait
+from securevfl.lab.party_settings import PartySettings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "deploy-example"
@@ -73,7 +74,8 @@ class Passive:
     """A passive party serving in a thread: its own listening channel and its own party."""
 
     def __init__(self, files: dict[str, Path], role: str = "passive1", file: str = "host", cert: str | None = None,
-                 tls: str | None = "certs", timeout: float = OK_T, **netkw) -> None:
+                 tls: str | None = "certs", timeout: float = OK_T, own: PartySettings | None = None, **netkw) -> None:
+        self.own = own
         folder = None if tls is None else files[tls]
         cert_party = cert or role
         cfg = NetConfig(None if folder is None else TLSFiles.load(folder / cert_party, cert_party), timeout=timeout,
@@ -85,7 +87,7 @@ class Passive:
         self.thread.start()
 
     def _run(self, path: str) -> None:
-        self.status = serve(self.channel, path, "id")
+        self.status = serve(self.channel, path, "id", own=self.own)
 
     def close(self) -> None:
         self.thread.join(timeout=2 * T)
@@ -428,7 +430,7 @@ def test_defenses_on_both_sides_equal_in_process(files, defense: str) -> None:
     party's): with a fixed mechanism seed, utility and both sides' ε equal the simulator's."""
     from securevfl.lab.compose import execute
 
-    p = Passive(files)
+    p = Passive(files, own=PartySettings(mechanism_seed=5))  # the seed of its noise is its own decision
     r = deploy(files, small_cfg(files, "guest", defense=defense, mechanism_seed=5), [p])
     p.close()
     sim = execute(small_cfg(files, "guest", "host", defense=defense, mechanism_seed=5), progress=False).to_json()
@@ -512,3 +514,14 @@ def test_bfv_over_grpc_keeps_its_secret_keys(files, monkeypatch) -> None:
     sim = execute(small_cfg(files, "guest", "host", he="bfv"), progress=False).to_json()
     assert r["utility"]["test"] == sim["utility"]["test"]  # the same draws (same_draws): BFV is exact
 
+
+
+def test_passive_refuses_a_mechanism_seed_it_did_not_set(files) -> None:
+    """Issue 40: the active party's --mechanism-seed would let it regenerate the noise of the passive
+    party's feature DP; the passive party refuses the run (one line on both sides) unless the seed is
+    its own --mechanism-seed (test_defenses_on_both_sides_equal_in_process is the control)."""
+    p = Passive(files)
+    with pytest.raises(UserError, match="fixed mechanism seed"):
+        deploy(files, small_cfg(files, "guest", defense="embedding-dp:clip=1,noise=1", mechanism_seed=7), [p])
+    p.close()
+    assert p.status == 2
