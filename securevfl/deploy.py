@@ -93,9 +93,10 @@ def _expect(obj: object, what: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------- passive side
-def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str, own: PartySettings | None = None) -> dict:
+def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
+              settings: PartySettings | None = None) -> dict:
     """One run as a passive party, from the active party's run description ``hello`` to its ``end``;
-    ``own``: this party's own privacy settings, which decide over what ``hello`` asks
+    ``settings``: this party's own privacy settings, which decide over what ``hello`` asks
     (:func:`securevfl.lab.party_settings.reconcile`).
 
     Returns:
@@ -108,7 +109,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str, own: P
         name = hello["party"]
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
-        hello, notes = reconcile(hello, own or PartySettings())
+        hello, notes = reconcile(hello, settings or PartySettings())
         for note in notes:
             print(f"{name}: {note}", file=sys.stderr, flush=True)
         data_cfg = DataConfig(**hello["data"])
