@@ -525,3 +525,35 @@ def test_passive_refuses_a_mechanism_seed_it_did_not_set(files) -> None:
         deploy(files, small_cfg(files, "guest", defense="embedding-dp:clip=1,noise=1", mechanism_seed=7), [p])
     p.close()
     assert p.status == 2
+
+
+def test_first_message_of_a_kind_is_not_lost_when_threads_race(monkeypatch) -> None:
+    """Issue 41's rare deadlock (both parties waiting 120 s): the party's thread and a server handler
+    thread both made the queue of a (peer, kind) seen for the first time; the handler's message went into
+    the queue that lost and was never read. Slowed queue construction makes the race certain."""
+    import queue as queue_mod
+
+    real = queue_mod.Queue.__init__
+
+    def slow(self, *a, **k):  # type: ignore[no-untyped-def]
+        real(self, *a, **k)
+        time.sleep(0.3)
+
+    ch = GrpcChannel("passive1", NetConfig(None, timeout=3), listen="127.0.0.1:0")
+    monkeypatch.setattr(queue_mod.Queue, "__init__", slow)
+    got: dict = {}
+
+    def receive() -> None:
+        try:
+            got["payload"] = ch.recv("passive1", "active", "gradient")
+        except UserError as e:
+            got["error"] = str(e)
+
+    t = threading.Thread(target=receive)
+    t.start()
+    time.sleep(0.1)  # the receiver is inside the queue's construction
+    ch._on_deliver(pack_frame("active", "gradient", b"g0"), None)  # the server's handler, as gRPC calls it
+    t.join(timeout=10)
+    monkeypatch.setattr(queue_mod.Queue, "__init__", real)
+    ch.close()
+    assert got.get("payload") == b"g0", got

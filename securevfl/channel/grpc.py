@@ -148,8 +148,13 @@ class GrpcChannel(Channel):
         self.peers = dict(peers or {})
         self.client = client  # the one party a server answers (the active party)
         self.netstats = NetStats()
-        self._inbox: dict[tuple[str, str], queue.Queue[bytes]] = defaultdict(queue.Queue)
-        self._outbox: dict[tuple[str, str], queue.Queue[bytes]] = defaultdict(queue.Queue)
+        # one queue per (peer, kind), made on first use by whichever thread comes first: the server's
+        # handler threads and the party's own thread both reach for it, so it is made under a lock (a
+        # defaultdict made two queues when both came at once, and the message put into the losing
+        # one was never read: the rare deadlock of issue 41)
+        self._inbox: dict[tuple[str, str], queue.Queue[bytes]] = {}
+        self._outbox: dict[tuple[str, str], queue.Queue[bytes]] = {}
+        self._boxes = threading.Lock()
         self._lock = threading.Lock()
         self._aborted: str | None = None  # the peer's reason, once it aborted
         self._server: grpc.Server | None = None
@@ -201,13 +206,13 @@ class GrpcChannel(Channel):
 
     def _on_deliver(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         src, kind, payload = self._caller(frame, context)
-        self._inbox[(src, kind)].put(payload)
+        self._box(self._inbox, (src, kind)).put(payload)
         return b""
 
     def _on_take(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         src, kind, _ = self._caller(frame, context)
         deadline = time.monotonic() + self.net.timeout
-        q = self._outbox[(src, kind)]
+        q = self._box(self._outbox, (src, kind))
         while context.is_active() and time.monotonic() < deadline:
             try:  # what was sent before an abort is still delivered (e.g. the error reply it follows)
                 return q.get(timeout=_POLL)
@@ -273,7 +278,7 @@ class GrpcChannel(Channel):
         if dst in self._stubs:
             self._call(dst, "Deliver", pack_frame(src, kind, payload), f"send {kind}")
         else:  # we serve dst: it takes the message with its next Take
-            self._outbox[(dst, kind)].put(payload)
+            self._box(self._outbox, (dst, kind)).put(payload)
 
     def recv(self, dst: str, src: str, kind: str) -> bytes:
         if src in self._stubs:
@@ -293,7 +298,7 @@ class GrpcChannel(Channel):
 
     def _wait_inbox(self, src: str, kind: str) -> bytes:
         deadline = time.monotonic() + self.net.timeout
-        q = self._inbox[(src, kind)]
+        q = self._box(self._inbox, (src, kind))
         while True:
             if self._aborted is not None:
                 raise UserError(self._aborted)
@@ -304,22 +309,37 @@ class GrpcChannel(Channel):
                     raise UserError(f"{src} sent no {kind} message within {self.net.timeout:g} s (stalled or gone; "
                                     "--timeout sets the wait)") from None
 
+    def _box(self, box: dict[tuple[str, str], queue.Queue[bytes]], key: tuple[str, str]) -> queue.Queue[bytes]:
+        """The queue of ``key`` in ``box``, made once even when threads race for it."""
+        with self._boxes:
+            q = box.get(key)
+            if q is None:
+                q = box[key] = queue.Queue()
+            return q
+
+    def _outbox_queues(self) -> list[queue.Queue[bytes]]:
+        with self._boxes:
+            return list(self._outbox.values())
+
     def pending(self) -> int:
-        return sum(q.qsize() for q in [*self._inbox.values(), *self._outbox.values()])
+        with self._boxes:
+            queues = [*self._inbox.values(), *self._outbox.values()]
+        return sum(q.qsize() for q in queues)
 
     def wait_inbox(self, src: str, kind: str, timeout: float) -> bytes | None:
         """The next ``kind`` message from ``src`` within ``timeout`` s, or None (a server idling
         between runs); raises on an abort like :meth:`recv`."""
         try:
-            payload = self._inbox[(src, kind)].get(timeout=timeout)
+            payload = self._box(self._inbox, (src, kind)).get(timeout=timeout)
         except queue.Empty:
             return None
         return self._received(src, self.party, kind, payload)
 
     def reset(self) -> None:
         """Forget the last run (queues, abort, counts): a server between runs (``--serve-forever``)."""
-        self._inbox.clear()
-        self._outbox.clear()
+        with self._boxes:
+            self._inbox.clear()
+            self._outbox.clear()
         self._aborted = None
         self.stats = type(self.stats)()
         self.netstats = NetStats()
@@ -337,7 +357,7 @@ class GrpcChannel(Channel):
     def drain(self, grace: float) -> None:
         """Wait (≤ ``grace`` s) until the client took every message this server still holds."""
         deadline = time.monotonic() + grace
-        while any(q.qsize() for q in self._outbox.values()) and time.monotonic() < deadline:
+        while any(q.qsize() for q in self._outbox_queues()) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def close(self) -> None:
