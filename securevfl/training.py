@@ -7,7 +7,6 @@ not by copying the loop."""
 
 from __future__ import annotations
 
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,13 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from securevfl.errors import TrainingDiverged
 from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.hooks import Objective
 from securevfl.ids import member
 from securevfl.metrics import utility
+from securevfl.progress import progress_bar
 from securevfl.settings import setting
 from securevfl.threads import fit_to_work
 
@@ -80,7 +79,7 @@ class SplitTrainer:
         self.label_terms = label_terms or []
         self.losses: list[float] = []
         self.epoch = 0  # current epoch of ``fit`` (schedules such as RISA's KL annealing read it)
-        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.progress = progress  # None: a bar on a terminal, plain lines elsewhere (securevfl/progress.py)
 
     def _exchange(self, ids: np.ndarray, split: str, training: bool) -> None:
         fed = self.fed
@@ -171,7 +170,7 @@ class SplitTrainer:
         fit_to_work(bs * sum(p.n_parameters() for p in self.fed.parties))  # threads for steps of this size
         n_steps = epochs * -(-len(ids) // bs)
         self.fed.active.begin_run(desc, len(ids), bs, n_steps, participations=epochs)  # e.g. one ledger entry
-        with tqdm(total=n_steps, desc=desc, disable=not self.progress, leave=False, file=sys.stderr) as bar:
+        with progress_bar(n_steps, desc, self.progress, leave=False) as bar:
             for epoch in range(epochs):
                 self.epoch = epoch
                 rows = self.epoch_ids(epoch, ids)
@@ -180,8 +179,8 @@ class SplitTrainer:
                 order = rows[self.rng.permutation(len(rows))]
                 for start in range(0, len(order), bs):
                     loss = self.train_step(order[start:start + bs])
-                    bar.update(1)
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}")
+                    bar.update(1)
         return self.losses
 
     @torch.no_grad()

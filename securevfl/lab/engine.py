@@ -188,11 +188,10 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     run cells other sweeps claim too."""
     import sys
 
-    from tqdm.auto import tqdm
-
     from securevfl.devices import resolve_device
     from securevfl.lab.store import Store
     from securevfl.lab.sweep import config_from_dict, load_sweep
+    from securevfl.progress import progress_bar
     from securevfl.validate import validate_config
 
     sweep = load_sweep(path)
@@ -238,8 +237,8 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
 
     # a terminal that reports zero columns (some CI consoles, `stty cols 0`) would get an empty bar
     width = shutil.get_terminal_size(fallback=(80, 24)).columns
-    bar = tqdm(total=len(sweep.cells), initial=counts["skipped"], desc=f"sweep {sweep.name}", unit="cell",
-               disable=not progress, file=sys.stderr, dynamic_ncols=width > 0, ncols=None if width > 0 else 80)
+    bar = progress_bar(len(sweep.cells), f"sweep {sweep.name}", None if progress else False, unit="cell",
+                       initial=counts["skipped"], dynamic_ncols=width > 0, ncols=None if width > 0 else 80)
 
     def on_result(row: dict) -> None:
         store.put(row)

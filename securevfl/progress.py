@@ -1,0 +1,97 @@
+"""Progress for long work, wherever stderr goes.
+
+On a terminal, a tqdm bar. Elsewhere (CI, ``nohup``, a notebook's captured stderr, a deployed party
+under a process manager) a bar's carriage returns make an unreadable log, and a silent job looks
+hung; so there a plain line is printed at most every ``SECUREVFL_PROGRESS_SECONDS`` (30 s by default)
+while the work lasts — ``train: step 120/400 (30%), 31 s elapsed, ETA 72 s, epoch=2, loss=0.43`` —
+and a last one when work that printed any ends. Work shorter than the interval prints nothing.
+``enabled``: True forces the bar, False silences both, None (the default) picks by stderr."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from tqdm.auto import tqdm
+
+from securevfl.validate import number
+
+
+def interval() -> float:
+    raw = os.environ.get("SECUREVFL_PROGRESS_SECONDS")
+    return 30.0 if not raw else float(number("SECUREVFL_PROGRESS_SECONDS", raw, ge=0))
+
+
+class PlainProgress:
+    """tqdm's small interface (``update``, ``set_postfix``, ``write``, a context manager) as plain lines,
+    printed by a timer thread so that even one long step (an HE product, a sweep's cell) cannot make
+    the log go quiet for longer than the interval; interval 0 prints at every update (tests)."""
+
+    def __init__(self, total: int | float | None, desc: str, unit: str = "step", file: TextIO | None = None,
+                 every: float | None = None, initial: int | float = 0) -> None:
+        self.total, self.desc, self.unit = total, desc, unit
+        self.file = file or sys.stderr
+        self.every = interval() if every is None else every
+        self.n = initial
+        self.start = time.monotonic()
+        self.postfix: dict[str, Any] = {}
+        self.printed = False
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        if self.every > 0:
+            self._ticker = threading.Thread(target=self._tick, name=f"progress {desc}", daemon=True)
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.every):
+            self._line()
+
+    def update(self, n: int | float = 1) -> None:
+        self.n += n
+        if self.every == 0:
+            self._line()
+
+    def set_postfix(self, ordered_dict: dict | None = None, refresh: bool = True, **kw: Any) -> None:
+        self.postfix = {**(ordered_dict or {}), **kw}
+
+    def write(self, s: str, file: TextIO | None = None) -> None:
+        print(s, file=file or self.file, flush=True)
+
+    def _line(self) -> None:
+        elapsed = time.monotonic() - self.start
+        n, total = self.n, self.total
+        head = f"{self.desc}: {self.unit} {n:g}" + (f"/{total:g} ({100 * n / total:.0f}%)" if total else "")
+        parts = [head, f"{elapsed:.0f} s elapsed"]
+        if total and n:
+            parts.append(f"ETA {elapsed * max(total - n, 0) / n:.0f} s")
+        parts += [f"{k}={v}" for k, v in dict(self.postfix).items()]
+        print(", ".join(parts), file=self.file, flush=True)
+        self.printed = True
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        if self.printed:  # long work that reported ends with its final count
+            self._line()
+            self.printed = False
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(total: int | float | None, desc: str, enabled: bool | None = None, unit: str = "step",
+                 **tqdm_kw: Any) -> Any:
+    """A tqdm bar on a terminal, plain lines elsewhere, nothing when ``enabled`` is False."""
+    if enabled is False:
+        return tqdm(total=total, disable=True)
+    if enabled or sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, **tqdm_kw)
+    return PlainProgress(total, desc, unit, initial=tqdm_kw.get("initial", 0))

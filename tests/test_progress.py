@@ -1,0 +1,34 @@
+"""Long work is never silent (issues 41 and 43): with stderr not a terminal, training and sweeps print
+plain progress lines (no carriage returns) at an interval; ``--quiet`` prints none."""
+
+from __future__ import annotations
+
+import time
+
+from securevfl.cli import main
+from securevfl.progress import PlainProgress
+
+
+def test_plain_lines_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0")  # every update, so a short run shows it
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--max-rows", "400"]) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("train: step")]
+    assert lines and "\r" not in err and lines[-1].startswith("train: step ") and "(100%)" in lines[-1]
+    assert "ETA" in lines[0] and "epoch=" in lines[0]
+    assert main(["train", "--dataset", "digits", "--epochs", "2", "--max-rows", "400", "--quiet"]) == 0
+    assert "train: step" not in capsys.readouterr().err  # control: --quiet silences it
+
+
+def test_default_interval_keeps_short_work_quiet(capsys):
+    assert main(["train", "--dataset", "digits", "--epochs", "1", "--max-rows", "400"]) == 0
+    assert "train: step" not in capsys.readouterr().err
+
+
+def test_a_long_step_still_reports_on_time(capsys):
+    """The timer thread prints while one update takes longer than the interval."""
+    with PlainProgress(3, "work", every=0.2) as bar:
+        time.sleep(0.7)  # one long step, no update
+        bar.update(3)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) >= 3 and lines[0].startswith("work: step 0/3 (0%)") and lines[-1].startswith("work: step 3/3")
