@@ -32,3 +32,19 @@ def test_a_long_step_still_reports_on_time(capsys):
         bar.update(3)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) >= 3 and lines[0].startswith("work: step 0/3 (0%)") and lines[-1].startswith("work: step 3/3")
+
+
+def test_attack_time_is_recorded_per_attack(tmp_path):
+    """Each attack's wall time (with its control and baseline) is in the run JSON, hence in the store, and in
+    the report's attack frame."""
+    import yaml
+
+    from securevfl.lab.engine import run_sweep
+    from securevfl.lab.report import load_frames
+
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "s", "dataset": {"name": "breast-cancer"}, "methods": ["splitnn"],
+                                 "attacks": ["norm"], "train": {"epochs": 1}}))
+    run_sweep(str(f), str(tmp_path / "s.sqlite"), progress=False)
+    _, attacks = load_frames(tmp_path / "s.sqlite")
+    assert len(attacks) == 1 and attacks.attack_seconds.iloc[0] > 0

@@ -392,10 +392,12 @@ def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[st
             targets[attack.adversary] = attack_lib.AttackTarget(
                 run.federation, run.partition, attack.adversary,
                 ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=run.method, head=run.config.model.head)
+        started = time.perf_counter()
         res = attack.run(targets[attack.adversary])
         if malicious:  # every attack in this run saw a federation trained with a malicious adversary
             res.details["malicious_training"] = malicious
-        out[attack.name] = res.as_dict()
+        # its wall time, with its control and baseline (an attack can cost more than the training it attacks)
+        out[attack.name] = {**res.as_dict(), "seconds": round(time.perf_counter() - started, 3)}
     return out
 
 

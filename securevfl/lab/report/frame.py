@@ -94,7 +94,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                             "params": json.dumps(a["params"] if isinstance(a.get("params"), dict) else {},
                                                  default=str),
                             "set_params": json.dumps(_entry_params(config, name), sort_keys=True),
-                            "control_kind": a.get("control_kind"),
+                            "control_kind": a.get("control_kind"), "attack_seconds": _number(a.get("seconds")),
                             "adversary": a.get("adversary") or _dig(a, "params", "adversary") or "passive1",
                             "baseline_ssl": json.dumps(a.get("baseline_ssl") or {}, default=str),
                             "examples": json.dumps(a["examples"], default=str) if a.get("examples") else None})
