@@ -384,6 +384,10 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
             tls_hint = " — the connection was closed (a peer without TLS, or one that rejected our certificate)"
         return f"cannot reach {where} ({what}): {detail or 'unavailable'}{tls_hint}"
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        if what.startswith("receive "):  # connected and past the handshake: the peer never sent it
+            return (f"{where} sent no {what.removeprefix('receive ')} message within {net.timeout:g} s while this "
+                    "party waited for it (the peer is stalled, gone, or itself waiting for a message of ours; "
+                    "its own log says what it waited for; --timeout sets the wait)")
         return (f"{where} did not answer ({what}) within {net.timeout:g} s (stalled, down, or refusing the TLS "
                 "handshake; --timeout sets the wait)")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
