@@ -262,3 +262,47 @@ def test_backdoor_runs_keep_their_own_utility_and_the_cell_keeps_the_clean_one(t
     assert t["DCS backdoor-x"] == pytest.approx(scores.dcs(0.9, 0.80, 0.90))
     assert t["T-DCS TB"] == t["DCS backdoor-x"] and t["T-DCS LI"] == pytest.approx(scores.dcs(0.6, 0.9, 0.9))
     assert t["C-DCS"] == pytest.approx((t["T-DCS TB"] + t["T-DCS LI"]) / 2)
+
+
+def test_a_cell_worse_than_local_never_ranks_first_nor_rings(tmp_path):
+    """Issue 43: on a credit-style sweep `splitnn / iso 5` had the best C-DCS and was ranked 1 and ringed
+    as Pareto-optimal while its utility was below `local`'s. Marked cells now rank below every unmarked
+    one, in the table and the report, and are not on the Pareto front."""
+    from securevfl.lab.report.figures import tradeoff_figure
+
+    store = Store(tmp_path / "s.sqlite")
+    for seed in (0, 1, 2):
+        _put(store, "local", "none", seed, 0.80 + 0.001 * seed)
+        _put(store, "splitnn", "none", seed, 0.90 + 0.001 * seed, _mc(0.80, 0.2))
+        _put(store, "splitnn", "iso:1", seed, 0.88 + 0.001 * seed, _mc(0.60, 0.2))
+        _put(store, "splitnn", "iso:5", seed, 0.70 + 0.001 * seed, _mc(0.21, 0.2))  # leaks least, below local
+    store.close()
+    runs, attacks = load_frames(tmp_path / "s.sqlite")
+    summary = summarise(runs, attacks)
+    t = scores.score_table(summary, attacks).set_index("defense")
+    assert t.loc["iso:5", "C-DCS"] > t.loc["iso:1", "C-DCS"]  # it would win on the score alone
+    assert t.loc["iso:1", "rank C-DCS"] == 1 and t.loc["iso:5", "rank C-DCS"] == 3
+    assert t.loc["iso:5", "rank normalised"] > t.loc["iso:1", "rank normalised"]
+    assert t.loc["iso:5", "marked"] and not t.loc["iso:1", "marked"]
+    # the plot rings no marked cell: drawn among the cells above local only
+    rings = []
+    import matplotlib.axes
+
+    real = matplotlib.axes.Axes.scatter
+
+    def spy(self, x, y, *a, **k):  # type: ignore[no-untyped-def]
+        if "Pareto" in str(k.get("label", "")):
+            rings.extend(zip(list(x), list(y), strict=True))
+        return real(self, x, y, *a, **k)
+
+    matplotlib.axes.Axes.scatter = spy
+    try:
+        tradeoff_figure(summary, "digits", "mc", tmp_path / "f.png")
+    finally:
+        matplotlib.axes.Axes.scatter = real
+    assert rings and all(u > 0.8 for u, _ in rings)
+    write_report(tmp_path / "s.sqlite", tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    table = md[md.index("|   rank |"):]
+    first_row = table.splitlines()[2]
+    assert "iso 1" in first_row and "iso 5" not in first_row, first_row

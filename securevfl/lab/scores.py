@@ -235,9 +235,24 @@ def score_table(summary: pd.DataFrame, attacks: pd.DataFrame, weights: Mapping[s
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    out["rank C-DCS"] = out.groupby("dataset")["C-DCS"].rank(ascending=False, method="min")
-    out["rank normalised"] = out.groupby("dataset")["normalised C-DCS"].rank(ascending=False, method="min")
+    marked = _marked(out, summary)
+    out["marked"] = marked.map({True: "not eligible", False: ""})
+    for col, rank in (("C-DCS", "rank C-DCS"), ("normalised C-DCS", "rank normalised")):
+        # a cell worse than not federating, or at chance, ranks below every cell that is not (its
+        # "privacy" is a model no one should deploy), whatever its score
+        key = out[col].where(~marked, out[col] - 1e6)
+        out[rank] = key.groupby(out["dataset"]).rank(ascending=False, method="min")
     return out
+
+
+def _marked(table: pd.DataFrame, summary: pd.DataFrame) -> pd.Series:
+    """Per row of ``table``: the cell is at chance or worse than ``local`` (False where unmarked)."""
+    if "chance" not in summary or "beats_local" not in summary:
+        return pd.Series(False, index=table.index)
+    marks = summary[[*CELL, "chance", "beats_local"]].drop_duplicates(subset=CELL)
+    m = table[CELL].merge(marks, on=CELL, how="left")
+    bad = m.chance.fillna(False).astype(bool) | (m.beats_local == False)  # noqa: E712 - None: no local ran
+    return pd.Series(bad.to_numpy(dtype=bool), index=table.index)
 
 
 def _won(w: pd.Series) -> str:

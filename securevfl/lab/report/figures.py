@@ -112,7 +112,14 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     if has_leak:
         zoom.axhline(0, color="tab:purple", ls=(0, (1, 1)), lw=1.6,
                      label="0: no more than the control / baseline")
-    pts = d[["utility", col]].to_numpy(dtype=float)
+    # the front is drawn among cells above chance and above `local` only: a cell worse than not
+    # federating is no trade-off anyone should pick, however little it leaks
+    ok = pd.Series(True, index=d.index)
+    if "chance" in d:
+        ok &= ~d.chance.astype(bool)
+    if "beats_local" in d:
+        ok &= d.beats_local.map(lambda b: b is not False)  # None: no `local` ran to compare with
+    pts = d[ok][["utility", col]].to_numpy(dtype=float)
     front = pareto_front(pts)
     if len(front):
         zoom.scatter(pts[front, 0], pts[front, 1], s=220, facecolors="none", edgecolors="black", lw=1.2, zorder=4,

@@ -226,7 +226,9 @@ def _score_blocks(summary: pd.DataFrame, table: pd.DataFrame, ds: str,
                           + ("mean" if weights is None else "mean weighted " + ", ".join(
                               f"{scores.TYPE_SHORT[k]} {w:g}" for k, w in weights.items()) + " (`--weights`)")
                           + ". The normalised score uses AP over the "
-                          "attack's control (and local baseline), at least 0. Higher is better. See docs/scores.md."),
+                          "attack's control (and local baseline), at least 0. Higher is better. A marked cell (worse "
+                          "than not federating, or at chance) ranks below every unmarked one, whatever its score. "
+                          "See docs/scores.md."),
                     ("table", view)]
     won = [c for c in t.columns if c.endswith(" won") or (c.startswith("worst ") and c.endswith(" attack"))]
     searched = any(t[c].astype(str).str.startswith("try ").any() for c in won)
