@@ -142,10 +142,14 @@ def test_two_workers_and_report_contents(tmp_path):
     write_report(store, tmp_path / "rep")
     html = (tmp_path / "rep" / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 2 and "<table" in html  # one trade-off per n_aux
+    # the first screen is the answer (a pick, or why there is none) and its trade-off plot, before definitions
     first_screen = html[: html.index("<img")]
+    assert "The answer" in first_screen and ("<b>Pick " in first_screen or "moves any attack beyond seed noise"
+                                             in first_screen or "does not pay" in first_screen), first_screen
+    assert html.index("<img") < html.index("At a glance") < html.index("Data: <b>digits</b>")
     for needle in ("Data: <b>digits</b>", "seeds 0, 1", "Attack <b>mc-plain</b>", "labeled auxiliary rows",
                    "Best utility", "<b>local</b>", "mc-plain:n_aux = 20", "Leakage without a defense"):
-        assert needle in first_screen, needle
+        assert needle in html, needle
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "`mc-plain leakage`: what the federation itself leaks" in md and "no ε exists" in md
     for i in (0, 1):
@@ -267,3 +271,28 @@ def test_every_shipped_sweep_file_expands():
     bad = files[0].read_text().replace("methods:", "method:", 1)
     with pytest.raises(UserError, match="unknown key"):
         parse_sweep(yaml.safe_load(bad), "bad")
+
+
+def _marked(d: pd.DataFrame, local: float | None = None) -> pd.DataFrame:
+    from securevfl.lab import scores
+
+    if local is not None:
+        d = pd.concat([d, pd.DataFrame([{"dataset": "d", "method": "local", "defense": "none", "family": "none",
+                                         "strength": 0.0, "he": "off", "swept": "{}", "utility": local,
+                                         "utility_std": 0.01, "seeds": 3, "metric": "accuracy"}])], ignore_index=True)
+    return scores.mark_cells(d.assign(utility_prior=0.1, test_rows=300))
+
+
+def test_the_answer_picks_says_none_moves_or_says_federating_does_not_pay():
+    """Issue 43's first screen: one sentence per dataset, from the three cases."""
+    from securevfl.lab.report.text import recommendation
+
+    clear = _marked(_cells({"none": (0.60, 0.01), "iso:5": (0.58, 0.04), "iso:25": (0.45, 0.02)}), local=0.5)
+    lines, attack = recommendation(clear, pd.DataFrame(), "d")
+    assert attack == "mc" and lines[0].startswith("**Pick splitnn / iso 25**: it lowers the mc attack from 0.6 to "
+                                                  "0.45 at a utility gain of 0.015 (0.84 → 0.855, accuracy)"), lines
+    noisy = _marked(_cells({"none": (0.60, 0.04), "iso:5": (0.58, 0.04), "iso:25": (0.57, 0.05)}), local=0.5)
+    lines, _ = recommendation(noisy, pd.DataFrame(), "d")
+    assert lines[0].startswith("**No defense here moves any attack beyond seed noise**"), lines
+    lines, _ = recommendation(_marked(clear[clear.method != "local"], local=0.99), pd.DataFrame(), "d")
+    assert lines[0].startswith("**Federating does not pay here**") and "0.99" in lines[0], lines

@@ -36,6 +36,7 @@ from securevfl.lab.report.text import (
     headline,
     honesty_lines,
     pm,
+    recommendation,
     setup_lines,
 )
 
@@ -94,12 +95,16 @@ def write_report(store_path: str | Path, out_dir: str | Path, command: str | Non
     summary = summarise(runs, attacks)
     ok_attacks = attacks[attacks.run_id.isin(runs[runs.status == "ok"].run_id)] if len(attacks) else attacks
     table = scores.score_table(summary, ok_attacks, weights)
-    sections: list[tuple[str, list]] = [("At a glance", _glance(summary, table))]
-    sections += [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out, table, weights))
-                 for ds in sorted(runs.dataset.unique())]
-    sections += _run_wide_sections(runs, out)
-    sections.append(("Provenance", _provenance_blocks(runs, store_path, command)))
-    intro = _intro(runs, attacks, store_path)
+    rest: list[tuple[str, list]] = [(f"{ds}", _dataset_blocks(runs, attacks, summary, ds, out, table, weights))
+                                    for ds in sorted(runs.dataset.unique())]
+    rest += _run_wide_sections(runs, out)
+    rest.append(("Provenance", _provenance_blocks(runs, store_path, command)))
+    # the first screen is the answer and its plot; definitions, the other ranking and the tables follow
+    glance = [("p", _intro(runs, attacks, store_path)), ("ul", [f"[{t}](#{_anchor(t)})" for t, _ in rest]),
+              *_glance(summary, table)]
+    sections: list[tuple[str, list]] = [("The answer", _answer(summary, table, out, control_kinds(attacks))),
+                                        ("At a glance", glance), *rest]
+    intro = ""
     _write_new(out / "report.md", _render_md(intro, sections, out))
     _write_new(out / "report.html", _render_html(intro, sections))
     figures = [content for _, blocks in sections for kind, content in blocks if kind == "img"]
@@ -177,6 +182,34 @@ def _tradeoff_blocks(summary: pd.DataFrame, ds: str, a: str, out: Path, kinds: d
         fig = tradeoff_figure(drawn, ds, a, _figure_path(out, "tradeoff", ds, f"{a}{suffix}"), label, kinds.get(a, ""))
         blocks.append(("img", fig))
     return blocks
+
+
+def _answer(summary: pd.DataFrame, table: pd.DataFrame, out: Path, kinds: dict[str, str]) -> list:
+    """Per dataset: which defense to pick, from what to what and at what cost (or why none), then the
+    trade-off plot of the attack it is about (text.recommendation)."""
+    blocks: list = []
+    for ds in sorted(summary.dataset.unique()) if len(summary) else []:
+        lines, attack = recommendation(summary, table, ds)
+        blocks.append(("ul", [f"**{ds}**: {lines[0]}", *lines[1:]] if len(summary.dataset.unique()) > 1 else lines))
+        if attack is None:
+            continue
+        d = summary[(summary.dataset == ds)]
+        drawn = d[~d.chance.astype(bool)] if "chance" in d else d
+        settings = sorted(drawn[drawn[f"{attack}_value"].notna()].swept.unique())
+        if not settings:
+            continue
+        sw = settings[0]  # one data setting per plot (the others are in the dataset's section)
+        data_axes = json.dumps({k: v for k, v in json.loads(sw).items() if ":" not in k}, sort_keys=True)
+        sub = drawn[(drawn.swept == sw) | ((drawn.method == "local") & (drawn.swept == data_axes))]
+        label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
+        blocks.append(("img", tradeoff_figure(sub, ds, attack, _figure_path(out, "answer", ds, attack), label,
+                                              kinds.get(attack, ""))))
+    return blocks or [("p", "No finished runs.")]
+
+
+def _anchor(title: str) -> str:
+    """The HTML id of a section title (and GitHub's Markdown anchor for simple titles)."""
+    return "".join(ch if ch.isalnum() or ch == "-" else "" for ch in title.lower().replace(" ", "-"))
 
 
 def _glance(summary: pd.DataFrame, table: pd.DataFrame) -> list:
@@ -338,7 +371,7 @@ def _intro(runs: pd.DataFrame, attacks: pd.DataFrame, store_path: str | Path) ->
 
 
 def _render_md(intro: str, sections: list, out: Path) -> str:
-    lines = ["# securevfl report", "", intro, ""]
+    lines = ["# securevfl report", ""] + ([intro, ""] if intro else [])
     for title, blocks in sections:
         lines += [f"## {title}", ""]
         for kind, content in blocks:
@@ -363,9 +396,9 @@ def _inline_md(text: str) -> str:
 
 
 def _render_html(intro: str, sections: list) -> str:
-    body = [f"<h1>securevfl report</h1><p>{_inline_md(intro)}</p>"]
+    body = ["<h1>securevfl report</h1>" + (f"<p>{_inline_md(intro)}</p>" if intro else "")]
     for title, blocks in sections:
-        body.append(f"<h2>{html.escape(title)}</h2>")
+        body.append(f"<h2 id='{_anchor(title)}'>{html.escape(title)}</h2>")
         for kind, content in blocks:
             if kind == "ul":
                 body.append("<ul class='headline'>" + "".join(f"<li>{_inline_md(s)}</li>" for s in content)

@@ -374,3 +374,73 @@ def _count(x: object) -> str:
     """A stored count as text; ``?`` when an older or damaged row lacks it."""
     # numbers.Real: a pandas int64 column hands out numpy integers, which are not ``int``
     return str(int(float(x))) if isinstance(x, numbers.Real) and math.isfinite(x) else "?"
+
+
+LEADING = "normalised C-DCS"
+"""The ranking the first screen leads with (docs/scores.md): it scores each attack over its control and
+baseline, so a defense gets no credit for stopping an attack that never worked; the raw C-DCS is a
+column of the score table."""
+
+
+def recommendation(summary: pd.DataFrame, table: pd.DataFrame, dataset: str) -> tuple[list[str], str | None]:
+    """The first screen's answer for one dataset, and the attack whose trade-off plot goes beside it.
+
+    In order: "federating does not pay here" when no federated cell beats ``local``; else the defended
+    cell with the best leading score among those above chance and above ``local`` that lower some
+    attack by more than twice the seed std (the attack it lowers most, from what to what, and its
+    utility cost); else "no defense here moves any attack beyond seed noise"."""
+    d = summary[summary.dataset == dataset]
+    attacks = [c[: -len("_value")] for c in d.columns if c.endswith("_value") and d[c].notna().any()]
+    fed = d[d.method != "local"]
+    local = d[d.method == "local"]
+    if len(local) and len(fed) and not (fed.beats_local == True).any():  # noqa: E712 - None: not compared
+        best = fed.loc[fed.utility.idxmax()]
+        return [f"**Federating does not pay here**: no federated cell beats the active party alone "
+                f"(`local` {_g(local.utility.mean())}; best federated: {scores.cell_name(best)}, "
+                f"{_g(best.utility)}). Train alone, or change the method or data."], attacks[0] if attacks else None
+    if not attacks:
+        return ([f"No attacks ran on {dataset}: best utility {scores.cell_name(d.loc[d.utility.idxmax()])}, "
+                 f"{_g(d.utility.max())}."] if len(d) else []), None
+    ok = scores.eligible(d)
+    moves = []
+    for a in attacks:
+        e = defense_effects(d, a)
+        keys = ["method", "defense", "he"]
+        e = e[e.clear.astype(bool) & (e.delta < 0)].merge(ok[keys], on=keys)
+        moves += [{**r, "attack": a} for r in e.to_dict("records")]
+    if not moves:
+        seeds = int(d.seeds.min()) if len(d) else 0
+        return [f"**No defense here moves any attack beyond seed noise** (more than twice the std over {seeds} "
+                f"seeds, among cells above chance and above `local`): "
+                + ", ".join(attacks) + " leak about as much with every defense as without. Best utility: "
+                f"{scores.cell_name(d.loc[d.utility.idxmax()])}, {_g(d.utility.max())}."], attacks[0]
+    m = pd.DataFrame(moves)
+    t = table[table.dataset == dataset] if len(table) else table
+    if len(t) and LEADING in t:
+        m = m.merge(t[["method", "defense", "he", LEADING]].drop_duplicates(["method", "defense", "he"]),
+                    on=["method", "defense", "he"], how="left")
+        m = m.sort_values([LEADING, "delta"], ascending=[False, True], na_position="last")
+    else:
+        m = m.sort_values("delta")
+    pick = m.iloc[0]
+    cell = d[(d.method == pick.method) & (d.defense == pick.defense) & (d.he == pick.he)].iloc[0]
+    ref = d[(d.method == pick.method) & (d.he == pick.he) & (d.swept == cell.swept) & (d.defense == "none")].iloc[0]
+    lowered = m[(m.method == pick.method) & (m.defense == pick.defense) & (m.he == pick.he)]
+    a = lowered.sort_values("delta").iloc[0].attack  # the attack this cell lowers most
+    cost = ref.utility - cell.utility
+    score = f"; {LEADING} {_g(pick[LEADING])}, rank 1 of the cells that qualify" if LEADING in pick and \
+        not pd.isna(pick[LEADING]) else ""
+    line = (f"**Pick {scores.cell_name(cell)}**: it lowers the {a} attack from {_g(ref[f'{a}_value'])} to "
+            f"{_g(cell[f'{a}_value'])} at a utility {'cost' if cost >= 0 else 'gain'} of {_g(abs(cost))} "
+            f"({_g(ref.utility)} → {_g(cell.utility)}, {cell.metric}){score}.")
+    out = [line]
+    others = [f"{r.attack} {_g(r.delta)}" for r in lowered.itertuples() if r.attack != a]
+    if others:
+        out.append(f"It also lowers: {', '.join(others)} (change of the attack's value).")
+    return out, a
+
+
+def _g(x: object) -> str:
+    """One precision rule for the first screen: 3 significant digits."""
+    v = _num(x)
+    return "–" if math.isnan(v) else f"{v:.3g}"
