@@ -82,8 +82,28 @@ def main(argv: list[str] | None = None) -> int:
             if rc != 0:
                 print(f"error: {' '.join(cmd[3:5])} for report {name} exited {rc}", file=sys.stderr)
                 return rc
-        print(f"report {name}: {time.time() - started:.0f} s", flush=True)
+        shot = first_screen(ROOT / "reports" / name)
+        print(f"report {name}: {time.time() - started:.0f} s" + (f"; first screen → {shot}" if shot else
+                                                                  " (no chromium: no first-screen picture)"),
+              flush=True)
     return 0
+
+
+def chromium() -> str | None:
+    """Headless Chromium (Debian's ``chromium``), if installed."""
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def first_screen(folder: Path, width: int = 1400, height: int = 900) -> Path | None:
+    """What a reader sees first: ``report.html`` at ``width`` × ``height`` → ``first_screen.png``."""
+    exe = chromium()
+    if exe is None:
+        return None
+    out = folder / "first_screen.png"
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--window-size={width},{height}", f"--screenshot={out}", (folder / "report.html").as_uri()],
+                   check=True, capture_output=True, timeout=120)
+    return out
 
 
 if __name__ == "__main__":

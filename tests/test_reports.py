@@ -99,3 +99,48 @@ def test_regenerate_commands(capsys):
                    "securevfl report runs/matrix.sqlite --out reports/matrix"]
     assert script.main(["nope"]) == 2
     assert "error: no report nope" in capsys.readouterr().err
+
+
+FOLD_PROBE = """<script>window.addEventListener('load', () => {
+  const r = s => document.querySelector(s).getBoundingClientRect();
+  document.body.setAttribute('data-fold', JSON.stringify({answer: r('ul.headline').bottom, img: r('img').bottom,
+    height: window.innerHeight, answer_text: document.querySelector('ul.headline').innerText}));
+});</script>"""
+
+
+def first_viewport(html: Path, tmp: Path) -> dict:
+    """Where the answer and the first plot end in a 1400 × 900 headless Chromium window."""
+    import html as html_mod
+    import json
+    import subprocess
+
+    exe = _script().chromium()
+    if exe is None:
+        pytest.skip("needs Debian's chromium (.ci/run installs it for the slow suite)")
+    probe = tmp / "probe.html"
+    probe.write_text(html.read_text() + FOLD_PROBE)
+    dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900", "--dump-dom",
+                          probe.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    found = re.search(r'data-fold="([^"]*)"', dom)
+    assert found, dom[:500]
+    return json.loads(html_mod.unescape(found.group(1)))
+
+
+@pytest.mark.slow
+def test_main_jobs_first_screen_shows_the_answer_and_the_plot(tmp_path):
+    """Issue 43 "look at it": the committed main job's report, opened at 1400 × 900, shows the
+    recommendation and the trade-off plot without scrolling (reports/quick/first_screen.png is that view)."""
+    fold = first_viewport(REPORTS / "quick" / "report.html", tmp_path)
+    assert fold["answer"] <= fold["height"] and fold["img"] <= fold["height"], fold
+    assert fold["answer_text"].startswith(("Pick ", "No defense here", "Federating does not pay")), fold
+    assert (REPORTS / "quick" / "first_screen.png").stat().st_size > 50_000
+
+
+@pytest.mark.slow
+def test_first_viewport_probe_can_fail(tmp_path):
+    """Control: the same probe on a page whose plot sits below a screen of text finds it below the fold."""
+    page = tmp_path / "long.html"
+    page.write_text("<html><body><ul class='headline'><li>Pick x</li></ul>" + "<p>text</p>" * 80
+                    + "<img src='data:image/png;base64,iVBORw0KGgo=' width=100 height=100></body></html>")
+    fold = first_viewport(page, tmp_path)
+    assert fold["img"] > fold["height"]
