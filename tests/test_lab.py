@@ -296,3 +296,14 @@ def test_the_answer_picks_says_none_moves_or_says_federating_does_not_pay():
     assert lines[0].startswith("**No defense here moves any attack beyond seed noise**"), lines
     lines, _ = recommendation(_marked(clear[clear.method != "local"], local=0.99), pd.DataFrame(), "d")
     assert lines[0].startswith("**Federating does not pay here**") and "0.99" in lines[0], lines
+
+
+def test_no_encryption_section_title_without_he(tmp_path):
+    """Issue 43: a sweep with no HE (a feature-side defense and a feature attack) got a "What encryption
+    buys" section and an "HE off / on" plot; it now says what it shows."""
+    f = write(tmp_path, defenses=["none", {"dcor": [1]}], seeds=[0], methods=["splitnn"], attacks=["fr:epochs=5"])
+    store = tmp_path / "s.sqlite"
+    assert run_sweep(str(f), str(store), progress=False)["failed"] == 0
+    write_report(store, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "What encryption buys" not in md and "What feature-side defenses buy (no HE in this sweep)" in md

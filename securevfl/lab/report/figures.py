@@ -220,7 +220,8 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
     metric = d.metric.iloc[0] if len(d) else "utility"
     ax.set_xlabel(f"utility: test {metric} (higher is better) →")
     ax.set_ylabel(f"{feature}: feature reconstruction R² on aligned rows (lower leaks less)")
-    ax.set_title("passive features → active party: what encryption and feature-side defenses buy", fontsize=10)
+    ax.set_title("passive features → active party: what " + ("encryption and feature-side defenses buy"
+                 if d.he.nunique() > 1 else "feature-side defenses buy"), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="best")
     if panels == 2:
@@ -241,8 +242,10 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
         lx.legend(fontsize=7.5, loc="best")
     lo, hi = (int(d.seeds.min()), int(d.seeds.max())) if len(d) else (0, 0)
     seeds = f"{lo}" if lo == hi else f"{lo}–{hi}"
-    fig.suptitle(f"{dataset}: feature leakage and label leakage vs utility, HE off / on (mean ± std over "
-                 f"{seeds} seeds per cell)")
+    modes = " / ".join(sorted(d.he.unique())) if d.he.nunique() > 1 else None
+    fig.suptitle(f"{dataset}: feature leakage and label leakage vs utility"
+                 + (f", HE {modes}" if modes else ", feature-side defenses (no HE in this sweep)")
+                 + f" (mean ± std over {seeds} seeds per cell)")
     fig.tight_layout()
     _place_labels(ax, labels, fontsize=8)
     fig.savefig(path)

@@ -147,7 +147,9 @@ def _encryption_blocks(summary: pd.DataFrame, attacks: pd.DataFrame, ds: str, ou
     for f in feature_attacks(attacks):
         if not summary[summary.dataset == ds][f"{f}_value"].notna().any():
             continue
-        blocks.append(("h3", f"What encryption buys: {f} (passive features) beside "
+        he_varies = summary[summary.dataset == ds].he.nunique() > 1
+        what = "What encryption buys" if he_varies else "What feature-side defenses buy (no HE in this sweep)"
+        blocks.append(("h3", f"{what}: {f} (passive features) beside "
                              f"{labels_[0] if labels_ else 'no label attack'} (labels)"))
         fig = encryption_figure(summary, ds, f, labels_[0] if labels_ else None,
                                 _figure_path(out, "encryption", ds, f), kinds)
