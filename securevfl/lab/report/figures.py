@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from securevfl.lab.report.frame import pareto_front, setting_label  # noqa: E402
+from securevfl.lab.report.frame import is_feature_attack, pareto_front, setting_label  # noqa: E402
 from securevfl.lab.report.text import he_cost_label  # noqa: E402
 
 _HE_MARKERS = {"off": "o", "ckks": "s", "bfv": "D", "paillier": "^"}
@@ -85,7 +85,7 @@ def _reference_lines(ax, summary: pd.DataFrame, d: pd.DataFrame, dataset: str, a
                    label=f"control: {control_kind or 'same attack, untrained encoder'} ({ctl:.3f})")
     if f"{attack}_baseline" in d and d[f"{attack}_baseline"].notna().any():
         base = d[f"{attack}_baseline"].mean()
-        name = "mean predictor" if attack.startswith("fr") else "local-SSL baseline"
+        name = "mean predictor" if is_feature_attack(attack) else "local-SSL baseline"
         ax.axhline(base, color="gray", ls=":", lw=1.2, label=f"{name} ({base:.3f})")
     _local_line(ax, summary, dataset)
 
@@ -135,7 +135,7 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     for ax in (full, zoom):
         ax.set_xlabel(f"utility: test {metric} (higher is better) →")
         ax.grid(alpha=0.3)
-    feature = attack.startswith("fr")
+    feature = is_feature_attack(attack)
     full.set_ylabel(f"{attack} attack: feature reconstruction R² by the active party" if feature
                     else f"{attack} attack: label inference {metric} on the adversary's rows")
     zoom.set_ylabel(f"{attack} leakage = attack − max(control, baseline)" if has_leak else f"{attack} attack")

@@ -290,12 +290,20 @@ def defense_effects(d: pd.DataFrame, attack: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "defense", "he", "delta", "noise", "utility_cost", "clear"])
 
 
+def is_feature_attack(name: str, kind: object = None) -> bool:
+    """Whether attack ``name`` reconstructs passive features: its stored or declared ``kind`` decides
+    (a name is only the fallback for a row whose attack this install does not know)."""
+    k = kind if isinstance(kind, str) and kind else _declared_kind(name)
+    return k == "feature_reconstruction" if k else str(name).startswith("fr")
+
+
 def feature_attacks(attacks: pd.DataFrame) -> list[str]:
     """Attacks on the passive parties' features (scored by reconstruction R² or field accuracy)."""
     if attacks.empty:
         return []
-    feat = attacks[attacks.attack.str.startswith("fr")]
-    return sorted(feat.attack.unique())
+    kinds = attacks["kind"] if "kind" in attacks else pd.Series(None, index=attacks.index)
+    names = {n for n, k in zip(attacks.attack, kinds, strict=True) if is_feature_attack(n, k)}
+    return sorted(names)
 
 
 def label_attacks(attacks: pd.DataFrame) -> list[str]:

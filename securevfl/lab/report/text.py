@@ -16,6 +16,7 @@ from securevfl.lab.report.frame import (
     _num,
     attack_names,
     defense_effects,
+    is_feature_attack,
     setting_label,
 )
 
@@ -87,7 +88,7 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
                           for _, r in undefended.iterrows())
         ctl = d[f"{attack}_control"].mean()
         base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
-        base_name = "mean predictor" if attack.startswith("fr") else "local-SSL baseline"
+        base_name = "mean predictor" if is_feature_attack(attack) else "local-SSL baseline"
         refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
                                                                         f", {base_name} {base:.3f}")
         out.append(f"Leakage without a defense (attack − max(control, baseline), {_over(seeds)}): "
@@ -244,7 +245,7 @@ def column_notes(summary: pd.DataFrame, dataset: str) -> list[str]:
              "rows) of the majority-class rate (AUC 0.5); *worse than not federating*: utility not above the "
              "active party alone (`local`) on the same data."]
     for a in attack_names(summary):
-        if a.startswith("fr"):
+        if is_feature_attack(a):
             notes += [f"`{a}`: the active party's reconstruction of `passive1`'s features, mean per-feature R² "
                       "(accuracy where all fields are categorical); lower is better for privacy.",
                       f"`{a} control`: the same reconstruction trained on noise observations of the same shape.",
@@ -313,7 +314,7 @@ def setup_lines(runs: pd.DataFrame, attacks: pd.DataFrame, dataset: str) -> list
                          f"{_count(g.n_aux.iloc[0])} labeled auxiliary rows of its own (balanced by class); "
                          f"local-SSL baseline: SimSiam on all the adversary's rows, as many epochs as the method's "
                          f"own SSL stage, 10 without one ({ssl_text}).")
-        elif name.startswith("fr"):
+        elif is_feature_attack(name):
             aux = (f"knows the passive features of {_count(g.n_aux.iloc[0])} aligned rows and trains a decoder from"
                    if name == "fr" else "knows no passive row; fits a generator from its own features and a "
                    "surrogate of the passive bottom model to")
