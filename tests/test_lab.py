@@ -307,3 +307,12 @@ def test_no_encryption_section_title_without_he(tmp_path):
     write_report(store, tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "What encryption buys" not in md and "What feature-side defenses buy (no HE in this sweep)" in md
+
+
+def test_a_csv_sweep_is_named_after_its_file():
+    """Issue 43: every csv sweep was called "csv" in the store and the report."""
+    from securevfl.lab.engine import dataset_label
+
+    assert dataset_label({"dataset": "csv", "data": {"party_files": ["/x/default_credit_guest.csv", "h.csv"]}}) \
+        == "csv: default_credit_guest"
+    assert dataset_label({"dataset": "digits", "data": {}}) == "digits"

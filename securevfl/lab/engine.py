@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
 from securevfl.errors import UserError
@@ -28,9 +29,18 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())[:500]
 
 
+def dataset_label(config: dict) -> str:
+    """How the store and the report name a cell's data: the dataset, and for one's own files (``csv``)
+    the active party's file too (``csv: default_credit_guest``), so two sweeps over different files are
+    told apart and a reader sees which data it was."""
+    name = str(config.get("dataset"))
+    files = (config.get("data") or {}).get("party_files") or []
+    return f"{name}: {Path(str(files[0])).stem}" if name == "csv" and files else name
+
+
 def cell_row(cell: Cell, sweep: str) -> dict:
     """The store columns a cell's row has whatever its outcome."""
-    return {"run_id": cell.run_id, "sweep": sweep, "dataset": cell.config["dataset"], "method": cell.method,
+    return {"run_id": cell.run_id, "sweep": sweep, "dataset": dataset_label(cell.config), "method": cell.method,
             "defense": cell.defense, "defense_family": cell.family, "strength": cell.strength, "seed": cell.seed,
             "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
 
