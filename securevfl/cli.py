@@ -146,6 +146,11 @@ def cmd_train(args: argparse.Namespace) -> int:
           f"{r['partition']['labeled']} labeled, {r['partition']['test_rows']} test rows")
     eps = "n/a" if pr["epsilon"] is None else f"{pr['epsilon']:.3g} (δ={pr['delta']:.2g})"
     print(f"  privacy: mechanism {pr['mechanism']}, ε = {eps}")
+    audit = pr.get("audit")
+    if isinstance(audit, dict) and "epsilon_lower" in audit:  # the audit's bound beside the claim it checks
+        print(f"  audit: ε ≥ {audit['epsilon_lower']:.3g} at {100 * audit.get('confidence', 0.95):.0f} % confidence "
+              f"({audit.get('side', 'labels')} side, {audit.get('correct')} of {audit.get('guesses')} guesses right "
+              f"by {audit.get('adversary', '?')}'s best scorer {audit.get('attack', '?')}; docs/audit.md)")
     print(f"  cost: {c['seconds']:.1f} s, {c['bytes_sent'] / 1e6:.2f} MB in {c['messages']} messages, "
           f"he={c['he']['scheme']}")
     if c["he"]["scheme"] != "off":
@@ -159,11 +164,22 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"  transport: gRPC, {t['security']}, peers {', '.join(f'{k}={v}' for k, v in t['peers'].items())}; "
               f"{step.get('seconds_per_step', 0):.3f} s per training step")
     for name, a in r["attacks"].items():
+        base = "mean predictor" if _attack_kind(name) == "feature_reconstruction" else "local-SSL baseline"
         extra = "".join(f", {label} {a[key]:.4f}" for key, label in
-                        (("control", "control"), ("baseline", "local-SSL baseline")) if a.get(key) is not None)
+                        (("control", "control"), ("baseline", base)) if a.get(key) is not None)
         leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
         print(f"  attack {name}: {a['metric']} = {_score(a['value'])} (prior {_score(a.get('prior'))}{extra}){leak}")
     return 0
+
+
+def _attack_kind(name: str) -> str:
+    """The attack's declared kind (its baseline is named after it: fr's is the mean predictor)."""
+    from attacks import ATTACKS
+
+    try:
+        return str(getattr(ATTACKS.get(name), "kind", ""))
+    except UserError:
+        return ""
 
 
 def _net_config(args: argparse.Namespace, party: str):

@@ -144,3 +144,14 @@ def test_methods_answers_fast_from_a_catalog_that_matches_the_registry():
     elapsed = time.perf_counter() - t0
     assert code == 0 and all(n in out for n in METHODS)
     assert elapsed < 2.0  # a fresh interpreter; < 0.5 s on an idle machine (no torch import)
+
+
+def test_human_summary_names_each_attacks_own_baseline_and_the_audit_bound(capsys):
+    """Issue 43: the fr summary called the mean predictor a "local-SSL baseline"; --audit printed no bound."""
+    assert main(["train", "--dataset", "digits", "--attack", "fr:epochs=5", "--epochs", "1", "--max-rows", "400",
+                 "--quiet"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "attack fr" in ln)
+    assert "mean predictor" in line and "local-SSL" not in line
+    assert main(["train", "--dataset", "breast-cancer", "--defense", "dp:noise=1", "--audit", "canaries=20",
+                 "--epochs", "1", "--quiet"]) == 0
+    assert "  audit: ε ≥ " in capsys.readouterr().out
