@@ -27,7 +27,9 @@ from securevfl.training import TrainConfig
 
 @dataclass
 class RunConfig:
-    dataset: str = setting("fashion-mnist", flag="--dataset", doc="Registered dataset name (``securevfl datasets``).")
+    dataset: str = setting("digits", flag="--dataset", doc="""
+        Registered dataset name (``securevfl datasets``); the default, scikit-learn's digits, ships with a
+        dependency, so a bare ``securevfl train`` runs anywhere.""")
     method: str = setting("splitnn", flag="--method", doc="Registered method name (``securevfl methods``).")
     seed: int = setting(0, flag="--seed", ge=0, le=2**31 - 1, doc="""
         Fixes the partition, initialisation and batching (not the privacy mechanisms' noise; see
