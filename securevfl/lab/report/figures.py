@@ -104,7 +104,7 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
     has_leak = f"{attack}_leakage" in d and d[f"{attack}_leakage"].notna().any()
     fig, (full, zoom) = plt.subplots(1, 2, figsize=(13, 5.6), dpi=100, gridspec_kw={"width_ratios": [1, 1.4]})
-    _draw_lines(full, d, f"{attack}_value")
+    full_labels = _draw_lines(full, d, f"{attack}_value")
     _reference_lines(full, summary, d, dataset, attack, control_kind)
     col = f"{attack}_leakage" if has_leak else f"{attack}_value"
     labels = _draw_lines(zoom, d, col)
@@ -141,14 +141,15 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     zoom.set_ylabel(f"{attack} leakage = attack − max(control, baseline)" if has_leak else f"{attack} attack")
     full.set_title("attack values, with prior, control and baseline", fontsize=10)
     zoom.set_title("leakage per cell (lower leaks less), labelled by defense", fontsize=10)
-    full.legend(fontsize=8, loc="best")
-    zoom.legend(fontsize=8, loc="best")
+    for ax in (full, zoom):  # below the axes: a legend inside would hide the reference lines and points
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     where = f" ({setting})" if setting else ""
     fig.suptitle(f"{dataset}{where}: privacy–utility trade-off under the {attack} attack "
                  f"(mean ± std over {seeds} seeds)")
     fig.tight_layout()
-    _place_labels(zoom, labels)  # after the layout: placement works in final display coordinates
-    fig.savefig(path)
+    _place_labels(full, full_labels, fontsize=8)  # after the layout: placement works in display coordinates
+    _place_labels(zoom, labels)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -223,7 +224,7 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
     ax.set_title("passive features → active party: what " + ("encryption and feature-side defenses buy"
                  if d.he.nunique() > 1 else "feature-side defenses buy"), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7.5, loc="best")
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     if panels == 2:
         assert label is not None  # a second panel only for a label attack
         lx = axes[0][1]
@@ -239,7 +240,7 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
         lx.set_ylabel(f"{label}: label inference by passive1 (lower leaks less)")
         lx.set_title("labels → passive party, same cells (HE does not protect labels)", fontsize=10)
         lx.grid(alpha=0.3)
-        lx.legend(fontsize=7.5, loc="best")
+        lx.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
     lo, hi = (int(d.seeds.min()), int(d.seeds.max())) if len(d) else (0, 0)
     seeds = f"{lo}" if lo == hi else f"{lo}–{hi}"
     modes = " / ".join(sorted(d.he.unique())) if d.he.nunique() > 1 else None
@@ -248,7 +249,7 @@ def encryption_figure(summary: pd.DataFrame, dataset: str, feature: str, label: 
                  + f" (mean ± std over {seeds} seeds per cell)")
     fig.tight_layout()
     _place_labels(ax, labels, fontsize=8)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
