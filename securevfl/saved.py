@@ -142,6 +142,9 @@ def read_manifest(folder: Path) -> dict:
     facts = [k for k in _LABEL_FIELDS if k in manifest]
     if manifest["role"] == "passive" and facts:
         raise _bad(folder, f"a passive manifest holds label facts ({', '.join(facts)})")
+    why = _semantics(manifest)
+    if why:
+        raise _bad(folder, f"{MANIFEST} {why}")
     digests = manifest["sha256"]
     if set(digests) != {MODEL, PREPROCESSING, MANIFEST} or not all(
             isinstance(d, str) and _HEX64.fullmatch(d) for d in digests.values()):
@@ -150,6 +153,31 @@ def read_manifest(folder: Path) -> dict:
     if _manifest_digest(manifest) != digests[MANIFEST]:
         raise _bad(folder, f"{MANIFEST} was changed after saving (its hash does not match)")
     return manifest
+
+
+def _ints(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v)
+
+
+def _semantics(m: dict) -> str:
+    """What the fields must say together (a manifest with consistent hashes can still be inconsistent)."""
+    if not (m["n_parties"] >= 2 and 0 <= m["index"] < m["n_parties"]):
+        return f"positions index {m['index']} of n_parties {m['n_parties']} do not fit"
+    model = m["model"]
+    if not (_ints(model.get("feature_shape")) and _ints(model.get("cardinalities"))
+            and isinstance(model.get("n_numeric"), int) and not isinstance(model.get("n_numeric"), bool)):
+        return "field 'model' lacks the feature shape, numeric count or cardinalities"
+    if m["role"] != "active":
+        return ""
+    task, n, classes = m["task"], m["n_classes"], m["classes"]
+    if task == "regression":
+        scale = m.get("label_scale")
+        ok = n == 1 and (scale is None or (isinstance(scale, list) and len(scale) == 2
+                                           and all(isinstance(x, int | float) for x in scale)))
+        return "" if ok else "says regression with class facts or a malformed label scale"
+    if task not in ("binary", "multiclass") or n < 2 or len(classes) != n or len(set(map(str, classes))) != n:
+        return f"task {task!r} with {n} classes does not match its {len(classes)} class names"
+    return ""
 
 
 def read_party_folder(folder: Path) -> tuple[dict, dict, dict]:

@@ -325,6 +325,11 @@ DAMAGE = {
     "class names swapped": (_manifest(lambda m: {**m, "classes": m.get("classes", [])[::-1]}),
                             "manifest.json was changed after saving"),
     "label facts in a passive folder": (_manifest(lambda m: {**m, "n_classes": 2}), "label facts"),
+    # found by the fuzz test: consistent hashes, inconsistent fields (an IndexError while writing predictions)
+    "class names emptied, hashes redone": (lambda d: (_manifest(lambda m: {**m, "classes": []})(d), rehash(d)),
+                                           "does not match its 0 class names"),
+    "position out of range, hashes redone": (lambda d: (_manifest(lambda m: {**m, "index": 5})(d), rehash(d)),
+                                             "do not fit"),
 }
 
 
