@@ -440,7 +440,8 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
         "cost": {"seconds": round(seconds, 4), "bytes_sent": stats["bytes_sent"], "messages": stats["messages"],
                  "bytes_by_kind": stats["bytes_by_kind"], "he": he, "train_steps": fed.active.step,
                  "network": phases, "device": device_name(fed.active.device)},
-        "partition": {"parties": len(fed.passives) + 1, "aligned": int(len(aligned)),
+        # "aligned" as the simulator counts it: the aligned training rows (test rows apart)
+        "partition": {"parties": len(fed.passives) + 1, "aligned": int(len(split.train_aligned)),
                       "labeled": int(len(split.labeled_ids)), "test_rows": int(len(split.test_ids)),
                       "classes": [str(c) for c in classes], "ingest": ingest},
         "transport": {"kind": "grpc", "security": "mutual TLS" if tls else "INSECURE (plaintext, --insecure)",

@@ -115,6 +115,8 @@ def test_two_parties_over_mtls_equal_in_process(files) -> None:
     assert p.status == 0
     assert r["utility"] == sim["utility"]  # bit-identical: the same party code and seeds
     assert r["cost"]["train_steps"] == sim["cost"]["train_steps"] > 0
+    for key in ("aligned", "labeled", "test_rows"):  # issue 43: the deployed summary counted test rows as aligned
+        assert r["partition"][key] == sim["partition"][key], key
     assert r["transport"]["security"] == "mutual TLS"
     # the cut-layer traffic is the simulator's, byte for byte
     for kind in ("activation", "gradient", "batch_ids"):
