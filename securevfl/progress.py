@@ -76,7 +76,7 @@ class PlainProgress:
         if self._ticker is not None:
             self._ticker.join()
             self._ticker = None
-        if self.printed:  # long work that reported ends with its final count
+        if self.printed and self.every > 0:  # long work that reported ends with its final count
             self._line()
             self.printed = False
 

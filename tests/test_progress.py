@@ -48,3 +48,15 @@ def test_attack_time_is_recorded_per_attack(tmp_path):
     run_sweep(str(f), str(tmp_path / "s.sqlite"), progress=False)
     _, attacks = load_frames(tmp_path / "s.sqlite")
     assert len(attacks) == 1 and attacks.attack_seconds.iloc[0] > 0
+
+
+def test_sweep_progress_counts_cells_and_attacks(tmp_path, capsys, monkeypatch):
+    import yaml
+
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0")
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml.safe_dump({"name": "s", "dataset": {"name": "breast-cancer"}, "methods": ["splitnn"],
+                                 "attacks": ["norm"], "seeds": [0, 1], "train": {"epochs": 1}}))
+    assert main(["sweep", str(f), "--store", str(tmp_path / "s.sqlite")]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("sweep s: cell")]
+    assert lines[-1].startswith("sweep s: cell 2/2 (100%)") and "attacks=2" in lines[-1], lines

@@ -250,11 +250,18 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     bar = progress_bar(len(sweep.cells), f"sweep {sweep.name}", None if progress else False, unit="cell",
                        initial=counts["skipped"], dynamic_ncols=width > 0, ncols=None if width > 0 else 80)
 
+    attacked = {"attacks": 0, "attack_s": 0.0}
+
     def on_result(row: dict) -> None:
         store.put(row)
         counts[row["status"]] += 1
+        found = (row.get("result_json") or {}).get("attacks") if isinstance(row.get("result_json"), dict) else None
+        for a in (found or {}).values():  # attacks often cost more than the training they attack: count them
+            attacked["attacks"] += 1
+            attacked["attack_s"] += float(a.get("seconds") or 0.0) if isinstance(a, dict) else 0.0
+        bar.set_postfix(ok=counts["ok"], failed=counts["failed"], attacks=attacked["attacks"],
+                        attack_s=f"{attacked['attack_s']:.0f}")
         bar.update(1)
-        bar.set_postfix(ok=counts["ok"], failed=counts["failed"])
         if row["status"] == "failed":
             bar.write(f"cell {row['method']} / {row['defense']} / seed {row['seed']} failed: {row['error'][:200]}",
                       file=sys.stderr)
