@@ -175,7 +175,7 @@ def test_headline_leads_with_the_caution_when_cells_are_within_noise():
     assert not any(s.startswith("Least leakage") or "Trade-off" in s for s in noisy)
     # control: the same cells with a clear effect get the trade-off first and the picks
     clear = headline(_cells({"none": (0.60, 0.01), "iso:5": (0.58, 0.04), "iso:25": (0.45, 0.02)}), "d", "mc")
-    assert clear[0].startswith("Trade-off: defense **iso 25** lowers the mc attack on **splitnn** by 0.150")
+    assert clear[0].startswith("Trade-off: defense **iso 25** lowers the mc attack on **splitnn** by 0.15 ")
     assert not any("Caution" in s for s in clear) and any(s.startswith("Least leakage") for s in clear)
 
 

@@ -158,7 +158,7 @@ def test_an_inverted_auc_is_leakage_not_negative(tmp_path):
     assert attacks.leakage.iloc[0] == pytest.approx(0.2) and bool(attacks.inverted.iloc[0])
     write_report(tmp_path / "s.sqlite", tmp_path / "rep")
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "+0.2000 (n = 1)" in md and "inverted: read as 1 − AUC" in md and "-0.2000" not in md
+    assert "+0.2 (n = 1)" in md and "inverted: read as 1 − AUC" in md and "-0.2 (n = 1)" not in md
 
 
 def test_report_without_local_or_recorded_sweep_says_so(tmp_path):

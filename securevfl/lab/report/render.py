@@ -409,8 +409,9 @@ def _render_html(intro: str, sections: list) -> str:
                 data = base64.b64encode(content.read_bytes()).decode()
                 body.append(f"<img alt='{html.escape(content.stem, quote=True)}' src='data:image/png;base64,{data}'>")
             elif kind == "table":
-                body.append(content.to_html(index=False, border=0, na_rep="–", escape=True)
-                            if not content.empty else "<p>(none)</p>")
+                # one line per cell ("0.903 ± 0.012" never wraps), a wide table scrolls in its own box
+                body.append("<div class='scroll'>" + content.to_html(index=False, border=0, na_rep="–", escape=True)
+                            + "</div>" if not content.empty else "<p>(none)</p>")
             elif kind == "h3":
                 body.append(f"<h3>{html.escape(content)}</h3>")
             elif kind == "code":
@@ -421,6 +422,7 @@ def _render_html(intro: str, sections: list) -> str:
              "h1{margin:.2em 0}h2{border-bottom:1px solid #ddd;margin-top:1.4em}"
              "ul.headline{background:#f5f7fa;border-left:4px solid #3b6ea5;padding:.6em 1.6em;margin:.6em 0}"
              "img{max-width:100%;height:auto}table{border-collapse:collapse;font-size:13px;margin:.5em 0}"
-             "td,th{border-bottom:1px solid #e3e3e3;padding:3px 8px;text-align:left}th{background:#f0f0f0}")
+             "td,th{border-bottom:1px solid #e3e3e3;padding:3px 8px;text-align:left;white-space:nowrap}"
+             "th{background:#f0f0f0}.scroll{overflow-x:auto}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>securevfl report</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>")

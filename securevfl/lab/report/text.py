@@ -55,48 +55,48 @@ def headline(summary: pd.DataFrame, dataset: str, attack: str, control_kind: str
         return out + ["No cell is above chance and above the active party alone, so no best trade-off is picked."]
     best = d.loc[d.utility.idxmax()]
     if clear.empty:
-        why = (f"the {'leakage' if has_leak else 'attack'} values of all cells lie within {spread:.3f} of each "
-               + (f"other (typical std over {seeds} seeds: {noise:.3f})" if seeds > 1 else
+        why = (f"the {'leakage' if has_leak else 'attack'} values of all cells lie within {spread:.3g} of each "
+               + (f"other (typical std over {seeds} seeds: {noise:.3g})" if seeds > 1 else
                   "other (n = 1: a single seed, so no seed noise to compare with)"))
         out.append(f"**Caution: no defense setting moves the {attack} attack by more than twice its seed std**; "
                    f"{why}. No setting here leaks clearly less than another, so no least-leakage pick is made.")
-        out.append(f"Best utility: {name(best, bold=False)} — {metric} {best.utility:.4f}, {attack} attack "
-                   f"{best[value]:.4f}.")
+        out.append(f"Best utility: {name(best, bold=False)} — {metric} {best.utility:.3g}, {attack} attack "
+                   f"{best[value]:.3g}.")
     else:
         clear = clear[clear.defense.isin(d.defense) & clear.method.isin(d.method)]
         for _, e in clear.head(4).iterrows():
             verb = "lowers" if e.delta < 0 else "raises"
-            cost = (f"a utility cost of {e.utility_cost:.4f}" if e.utility_cost >= 0
-                    else f"a utility gain of {-e.utility_cost:.4f}")
+            cost = (f"a utility cost of {e.utility_cost:.3g}" if e.utility_cost >= 0
+                    else f"a utility gain of {-e.utility_cost:.3g}")
             out.append(f"Trade-off: defense **{setting_label(e.defense)}** {verb} the {attack} attack on "
-                       f"**{e.method}** by {abs(e.delta):.3f} (more than twice the seed std, {e.noise:.3f}, over "
+                       f"**{e.method}** by {abs(e.delta):.3g} (more than twice the seed std, {e.noise:.3g}, over "
                        f"{seeds} seeds) at {cost}.")
         if len(clear) > 4:
             out.append(f"({len(clear) - 4} more defended cells move the attack beyond noise; see the table.)")
-        out.append(f"Best utility: {name(best)} — {metric} {best.utility:.4f}, {attack} attack {best[value]:.4f}.")
+        out.append(f"Best utility: {name(best)} — {metric} {best.utility:.3g}, {attack} attack {best[value]:.3g}.")
         least = d.loc[d[score].idxmin()]
-        out.append(f"Least leakage: {name(least)} — {'leakage' if has_leak else 'attack'} {least[score]:+.4f} "
-                   f"(attack {least[value]:.4f}) at utility {least.utility:.4f}, a cost of "
-                   f"{best.utility - least.utility:.4f} vs the best.")
+        out.append(f"Least leakage: {name(least)} — {'leakage' if has_leak else 'attack'} {least[score]:+.3g} "
+                   f"(attack {least[value]:.3g}) at utility {least.utility:.3g}, a cost of "
+                   f"{best.utility - least.utility:.3g} vs the best.")
         cheap = d[d.utility >= best.utility - UTILITY_BUDGET]
         pick = cheap.loc[cheap[score].idxmin()]
         out.append(f"Least leakage within {UTILITY_BUDGET} utility of the best: {name(pick)} — "
-                   f"{'leakage' if has_leak else 'attack'} {pick[score]:+.4f}, utility {pick.utility:.4f}.")
+                   f"{'leakage' if has_leak else 'attack'} {pick[score]:+.3g}, utility {pick.utility:.3g}.")
     if has_leak:
         undefended = full[full.family == "none"]  # every undefended cell, picked or not
-        parts = ", ".join(f"{r.method} {pm(r[leak], r[f'{leak}_std'], seeds, '+.3f')}"
+        parts = ", ".join(f"{r.method} {pm(r[leak], r[f'{leak}_std'], seeds, '+.3g')}"
                           for _, r in undefended.iterrows())
         ctl = d[f"{attack}_control"].mean()
         base = d[f"{attack}_baseline"].mean() if d[f"{attack}_baseline"].notna().any() else float("nan")
         base_name = "mean predictor" if is_feature_attack(attack) else "local-SSL baseline"
-        refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3f}" + ("" if math.isnan(base) else
-                                                                        f", {base_name} {base:.3f}")
+        refs = f"control ({control_kind or 'same attack, untrained encoder'}) {ctl:.3g}" + ("" if math.isnan(base) else
+                                                                        f", {base_name} {base:.3g}")
         out.append(f"Leakage without a defense (attack − max(control, baseline), {_over(seeds)}): "
-                   f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3f}.")
+                   f"{parts}; {refs}; prior {d[f'{attack}_prior'].mean():.3g}.")
     ref = summary[(summary.dataset == dataset) & (summary.method == "local")]
     if len(ref):
         out.append(f"The active party alone (**local**, nothing shared, nothing to attack) reaches "
-                   f"{ref.utility.mean():.4f}.")
+                   f"{ref.utility.mean():.3g}.")
     return out
 
 
@@ -104,7 +104,7 @@ def _over(seeds: int) -> str:
     return "n = 1, a single seed: no error bar" if seeds <= 1 else f"mean ± std over {seeds} seeds"
 
 
-def pm(mean: object, std: object, n: int, fmt: str = ".4f") -> str:
+def pm(mean: object, std: object, n: int, fmt: str = ".3g") -> str:
     """``mean ± std``, or ``mean (n = 1)`` for a single seed (never ``± nan``); – without a mean."""
     m = _num(mean)
     if math.isnan(m):
@@ -112,12 +112,12 @@ def pm(mean: object, std: object, n: int, fmt: str = ".4f") -> str:
     sd = _num(std)
     if n <= 1 or math.isnan(sd):
         return f"{m:{fmt}} (n = {max(n, 1)})"
-    return f"{m:{fmt}} ± {sd:.4f}"
+    return f"{m:{fmt}} ± {sd:.3g}"
 
 
 def _cells(d: pd.DataFrame) -> str:
     return "; ".join(f"{r.method} {setting_label(r.defense)}{'' if r.he == 'off' else ' HE ' + r.he} "
-                     f"({r.utility:.3f})" for _, r in d.iterrows())
+                     f"({r.utility:.3g})" for _, r in d.iterrows())
 
 
 def honesty_lines(d: pd.DataFrame, summary: pd.DataFrame, dataset: str) -> list[str]:
@@ -132,14 +132,14 @@ def honesty_lines(d: pd.DataFrame, summary: pd.DataFrame, dataset: str) -> list[
     elif len(fed):
         worse = fed[fed.beats_local == False]  # noqa: E712 (object column: True / False / None)
         out.append(f"**{len(worse)} of {len(fed)} cells are worse than not federating** (utility not above the "
-                   f"active party alone, local {local.utility.mean():.4f})"
+                   f"active party alone, local {local.utility.mean():.3g})"
                    + (f": {_cells(worse)}." if 0 < len(worse) <= 8 else "."))
     chance = d[d.chance.astype(bool)]
     if len(chance):
         prior = chance.utility_prior.mean()
         are = "cell is" if len(chance) == 1 else "cells are"
         out.append(f"**{len(chance)} {are} at chance** (utility within noise of guessing, prior "
-                   f"{prior:.3f}): the model learned nothing; left out of the trade-off lines: {_cells(chance)}.")
+                   f"{prior:.3g}): the model learned nothing; left out of the trade-off lines: {_cells(chance)}.")
     return out
 
 
@@ -149,7 +149,7 @@ def he_cost_label(r, d: pd.DataFrame) -> str:
         return ""
     ref = d[(d.method == r.method) & (d.defense == r.defense) & (d.swept == r.swept) & (d.he == "off")]
     ratio = (f"{r.step_s / ref.step_s.iloc[0]:.1f}× s/step" if len(ref) and _num(ref.step_s.iloc[0]) > 0
-             and not math.isnan(_num(r.step_s)) else f"{_num(r.step_s):.3f} s/step")
+             and not math.isnan(_num(r.step_s)) else f"{_num(r.step_s):.3g} s/step")
     return f"{r.he} {ratio}, {_num(r.mb_step):.2g} MB/step"
 
 
@@ -169,12 +169,12 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
                                                              else " (within 2× seed std)")
         lab = ""
         if label and f"{label}_value" in d and not pd.isna(r.get(f"{label}_value")):
-            lab = (f"; {label} label attack {ref[f'{label}_value']:.3f} → {r[f'{label}_value']:.3f} "
+            lab = (f"; {label} label attack {ref[f'{label}_value']:.3g} → {r[f'{label}_value']:.3g} "
                    "(HE does not protect labels)")
         out.append(f"**{r.method}**, defense {setting_label(r.defense)}: HE **{r.he}** moves {feature} R² "
-                   f"{ref[f'{feature}_value']:.3f} → {r[f'{feature}_value']:.3f} ({move:+.3f}{beyond}; control "
-                   f"{r[f'{feature}_control']:.3f}, mean predictor {r[f'{feature}_prior']:.3f}) at "
-                   f"{he_cost_label(r, d)}, utility {ref.utility:.4f} → {r.utility:.4f}{lab}.")
+                   f"{ref[f'{feature}_value']:.3g} → {r[f'{feature}_value']:.3g} ({move:+.3g}{beyond}; control "
+                   f"{r[f'{feature}_control']:.3g}, mean predictor {r[f'{feature}_prior']:.3g}) at "
+                   f"{he_cost_label(r, d)}, utility {ref.utility:.3g} → {r.utility:.3g}{lab}.")
     feat = d[d.feature_side.astype(bool)]
     for (method, he), g in feat.groupby(["method", "he"]):
         strongest = g.loc[g[f"{feature}_value"].idxmin()]
@@ -185,8 +185,8 @@ def encryption_headline(summary: pd.DataFrame, dataset: str, feature: str, label
         eps = ("" if pd.isna(strongest.feature_epsilon) else
                f" (feature-level ε {strongest.feature_epsilon:.3g} at δ 1e-5 per passive row)")
         out.append(f"**{method}**, HE {he}: **{setting_label(strongest.defense)}**{eps} brings {feature} R² "
-                   f"{ref[f'{feature}_value']:.3f} → {strongest[f'{feature}_value']:.3f} (control "
-                   f"{strongest[f'{feature}_control']:.3f}) at utility {ref.utility:.4f} → {strongest.utility:.4f}.")
+                   f"{ref[f'{feature}_value']:.3g} → {strongest[f'{feature}_value']:.3g} (control "
+                   f"{strongest[f'{feature}_control']:.3g}) at utility {ref.utility:.3g} → {strongest.utility:.3g}.")
     return out or [f"No cell pairs an HE mode or a feature-side defense with its undefended, unencrypted twin "
                    f"for {feature}."]
 
@@ -212,8 +212,8 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
                 flip = " (inverted: read as 1 − AUC)" if _num(r.get(f"{a}_inverted")) > 0.5 else ""
                 row[a] = pm(r[f"{a}_value"], r[f"{a}_value_std"], na) + flip
                 row[f"{a} control"] = pm(r.get(f"{a}_control"), r.get(f"{a}_control_std"), na)
-                row[f"{a} baseline"] = "–" if pd.isna(r.get(f"{a}_baseline", np.nan)) else f"{r[f'{a}_baseline']:.4f}"
-                row[f"{a} leakage"] = pm(r.get(f"{a}_leakage"), r.get(f"{a}_leakage_std"), na, "+.4f")
+                row[f"{a} baseline"] = "–" if pd.isna(r.get(f"{a}_baseline", np.nan)) else f"{r[f'{a}_baseline']:.3g}"
+                row[f"{a} leakage"] = pm(r.get(f"{a}_leakage"), r.get(f"{a}_leakage_std"), na, "+.3g")
         row["ε"] = "–" if pd.isna(r.epsilon) else f"{r.epsilon:.3g}"
         if "epsilon_audit" in summary and summary.epsilon_audit.notna().any():  # the audit's bound, beside the claim
             row["audited ε ≥"] = "–" if pd.isna(r.epsilon_audit) else f"{r.epsilon_audit:.3g}"
