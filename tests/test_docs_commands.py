@@ -86,7 +86,7 @@ def _env() -> dict[str, str]:
             "OMP_NUM_THREADS": "1"}
 
 
-SHOWN = [p for p in PAGES if any(lang != "yaml" for lang, _, _ in blocks(p))]
+SHOWN = [p for p in PAGES if any(lang != "yaml" and not mark.startswith("skip") for lang, mark, _ in blocks(p))]
 
 
 @pytest.mark.slow
