@@ -19,7 +19,7 @@ from securevfl.lab.store import Store
 
 _GROUP = ["dataset", "method", "defense", "family", "strength", "he", "swept"]
 _ATTACK_STATS = ("value", "value_std", "prior", "baseline", "control", "control_std", "leakage", "leakage_std",
-                 "attack_seeds", "inverted", "ap", "ap_std")
+                 "attack_seeds", "inverted", "ap", "ap_std", "seconds")
 
 
 def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -206,7 +206,10 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
                 bytes_sent=("bytes_sent", "mean"), step_s=("step_s", "mean"), mb_step=("mb_step", "mean")).reset_index()
     if not attacks.empty:
         okat = attacks[attacks.run_id.isin(ok.run_id)]
-        okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage", "inverted")})
+        if "attack_seconds" not in okat:  # a frame built without timings
+            okat = okat.assign(attack_seconds=np.nan)
+        okat = okat.astype({c: float for c in ("value", "prior", "baseline", "control", "leakage", "inverted",
+                                               "attack_seconds")})
         okat = _winning_tries(okat)
         okat = okat.assign(ap=[scores.attack_performance(m, v) for m, v in zip(okat.attack_metric, okat.value,
                                                                               strict=True)])
@@ -215,7 +218,7 @@ def summarise(runs: pd.DataFrame, attacks: pd.DataFrame) -> pd.DataFrame:
             baseline=("baseline", "mean"), control=("control", "mean"), control_std=("control", "std"),
             leakage=("leakage", "mean"), leakage_std=("leakage", "std"), attack_seeds=("seed", "nunique"),
             attack_metric=("attack_metric", "first"), inverted=("inverted", "mean"), ap=("ap", "mean"),
-            ap_std=("ap", "std")).reset_index()
+            ap_std=("ap", "std"), seconds=("attack_seconds", "mean")).reset_index()
         wide = ag.pivot_table(index=_GROUP, columns="attack", values=list(_ATTACK_STATS), dropna=False)
         wide.columns = [f"{a}_{s}" for s, a in wide.columns]
         out = out.merge(wide.reset_index(), on=_GROUP, how="left")

@@ -220,6 +220,10 @@ def cell_table(summary: pd.DataFrame, dataset: str) -> pd.DataFrame:
         if summary.feature_epsilon.notna().any():
             row["feature ε"] = "–" if pd.isna(r.feature_epsilon) else f"{r.feature_epsilon:.3g}"
         row["train s"] = f"{r.seconds:.1f}"
+        attack_s = [_num(r.get(f"{a}_seconds")) for a in attack_names(summary)]
+        attack_s = [x for x in attack_s if not math.isnan(x)]
+        if attack_s:  # an attack with its control and baseline can cost more than the training it attacks
+            row["attacks s"] = f"{sum(attack_s):.1f}"
         rows.append(row)
     return pd.DataFrame(rows).astype(object).fillna("–")
 
