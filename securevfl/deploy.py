@@ -57,6 +57,7 @@ from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_opt
 from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.progress import progress_bar
 from securevfl.roles import ACTIVE, passive_name
 
 PROTOCOL = 1
@@ -140,19 +141,22 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
                          seed=cfg.seed, interactive_lr=optim.interactive_lr)
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
     party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
-    while True:
-        msg = ep.recv(ACTIVE, MessageKind.CONTROL)
-        try:
-            split_name, training = decode_batch_request(msg)
-        except ValueError:
-            op = _expect(decode_json(msg), "control")
-            if op.get("op") != "end":
-                raise UserError(f"unexpected control message from the active party: {op!r}") from None
-            break
-        party.send_output(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
-        cut.passive_forward(party.cut_end)
-        if training:
-            party.backward(cut.passive_backward(party.cut_end))
+    # this side's own progress (steps served; the active party alone knows the total)
+    with progress_bar(None, f"{name} serving", None, unit="step") as bar:
+        while True:
+            msg = ep.recv(ACTIVE, MessageKind.CONTROL)
+            try:
+                split_name, training = decode_batch_request(msg)
+            except ValueError:
+                op = _expect(decode_json(msg), "control")
+                if op.get("op") != "end":
+                    raise UserError(f"unexpected control message from the active party: {op!r}") from None
+                break
+            party.send_output(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
+            cut.passive_forward(party.cut_end)
+            if training:
+                party.backward(cut.passive_backward(party.cut_end))
+                bar.update(1)
     report = {"party": name, "steps": party.step, "privacy": party.privacy_reports(), "he": cut.describe(),
               "rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]}
     ep.send_json(ACTIVE, MessageKind.CONTROL, report)
