@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.golden_runs import GOLDEN, family  # noqa: E402
+from tests.golden_runs import float_leaves as leaves  # noqa: E402
 
 KERNELS: dict[str, dict[str, str]] = {
     "as-is": {},
@@ -56,17 +57,6 @@ def run_variants(out: Path, only: list[str]) -> None:
         (out / f"{name}.json").write_text(json.dumps({"capability": cap, "env": env, "seed": seed,
                                                       "threads": threads, "runs": data}))
         (out / f"{name}.tmp").unlink()
-
-
-def leaves(obj: object, path: str = ""):
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from leaves(v, f"{path}.{k}")
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from leaves(v, f"{path}[{i}]")
-    elif isinstance(obj, float) and not isinstance(obj, bool):
-        yield path, obj
 
 
 def recorded() -> dict:

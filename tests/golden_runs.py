@@ -64,6 +64,18 @@ def family(path: str, he: bool = False) -> str:
     return f"he-{fam}" if he else fam
 
 
+def float_leaves(obj: object, path: str = ""):
+    """``(dotted path, value)`` of every float in a run's JSON (the paths :func:`family` reads)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from float_leaves(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from float_leaves(v, f"{path}[{i}]")
+    elif isinstance(obj, float):
+        yield path, obj
+
+
 TOLERANCE: dict[str, float] = {
     "exact": 0.0, "closed-form": 1e-9,
     "utility": 0.01, "ssl-loss": 0.01,
