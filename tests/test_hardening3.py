@@ -448,3 +448,12 @@ def test_party_accepts_and_states_what_it_did_not_decide():
                            PartySettings(he="ckks", he_params={"mask_bits": 12}, interactive_mixing="off"))
     assert got["defense"] == "dcor:0.5" and any("the active party chose for this party: dcor:0.5" in n for n in notes)
     assert any("--interactive-mixing off" in n for n in notes)
+
+
+def test_mixing_auto_is_compared_as_what_it_resolves_to():
+    """``auto`` means on under HE: a party requiring mixing on accepts it, and refuses an explicit off."""
+    from securevfl.lab.party_settings import PartySettings, reconcile
+
+    reconcile(hello(he="ckks", model={"interactive_mixing": "auto"}), PartySettings(interactive_mixing="on"))
+    with pytest.raises(UserError, match="requires on"):
+        reconcile(hello(he="ckks", model={"interactive_mixing": "off"}), PartySettings(interactive_mixing="on"))

@@ -21,10 +21,10 @@ returned notes, which the party prints before any data moves."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
 from securevfl.errors import UserError
+from securevfl.interactive import mixing_for
 
 PASSIVE = "passive"
 
@@ -126,9 +126,10 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
         if got != want:
             raise UserError(f"the active party asked for --he-param {key}={got!r}; this party requires {key}={want!r}; "
                             "refused")
-    mixing = hello.get("model", {}).get("interactive_mixing")
-    if own.interactive_mixing is not None and mixing != own.interactive_mixing:
-        raise UserError(f"the active party asked for --interactive-mixing {mixing}; this party requires "
+    asked_mixing = hello.get("model", {}).get("interactive_mixing", "auto")
+    mixing = mixing_for(asked_mixing, scheme)  # "auto" compared as what it resolves to (on under HE)
+    if own.interactive_mixing is not None and mixing != mixing_for(own.interactive_mixing, scheme):
+        raise UserError(f"the active party asked for --interactive-mixing {asked_mixing}; this party requires "
                         f"{own.interactive_mixing}; refused")
     if scheme == "off":
         notes.append("--he off: the active party receives this party's activations in the clear")
@@ -136,7 +137,3 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
         notes.append("--interactive-mixing off: the active party learns more of this party's activations from the "
                      "encrypted layer (docs/he-protocol.md)")
     return hello, notes
-
-
-def describe(own: PartySettings) -> dict:
-    return dataclasses.asdict(own)
