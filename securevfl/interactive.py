@@ -224,6 +224,18 @@ class WeightBound:
     def __init__(self, w0: np.ndarray, limit: float, ulp: float) -> None:
         self.w, self.b, self.limit, self.ulp, self.steps = np.asarray(w0, dtype=float), 0.0 * w0, limit, ulp, 0
 
+    def check_start(self) -> None:
+        """The bound at the set-up must already hold: the set-up and the first forward are masked for
+        |W_P(0)| ≤ the masks' bound, and no rescale has been agreed yet (the default draws keep it ≤ 2
+        against 16; a non-default factor or initialisation can pass it).
+
+        Raises:
+            UserError: before any masked value is sent."""
+        if self.w.max() > self.limit:
+            raise UserError(f"--he: the interactive layer's initial weights are bounded by {self.w.max():.3g}, above "
+                            f"the masks' bound |W_P| ≤ {self.limit:g}: the set-up would go out with weaker hiding than "
+                            "κ; use the default initialisation of the head (or a larger weight bound)")
+
     def step(self, g: np.ndarray, lr: float, mu: float, wd: float, exp: int) -> int:
         """Account for one update with this step's g (the gradient the shared matrix is trained on);
         returns the rescale exponent the stored shares need after it (≥ ``exp``, the current one)."""

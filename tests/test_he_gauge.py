@@ -418,3 +418,34 @@ def test_weight_bound_refusal_exits_2_with_one_line(monkeypatch, capsys):
                  "--lr", "60", "--cut-dim", "8"])
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: --he: the public running bound"), lines
+
+
+@pytest.mark.parametrize("scale, refused", [(64, True), (16_384, True), (1, False)])
+def test_weight_bound_holds_from_the_first_message(monkeypatch, scale, refused):
+    """Issue 44: the running bound on |W_P| was first enforced at the first update, so the set-up and the
+    first forward went out unchecked (the active party's factor ×64: |W_s| 23 against the masks' 16). Now
+    the set-up is refused before the active party sends any masked value; the default factor (×1) is the
+    control and runs."""
+    import securevfl.crypto.protocol as protocol
+    from securevfl.channel.base import Endpoint
+    from securevfl.errors import UserError
+
+    real_draw = protocol.draw_y
+    monkeypatch.setattr(protocol, "draw_y", lambda rng, d, h, fan_in: real_draw(rng, d, h, fan_in) * scale)
+    sent: list[tuple[str, str]] = []
+    real_send = Endpoint.send
+
+    def spy(self, dst, kind, payload):  # type: ignore[no-untyped-def]
+        sent.append((self.party, kind))
+        return real_send(self, dst, kind, payload)
+
+    monkeypatch.setattr(Endpoint, "send", spy)
+    cfg = bound_cfg("ckks", 0.01, False)
+    cfg.train.epochs = 1
+    if refused:
+        with pytest.raises(UserError, match="initial weights are bounded by"):
+            execute(cfg, progress=False)
+        assert not [k for who, k in sent if who == "active" and k.startswith("he_")], sent  # nothing masked left A
+    else:
+        execute(cfg, progress=False)
+        assert any(who == "active" and k.startswith("he_") for who, k in sent)

@@ -274,13 +274,15 @@ class HEActiveEnd(ActiveEnd):
             h, fan_in = self.head_shape()
             y_rng = Drbg.derived(self.seed, f"{p}/Y") if self.layer.seeded_shares else Drbg()
             self.Y = y = fixed(draw_y(y_rng, enc_x.shape[1], h, fan_in), f)  # A's secret factor
+            # |W_P(0)|_jk = |Σ_l X_jl Y_lk| ≤ ‖X_j‖·‖Y_k‖ ≤ X_ROW_BOUND·‖Y_k‖ (the running bound's start),
+            # checked before the set-up leaves: every mask from the first message on is sized for it
+            self.bound = WeightBound(X_ROW_BOUND * np.linalg.norm(real(y, f), axis=0), 2.0 ** bd.weight_bits,
+                                     2.0 ** -f)
+            self.bound.check_start()
             self.V = self.rng.ints(y.shape, bd.share)
             res, _ = be.right(enc_x, y, -self.V * (1 << f), 2 * f, False, self.rng, addend_bits=bd.share + f)
             ep.send(p, MessageKind.HE_CIPHERTEXT, be.dumps(res))
             self.b = np.zeros(self.V.shape, dtype=object)
-            # |W_P(0)|_jk = |Σ_l X_jl Y_lk| ≤ ‖X_j‖·‖Y_k‖ ≤ X_ROW_BOUND·‖Y_k‖ (the running bound's start)
-            self.bound = WeightBound(X_ROW_BOUND * np.linalg.norm(real(y, f), axis=0), 2.0 ** bd.weight_bits,
-                                     2.0 ** -f)
             if self.layer.mixing and self.mix is None:
                 z_rng = Drbg.derived(self.seed, f"{p}/Zmix") if self.layer.seeded_shares else Drbg()
                 self.mix = draw_mix_a(z_rng, h)
