@@ -457,3 +457,10 @@ def test_mixing_auto_is_compared_as_what_it_resolves_to():
     reconcile(hello(he="ckks", model={"interactive_mixing": "auto"}), PartySettings(interactive_mixing="on"))
     with pytest.raises(UserError, match="requires on"):
         reconcile(hello(he="ckks", model={"interactive_mixing": "off"}), PartySettings(interactive_mixing="on"))
+
+
+@pytest.mark.parametrize("flag", [["--aligned-fraction", "0.2"], ["--aligned-count", "50"]])
+def test_overlap_flags_with_party_files_are_refused(tmp_path, capsys, flag):
+    """Issue 42: with --dataset csv, --aligned-fraction was ignored without a word (the files decide)."""
+    assert main(train(tmp_path, frames()[0], None, *flag)) == 2
+    one_line_error(capsys, flag[0], "does not apply to dataset csv")

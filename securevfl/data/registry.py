@@ -100,6 +100,12 @@ def check_data_options(dataset: str, cfg: DataConfig, spec: object) -> None:
         if cfg.max_rows is not None:
             raise UserError(f"--max-rows is not read by dataset {dataset} (per-party files are read whole); "
                             "cut the files instead")
+        ignored = [flag for key, flag, default in (("aligned_fraction", "--aligned-fraction", 1.0),
+                                                   ("aligned_count", "--aligned-count", None))
+                   if getattr(spec, key, default) != default]
+        if ignored:  # the files decide who holds which IDs: a fraction would be ignored without a word
+            raise UserError(f"{ignored[0]} does not apply to dataset {dataset}: the party files define which IDs "
+                            "every party holds (PSI finds them); cut the files to change the overlap")
         n_parties = getattr(spec, "n_parties", None)
         if cfg.party_files and n_parties not in (None, 2, len(cfg.party_files)):  # 2: the default
             raise UserError(f"--parties {n_parties} but {len(cfg.party_files)} party files: the files are the "
