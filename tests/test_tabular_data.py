@@ -227,3 +227,20 @@ def test_datasets_command_lists_every_dataset(capsys, monkeypatch, tmp_path):
         assert name in out
     assert str(tmp_path / "train.txt") in out  # criteo found through $SECUREVFL_DATA
     assert "--data-path" in out  # avazu: says how to get it
+
+
+def test_avazu_with_an_unnamed_leading_index_column(tmp_path, capsys):
+    """Issue 42: a leading row index the header does not name (rows one field longer than the header) was
+    refused ("line 2: expected 24 fields, found 25") although docs/datasets.md says it is tolerated. It is
+    read as pandas reads it, said on stderr, and gives the same data as the file without it."""
+    from securevfl.data import load_dataset
+    from securevfl.data.dataset import DataConfig
+
+    plain = write_avazu(tmp_path / "plain.csv", 120, seed=3)
+    lines = plain.read_text().splitlines()
+    indexed = tmp_path / "indexed.csv"
+    indexed.write_text("\n".join([lines[0], *[f"{i},{ln}" for i, ln in enumerate(lines[1:])]]) + "\n")
+    a = load_dataset("avazu", DataConfig(path=str(plain)))
+    b = load_dataset("avazu", DataConfig(path=str(indexed)))
+    assert "one name fewer than the rows" in capsys.readouterr().err
+    assert (a.y == b.y).all() and (a.categorical == b.categorical).all()

@@ -8,6 +8,7 @@ to 64 bits while streaming; vocabularies are built per party on its training row
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -154,8 +155,15 @@ def _avazu_header(path: Path) -> tuple[list[str], bool]:
     """Validate the header; returns (column names to parse with, has a leading index column)."""
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         first = f.readline().rstrip("\r\n")
+        second = f.readline().rstrip("\r\n")
     cols = [c.strip().strip('"') for c in first.split(",")]
     index_col = bool(cols) and cols[0] in ("", "Unnamed: 0", "index") and cols[1:2] == ["id"]
+    if cols == AVAZU_HEADER and second and second.count(",") == len(cols):
+        # rows one field longer than the header: a leading row index the header does not name (pandas'
+        # to_csv with index_label=False writes this); read as pandas does, the first field as the index
+        print(f"{path}: the header has one name fewer than the rows: reading the first field as a row index "
+              "(not a feature)", file=sys.stderr)
+        return ["_index", *AVAZU_HEADER], True
     body = cols[1:] if index_col else cols
     if body != AVAZU_HEADER:
         missing = [c for c in AVAZU_HEADER if c not in body]
