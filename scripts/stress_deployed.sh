@@ -11,5 +11,6 @@ trap 'kill $l1 $l2 2>/dev/null' EXIT
 for i in $(seq 1 "$n"); do
   start=$(date +%s)
   out=$(timeout 900 python -m pytest -q -p no:cacheprovider tests/test_grpc.py 2>&1 | tail -1)
-  echo "run $i rc=${PIPESTATUS[0]} seconds=$(( $(date +%s) - start )) ${out}"
+  rc=$?  # pipefail: pytest's (or timeout's 124) status
+  echo "run $i rc=${rc} seconds=$(( $(date +%s) - start )) ${out}"
 done
