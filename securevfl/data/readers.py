@@ -17,14 +17,15 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from tqdm.auto import tqdm
 
 from securevfl.data.tabular import hash_values
 from securevfl.errors import UserError
+from securevfl.progress import progress_bar
 
 ARROW_BLOCK_BYTES = 1 << 20
 """Bytes per block of the fast reader: its transient memory is a few blocks, independent of the file."""
@@ -63,10 +64,10 @@ def read_chunks(path: Path, sep: str, names: list[str], *, header: bool, chunk_r
     check = _line_check(path, sep, len(names), sample, np.random.default_rng(sample_seed), allow_truncated_last)
     pending = _PendingChunk(sep, names)
     kept = 0
-    show = sys.stderr.isatty() if progress is None else progress
+    # a bar on a terminal, plain lines elsewhere (securevfl/progress.py): a big file is minutes of reading
     with open(path, encoding="utf-8", errors="replace", newline="") as f, \
-            tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"reading {path.name}",
-                 disable=not show, leave=False, file=sys.stderr) as bar:
+            progress_bar(path.stat().st_size, f"reading {path.name}", progress, unit="B", unit_scale=True,
+                         leave=False) as bar:
         if header:
             bar.update(len(f.readline()))
         for no, raw, is_last in _numbered_lines(f, bar, first=2 if header else 1):
@@ -84,7 +85,7 @@ def read_chunks(path: Path, sep: str, names: list[str], *, header: bool, chunk_r
             yield pending.flush()
 
 
-def _numbered_lines(f: io.TextIOBase, bar: tqdm, first: int) -> Iterator[tuple[int, str, bool]]:
+def _numbered_lines(f: io.TextIOBase, bar: Any, first: int) -> Iterator[tuple[int, str, bool]]:
     """``(physical line number, raw line, is it the last)``: one line is held back to know which is last."""
     prev: tuple[int, str] | None = None
     for no, raw in enumerate(f, start=first):
