@@ -45,9 +45,9 @@ import torch
 
 from securevfl.channel import MessageKind
 from securevfl.channel.base import Endpoint
-from securevfl.channel.codec import decode_batch_request, decode_json
+from securevfl.channel.codec import decode_json
 from securevfl.config import RunConfig
-from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd, make_cut_layer
+from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
 from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, _read_table, _Split, _split
 from securevfl.data.dataset import DataConfig
@@ -57,11 +57,10 @@ from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_opt
 from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import ActiveParty, PassiveParty
-from securevfl.progress import progress_bar
 from securevfl.roles import ACTIVE, passive_name
+from securevfl.runtime import ActiveOnlyCut, PassiveHandle, serve_passive
 
-PROTOCOL = 1
-DEPLOYABLE_METHODS = ("splitnn",)
+PROTOCOL = 2
 _DATA_OPTIONS = ("numeric_ids", "label_column", "drop_columns", "categorical", "numeric", "min_freq", "hash_buckets")
 
 
@@ -72,6 +71,7 @@ def run_description(cfg: RunConfig, k: int, n_parties: int, interactive: bool) -
             "seed": cfg.seed, "model": dataclasses.asdict(cfg.model), "optim": dataclasses.asdict(cfg.optim),
             "he": cfg.he, "he_params": dict(cfg.he_params), "interactive": interactive, "defense": cfg.defense,
             "mechanism_seed": cfg.mechanism_seed, "alignment": "plain" if cfg.partition.alignment == "plain" else "psi",
+            "method": cfg.method, "method_params": dict(cfg.method_params), "train": dataclasses.asdict(cfg.train),
             "data": {k: getattr(cfg.data, k) for k in _DATA_OPTIONS}}
 
 
@@ -113,6 +113,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         hello, notes = reconcile(hello, settings or PartySettings())
         for note in notes:
             print(f"{name}: {note}", file=sys.stderr, flush=True)
+        method = _method(hello, _model_config(hello["model"]), OptimConfig(**hello["optim"]), int(hello["seed"]))
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
         df = _read_table(path)
@@ -141,90 +142,29 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
                          seed=cfg.seed, interactive_lr=optim.interactive_lr)
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
     party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
-    # this side's own progress (steps served; the active party alone knows the total)
-    with progress_bar(None, f"{name} serving", None, unit="step") as bar:
-        while True:
-            msg = ep.recv(ACTIVE, MessageKind.CONTROL)
-            try:
-                split_name, training = decode_batch_request(msg)
-            except ValueError:
-                op = _expect(decode_json(msg), "control")
-                if op.get("op") != "end":
-                    raise UserError(f"unexpected control message from the active party: {op!r}") from None
-                break
-            party.send_output(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
-            cut.passive_forward(party.cut_end)
-            if training:
-                party.backward(cut.passive_backward(party.cut_end))
-                bar.update(1)
-    report = {"party": name, "steps": party.step, "privacy": party.privacy_reports(), "he": cut.describe(),
-              "rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]}
-    ep.send_json(ACTIVE, MessageKind.CONTROL, report)
+    # the method's passive program, the same as in the simulator (securevfl/runtime.py)
+    report = serve_passive(party, cut, method, progress=None, desc=f"{name} serving",
+                           extra={"rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]})
     return report
 
 
+def _method(hello: dict, model: ModelConfig, optim: OptimConfig, seed: int) -> Any:
+    """The run's method at this passive party (its passive operations), from the run description."""
+    from securevfl.methods import METHODS, MethodContext
+    from securevfl.training import TrainConfig
+
+    name = hello.get("method", "splitnn")
+    if name not in METHODS.names():
+        raise UserError(f"the active party asks for method {name!r}, which this party does not know")
+    cls = METHODS.get(name)
+    if not cls.per_role:
+        raise UserError(f"method {name} cannot run across processes: {cls.not_deployable}")
+    train = TrainConfig(**hello.get("train", {}))
+    return cls(MethodContext(train=train, model=model, optim=optim, seed=seed, params=hello.get("method_params", {}),
+                             progress=False))
+
+
 # ---------------------------------------------------------------------------------- active side
-class RemotePassive:
-    """The active party's handle on a passive party in another process: the trainer's calls on it do
-    nothing here (that party runs its half of each step itself, :func:`serve_run`); it answers the
-    few questions the pipeline asks with what the party said about itself."""
-
-    def __init__(self, name: str, n_parameters: int) -> None:
-        self.name = name
-        self.cut_end: PassiveEnd | None = None
-        self.report: dict = {}
-        self._n_parameters = n_parameters
-
-    def forward(self) -> None:
-        """The remote party reads the batch request itself."""
-
-    def backward(self, grad: torch.Tensor) -> None:
-        """The remote party applies the gradient it received itself."""
-
-    def n_parameters(self) -> int:
-        return self._n_parameters
-
-    def privacy_reports(self, accounted_only: bool = False) -> list[dict]:
-        return [r for r in self.report.get("privacy", []) if not accounted_only or r.get("epsilon") is not None]
-
-    def reset_optimizer(self) -> None:
-        raise UserError("this method resets passive optimizers between stages: not deployable yet")
-
-
-class RemoteCut(CutLayer):
-    """The active party's view of the cut layer when the passive ends live elsewhere: the scripts run
-    only the active half (the passive halves run in the passive processes)."""
-
-    def __init__(self, inner: CutLayer) -> None:
-        self.inner = inner
-        self.interactive, self.params = inner.interactive, inner.params
-        self.name = inner.name  # type: ignore[misc]
-
-    def passive_end(self, own, active):  # type: ignore[no-untyped-def]
-        raise RuntimeError("passive ends are built by the passive parties")
-
-    def active_end(self, own, passive):  # type: ignore[no-untyped-def]
-        return self.inner.active_end(own, passive)
-
-    def out_dim(self, cut_dim: int) -> int:
-        return self.inner.out_dim(cut_dim)
-
-    def delivery_width(self, out_dim: int, head: torch.nn.Module) -> int:
-        return self.inner.delivery_width(out_dim, head)
-
-    def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
-        return self.inner.combine(head, own, received)
-
-    def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
-        return self.inner.active_forward(a_end, torch.is_grad_enabled())
-
-    def complete_backward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
-        return torch.empty(0)  # the passive party computes its own gradient
-
-    def describe(self) -> dict:
-        return self.inner.describe()
-
-
 def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
     """What a deployed run cannot do (yet), refused before anything connects."""
     if cfg.dataset != "csv":
@@ -236,17 +176,19 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
     expected = [passive_name(k) for k in range(1, len(peers) + 1)]
     if sorted(peers) != expected:
         raise UserError(f"--peer names must be {', '.join(expected)} (one per passive party), got {', '.join(peers)}")
-    if cfg.method not in DEPLOYABLE_METHODS:
-        raise UserError(f"method {cfg.method} cannot run across processes yet: its stages outside the supervised "
-                        f"loop have no passive-party script (deployable: {', '.join(DEPLOYABLE_METHODS)})")
+    from securevfl.methods import METHODS
+
+    method = METHODS.get(cfg.method)
+    if not method.per_role:
+        raise UserError(f"method {cfg.method} cannot run across processes: {method.not_deployable}")
+    if not method.uses_passives:
+        raise UserError(f"method {cfg.method} trains the active party alone: there is nothing to deploy")
     for a in cfg.attacks:
         raise UserError(f"attack {a}: attacks run in the simulator only; across processes the adversary's view lives "
                         "in its own process and scoring needs ground truth no party holds (run it with --dataset csv "
                         "and every party file)")
     if getattr(cfg.data, "task", "classification") == "regression":  # (a setting of later versions)
         raise UserError("--task regression cannot run across processes yet (the deployed head is a classifier)")
-    if len(cfg.train.lr_grid) > 1:
-        raise UserError("--lr-grid with several rates snapshots every party between runs: not deployable yet")
 
 
 def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
@@ -322,7 +264,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
     labels = _ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
     a_data, ingest = _party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels)
-    remotes = [RemotePassive(n, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
+    remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
                for n in names]
     # the active party's models from the same seed streams as the simulator's standard_models
     bottom = fresh_bottom(a_data, cfg.model, cfg.seed, 0)
@@ -332,7 +274,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
                          passive_names=names, passive_widths=widths, n_classes=len(classes), seed=cfg.seed,
                          interactive_lr=cfg.optim.interactive_lr, device=device)
-    fed = Federation(channel, active, remotes, RemoteCut(cut), len(classes))  # type: ignore[arg-type]
+    fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), len(classes))  # type: ignore[arg-type]
     active.learn_alignment(split.train_aligned, a_data.test_ids)
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.train_aligned)
@@ -348,9 +290,8 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     utility = method.evaluate(fed)
     phases["evaluate"] = mark.take(seconds=time.perf_counter() - t_eval)
     # 4. end: every passive party reports
-    for name, r in zip(names, remotes, strict=True):
-        ep.send_json(name, MessageKind.CONTROL, {"op": "end"})
-        r.report = _expect(ep.recv_json(name, MessageKind.CONTROL), "report")
+    for r in remotes:
+        _expect(r.end(), "report")
     seconds = time.perf_counter() - t0
     out = _result(cfg, fed, utility, phases, seconds, channel, peers, classes, ingest, split, aligned)
     out["warnings"] = run_warnings(fed, progress) + out["warnings"]

@@ -8,7 +8,7 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import numpy as np
 import torch
@@ -121,9 +121,10 @@ ModelsFactory = Callable[[Partition, ModelConfig, CutLayer, int, list[PartyData]
 
 
 _SEEDED_INIT = threading.Lock()
+T = TypeVar("T")
 
 
-def seeded_build(seed: int, build: Callable[[], nn.Module]) -> nn.Module:
+def seeded_build(seed: int, build: Callable[[], T]) -> T:
     """``build()`` right after ``torch.manual_seed(seed)``, as one step: initialisation draws from torch's
     process-wide generator, and parties hosted as threads of one process (the gRPC tests, or a
     deployment that does so) would otherwise interleave their draws."""

@@ -342,6 +342,10 @@ class PassiveParty(Party):
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
 
+    def abandon_step(self) -> None:
+        """The active party abandoned this step (its loss diverged): nothing of it is applied."""
+        self._z = self._ids = self._x = None
+
     def backward(self, grad: torch.Tensor) -> None:
         """Apply ∂L/∂z (as received through the cut layer), through this party's step rule, and step
         the local optimizer."""

@@ -12,6 +12,11 @@ def passive_name(k: int) -> str:
     return f"passive{k}"
 
 
+def party_index(name: str) -> int:
+    """Party ``name``'s index: 0 for the active party, k for ``passive<k>`` (a party's own seed streams)."""
+    return 0 if name == ACTIVE else int(name.removeprefix("passive"))
+
+
 def party_names(n_parties: int) -> list[str]:
     """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
     return [ACTIVE] + [passive_name(k) for k in range(1, n_parties)]

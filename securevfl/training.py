@@ -93,7 +93,12 @@ class SplitTrainer:
         fed = self.fed
         self._exchange(ids, "train", True)
         out = fed.active.logits(ids, "train", True)
-        loss = fed.active.backward(self.objective(out, ids), ids)  # the party's step rule decides how
+        try:
+            loss = fed.active.backward(self.objective(out, ids), ids)  # the party's step rule decides how
+        except TrainingDiverged:
+            for p in fed.passives:  # no gradient will come for this step
+                p.abandon_step()
+            raise
         for p in fed.passives:
             p.backward(fed.cut.complete_backward(p.cut_end, fed.active.cut_ends[p.name]))
         self.losses.append(float(loss.detach()))

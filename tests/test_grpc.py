@@ -23,7 +23,7 @@ pytest.importorskip("cryptography")
 from securevfl.channel.codec import encode_array  # noqa: E402
 from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles, pack_frame  # noqa: E402
 from securevfl.config import RunConfig  # noqa: E402
-from securevfl.deploy import serve, train_deployed  # noqa: E402
+from securevfl.deploy import PROTOCOL, serve, train_deployed  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab import compose  # noqa: E402,F401 - imported once here, not inside a party's timed wait
 from securevfl.lab.party_settings import PartySettings  # noqa: E402
@@ -350,7 +350,7 @@ def test_server_survives_malformed_and_oversized_messages(files) -> None:
     p = Passive(files)
     ch = GrpcChannel("active", net(files["certs"], "active"), peers={"passive1": p.addr})
     ep = ch.endpoint("active")
-    ep.send_json("passive1", "control", {"op": "run", "protocol": 1})  # no party, no data section
+    ep.send_json("passive1", "control", {"op": "run", "protocol": PROTOCOL})  # no party, no data section
     with pytest.raises(UserError, match="malformed message from the active party"):
         ep.recv("passive1", "control")
     ch.close()

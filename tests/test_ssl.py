@@ -7,8 +7,10 @@ from securevfl.config import RunConfig
 from securevfl.data import PartitionSpec, load_dataset, make_partition
 from securevfl.federation import OptimConfig, align, build_federation
 from securevfl.lab.compose import execute
+from securevfl.methods import MethodContext
 from securevfl.methods import fedhssl as H
 from securevfl.models import ModelConfig
+from securevfl.runtime import run_in_process
 from securevfl.ssl import SSLConfig, make_objective, pretrain_local
 from securevfl.ssl.augment import ImageAugment, TabularCorruption
 
@@ -66,6 +68,10 @@ def hybrid_fed():
     return fed
 
 
+def _fedhssl() -> H.FedHSSL:
+    return H.FedHSSL(MethodContext())
+
+
 def test_stop_gradient_across_parties(hybrid_fed, monkeypatch):
     fed = hybrid_fed
     captured = []
@@ -83,7 +89,7 @@ def test_stop_gradient_across_parties(hybrid_fed, monkeypatch):
         original(party, loss)
 
     monkeypatch.setattr(H, "_cross_update", spy)
-    H.cross_party_step(fed, fed.active.aligned_ids[:64])
+    run_in_process(fed, _fedhssl(), lambda view: H.cross_party_step(view, fed.active.aligned_ids[:64]))
     assert {n for n, _ in captured} == {"active", "passive1"}
     assert fed.channel.pending() == 0
     reps = [m for m in fed.channel.transcript if m.kind == MessageKind.SSL_REPRESENTATION]
@@ -99,7 +105,7 @@ def test_pma_averages_shared_parts_and_leaves_bottoms_untouched(hybrid_fed):
                                and m is not top[p.name] for t in m.parameters()] for p in fed.parties}
     vecs_before = {p.name: p.method_state.shared_vector() for p in fed.parties}
     assert not torch.equal(*vecs_before.values())
-    H.pma_round(fed, fed.channel.endpoint(H.SERVER))
+    run_in_process(fed, _fedhssl(), H.pma_round)
     after = [p.method_state.shared_vector() for p in fed.parties]
     assert torch.equal(after[0], after[1])
     n = {p.name: len(p.data.train_ids) for p in fed.parties}

@@ -28,6 +28,16 @@ class MessageKind:
     HE_MASKED = "he_masked"  # plaintext values blinded by the other party's random mask
 
 
+ABANDON = b"\x00abandon-step"
+"""A control message that ends the step its receiver is in the middle of (the sender's training
+diverged mid-step, e.g. one learning-rate candidate): a party waiting for that step's next message
+gets :class:`StepAbandoned` instead, and goes back to waiting for requests."""
+
+
+class StepAbandoned(Exception):
+    """The party that drives the step abandoned it (:data:`ABANDON`)."""
+
+
 @dataclass(frozen=True)
 class Message:
     seq: int

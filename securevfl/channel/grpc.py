@@ -35,7 +35,7 @@ from pathlib import Path
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's C core logs every refused handshake to stderr
 import grpc  # noqa: E402
 
-from securevfl.channel.base import Channel, Message
+from securevfl.channel.base import ABANDON, Channel, Message, MessageKind, StepAbandoned
 from securevfl.errors import UserError
 
 SERVICE = "securevfl.Channel"
@@ -302,12 +302,24 @@ class GrpcChannel(Channel):
         while True:
             if self._aborted is not None:
                 raise UserError(self._aborted)
+            if kind != MessageKind.CONTROL:
+                self._check_abandoned(src)
             try:
                 return q.get(timeout=_POLL)
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     raise UserError(f"{src} sent no {kind} message within {self.net.timeout:g} s (stalled or gone; "
                                     "--timeout sets the wait)") from None
+
+    def _check_abandoned(self, src: str) -> None:
+        """Raise StepAbandoned when ``src``'s next control message abandons the step (channel/base.py)."""
+        ctrl = self._box(self._inbox, (src, MessageKind.CONTROL))
+        with ctrl.mutex:
+            if not (ctrl.queue and ctrl.queue[0] == ABANDON):
+                return
+            ctrl.queue.popleft()
+        self._received(src, self.party, MessageKind.CONTROL, ABANDON)
+        raise StepAbandoned(f"{src} abandoned the step")
 
     def _box(self, box: dict[tuple[str, str], queue.Queue[bytes]], key: tuple[str, str]) -> queue.Queue[bytes]:
         """The queue of ``key`` in ``box``, made once even when threads race for it."""

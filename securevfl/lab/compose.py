@@ -38,6 +38,7 @@ from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset, check_model_memory
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
 from securevfl.roles import passive_name
+from securevfl.runtime import run_in_process
 from securevfl.validate import validate_config
 
 ADVERSARY = passive_name(1)
@@ -47,6 +48,17 @@ MIN_STEPS = 50
 """Fewer supervised steps than this in a run print a warning (and go to the JSON ``warnings``)."""
 
 AttackSpec = tuple[type[attack_lib.Attack], dict]
+
+
+def train_and_evaluate(method: Method, fed: Federation) -> dict:
+    """Train and evaluate: each party runs its own program in its own thread (:mod:`securevfl.runtime`)
+    for a method written per role; one program drives them all otherwise."""
+    if type(method).per_role:
+        utility = run_in_process(fed, method, lambda view: (method.train(view), method.evaluate(view))[1])
+        method.attach(fed)
+        return utility
+    method.train(fed)
+    return method.evaluate(fed)
 
 
 def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None,
@@ -105,8 +117,7 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     t0 = time.perf_counter()
     fed = method.build(partition, cut)
     attacks = prepare_attacks(attack_specs, fed, cfg.seed, partition)
-    method.train(fed)
-    utility = method.evaluate(fed)
+    utility = train_and_evaluate(method, fed)
     seconds = time.perf_counter() - t0
     if device.type != "cpu":  # the adversary's analyses, the audit and --save run on the CPU (devices.py)
         for party in fed.parties:

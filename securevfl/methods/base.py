@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -19,6 +20,9 @@ from securevfl.models import HEADS, ModelConfig
 from securevfl.registry import Registry
 from securevfl.spec import check_nonnegative, check_params
 from securevfl.training import SplitTrainer, TrainConfig, fit_with_lr_search
+
+if TYPE_CHECKING:
+    from securevfl.parties import PassiveParty
 
 
 @dataclass
@@ -87,6 +91,27 @@ class Method(ABC):
     """The ``--head`` kinds this method trains with (:data:`securevfl.models.HEADS`)."""
     head_refusal: ClassVar[str] = ""
     """Why a head outside :attr:`heads` is refused, for the one-line error."""
+
+    per_role: ClassVar[bool] = False
+    """Whether :meth:`fit` is the active party's program alone (it reaches each passive party only
+    through its handle's requests and the channel; the passive party's side is :meth:`passive_ops`),
+    so the roles can run as threads or processes (:mod:`securevfl.runtime`). False: one program
+    drives every party in one process (not deployable)."""
+
+    not_deployable: ClassVar[str] = "its stages outside the supervised loop are not yet written per role"
+    """Why a method that is not :attr:`per_role` cannot run across processes (the one-line error)."""
+
+    def passive_ops(self) -> dict[str, Callable[[PassiveParty, dict], object]]:
+        """The operations a passive party runs for this method besides supervised steps, by request
+        name (:data:`securevfl.runtime.PassiveOp`); a method's active program asks for them with
+        ``handle.call(name, ...)``."""
+        return {}
+
+    def attach(self, fed: Federation) -> None:
+        """After the run, one program drives the trained federation (the lab's attacks and audit
+        queries): the trainer now talks to the parties themselves, not to their handles."""
+        if self.trainer is not None:
+            self.trainer.fed = fed
 
     @property
     def interactive_layer(self) -> bool:

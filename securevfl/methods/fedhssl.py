@@ -13,8 +13,12 @@ epoch each, for ``ssl_epochs`` rounds:
 2. FedGSSL on all local rows (party-local): SimSiam on two augmented views plus γ·guidance by the
    (frozen) cross-party encoder, Eq. 4.
 3. PMA: every party sends f_lt∘proj_l∘h_l (top linear layer of its local encoder, projector and
-   predictor, parameters and float buffers) to a server role, which FedAvg-s them weighted by the
-   parties' local row counts and sends the average back. Bottom layers stay private.
+   predictor, parameters and float buffers) to the server — the active party hosts it — which
+   FedAvg-s them weighted by the parties' local row counts and sends the average back. Bottom layers
+   stay private.
+
+Per role: :meth:`FedHSSL.fit` is the active party's program; a passive party runs the operations of
+:meth:`FedHSSL.passive_ops` when the active party asks (:mod:`securevfl.runtime`).
 
 Fine-tuning: z^i = ½(f_c^i(x) + f_l^i(x)) (FedGSSL, FedHSSL) or f_c^i(x) (FedCSSL); a linear head
 owned by the active party on the concatenation; supervised VFL on the labeled aligned rows.
@@ -28,19 +32,24 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl.channel import Endpoint, MessageKind
+from securevfl.channel import MessageKind
 from securevfl.errors import UserError
-from securevfl.federation import STREAM_HSSL_BATCHES, STREAM_HSSL_CROSS_INIT, STREAM_HSSL_STATE, Federation, seed_for
+from securevfl.federation import (
+    STREAM_HSSL_BATCHES,
+    STREAM_HSSL_CROSS_INIT,
+    STREAM_HSSL_STATE,
+    Federation,
+    seed_for,
+    seeded_build,
+)
 from securevfl.hooks import HookContext, apply_hooks
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
 from securevfl.models import build_bottom
 from securevfl.parties import Party
-from securevfl.roles import ACTIVE
+from securevfl.roles import ACTIVE, party_index
 from securevfl.ssl import SSLConfig, neg_cosine
 from securevfl.ssl.objectives import SimSiam
-
-SERVER = "server"
 
 
 class AveragedEncoder(nn.Module):
@@ -87,6 +96,10 @@ class HybridState:
 
 
 # ----------------------------------------------------------------------------- step 1: FedCSSL
+OP_INIT, OP_CROSS, OP_LOCAL, OP_PMA, OP_INSTALL = (f"fedhssl.{n}" for n in ("init", "cross", "local", "pma",
+                                                                            "install"))
+
+
 def _cross_forward(party: Party, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     st = cast(HybridState, party.method_state)  # FedHSSL keeps a HybridState in every party (fit)
     st.cross.train()
@@ -105,27 +118,30 @@ def _cross_update(party: Party, loss: torch.Tensor) -> None:
     st.opt_c.step()
 
 
-def cross_party_step(fed: Federation, ids: np.ndarray) -> dict[str, float]:
-    """One FedCSSL mini-batch (Algorithm 1 lines 3–11) over all parties."""
+def cross_party_step(fed: Federation, ids: np.ndarray) -> float:
+    """One FedCSSL mini-batch (Algorithm 1 lines 3–11), the active party's side: it picks the batch,
+    sends z_c^1, receives every z_c^i and minimises mean_i D(p_c^1, z_c^i). Returns its loss."""
     a = fed.active
     for p in fed.passives:
+        p.call(OP_CROSS)
         a.endpoint.send_ids(p.name, MessageKind.BATCH_IDS, ids)
     z_a, p_a = _cross_forward(a, ids)
     for p in fed.passives:
         _send_rep(a, p.name, z_a)
-    passive_losses = {}
-    for p in fed.passives:  # passive side: receive ids, embed, send z_c^i, loss D(p_c^i, z_c^1)
-        pid = p.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
-        z_p, p_p = _cross_forward(p, pid)
-        _send_rep(p, ACTIVE, z_p)
-        z_from_active = p.endpoint.recv_tensor(ACTIVE, MessageKind.SSL_REPRESENTATION)
-        loss = neg_cosine(p_p, z_from_active)
-        _cross_update(p, loss)
-        passive_losses[p.name] = float(loss.detach())
     received = [a.endpoint.recv_tensor(p.name, MessageKind.SSL_REPRESENTATION) for p in fed.passives]
     loss_a = torch.stack([neg_cosine(p_a, z) for z in received]).mean()
     _cross_update(a, loss_a)
-    return {ACTIVE: float(loss_a.detach()), **passive_losses}
+    return float(loss_a.detach())
+
+
+def passive_cross_step(party: Party, req: dict) -> None:
+    """One FedCSSL mini-batch at a passive party: embed the active party's batch, send z_c^i, minimise
+    D(p_c^i, z_c^1) on the z_c^1 it received (a decoded constant: the stop-gradient)."""
+    ids = party.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
+    z_p, p_p = _cross_forward(party, ids)
+    _send_rep(party, ACTIVE, z_p)
+    z_from_active = party.endpoint.recv_tensor(ACTIVE, MessageKind.SSL_REPRESENTATION)
+    _cross_update(party, neg_cosine(p_p, z_from_active))
 
 
 # ----------------------------------------------------------------------------- step 2: FedGSSL
@@ -158,23 +174,34 @@ def guided_local_epoch(party: Party, gamma: float, batch_size: int, rng: np.rand
 
 
 # ------------------------------------------------------------------------------------- step 3: PMA
-def pma_round(fed: Federation, server: Endpoint) -> None:
-    """Parties send f_lt∘proj∘h_l and their row counts to the server; it sends back the FedAvg."""
-    for party in fed.parties:
-        party.endpoint.send_json(SERVER, MessageKind.MODEL_PARAMS, len(party.data.train_ids))
-        party.endpoint.send_tensor(SERVER, MessageKind.MODEL_PARAMS, party.method_state.shared_vector())
-    counts, vecs = [], []
-    for party in fed.parties:
-        counts.append(int(cast(int, server.recv_json(party.name, MessageKind.MODEL_PARAMS))))  # a row count
-        vecs.append(server.recv_tensor(party.name, MessageKind.MODEL_PARAMS))
+def pma_round(fed: Federation) -> None:
+    """Partial model aggregation with the active party as the server (the paper leaves the server's
+    host open; a third process would see no more than this): every passive party sends f_lt∘proj∘h_l
+    and its row count, the active party FedAvg-s them with its own and sends the average back."""
+    a = fed.active
+    for p in fed.passives:
+        p.call(OP_PMA)
+    st = cast(HybridState, a.method_state)
+    counts, vecs = [len(a.data.train_ids)], [st.shared_vector()]
+    for p in fed.passives:
+        counts.append(int(cast(int, a.endpoint.recv_json(p.name, MessageKind.MODEL_PARAMS))))  # a row count
+        vecs.append(a.endpoint.recv_tensor(p.name, MessageKind.MODEL_PARAMS))
     if len({v.numel() for v in vecs}) != 1:
         raise UserError("partial model aggregation needs the same top-encoder shape at every party "
                         f"(got {sorted({v.numel() for v in vecs})} parameters); use fedgssl or equal feature blocks")
     w = torch.tensor(counts, dtype=torch.float32) / sum(counts)
     avg = (torch.stack(vecs) * w[:, None]).sum(0)
-    for party in fed.parties:
-        server.send_tensor(party.name, MessageKind.MODEL_PARAMS, avg)
-        party.method_state.load_shared_vector(party.endpoint.recv_tensor(SERVER, MessageKind.MODEL_PARAMS))
+    for p in fed.passives:
+        a.endpoint.send_tensor(p.name, MessageKind.MODEL_PARAMS, avg)
+    st.load_shared_vector(avg)
+
+
+def passive_pma(party: Party, req: dict) -> None:
+    """A passive party's part of PMA: send its shared sub-model and row count, load the average."""
+    st = cast(HybridState, party.method_state)
+    party.endpoint.send_json(ACTIVE, MessageKind.MODEL_PARAMS, len(party.data.train_ids))
+    party.endpoint.send_tensor(ACTIVE, MessageKind.MODEL_PARAMS, st.shared_vector())
+    st.load_shared_vector(party.endpoint.recv_tensor(ACTIVE, MessageKind.MODEL_PARAMS))
 
 
 @METHODS.register
@@ -195,15 +222,42 @@ class FedHSSL(Method):
     he_refusal = ("exchanges the passive parties' SSL representations in plaintext during cross-party "
                   "pre-training, which --he would not protect")
 
+    per_role = True
+
+    def _init_party(self, party: Party) -> None:
+        """This party's cross-party encoder f_c and SimSiam heads, from its own seed stream."""
+        k = party_index(party.name)
+        cfg = ssl_config(self.params, "simsiam")
+        model_cfg = self.ctx.model
+
+        def build() -> HybridState:
+            f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
+            return HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE)
+
+        party.keep_method_state(seeded_build(seed_for(self.ctx.seed, k) + STREAM_HSSL_CROSS_INIT, build))
+
+    def _install(self, party: Party) -> None:
+        """Fine-tuning encoder ½(f_c + f_l) (or f_c), with a fresh optimizer."""
+        f_c = cast(HybridState, party.method_state).cross.encoder
+        party.install(bottom=AveragedEncoder(f_c, party.bottom) if self.use_local else f_c)
+
+    def _local(self, party: Party, shuffle_seed: int) -> float:
+        cfg = ssl_config(self.params, "simsiam")
+        return guided_local_epoch(party, float(self.params["gamma"]), cfg.batch_size,
+                                  np.random.default_rng(shuffle_seed))
+
+    def passive_ops(self) -> dict:
+        return {OP_INIT: lambda party, req: self._init_party(party),
+                OP_CROSS: passive_cross_step,
+                OP_LOCAL: lambda party, req: self._local(party, int(req["shuffle_seed"])),
+                OP_PMA: passive_pma,
+                OP_INSTALL: lambda party, req: self._install(party)}
+
     def fit(self, fed: Federation) -> None:
         cfg = ssl_config(self.params, "simsiam")
-        gamma = float(self.params["gamma"])
-        model_cfg = self.ctx.model
-        for k, party in enumerate(fed.parties):
-            torch.manual_seed(seed_for(self.ctx.seed, k) + STREAM_HSSL_CROSS_INIT)
-            f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
-            party.keep_method_state(HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE))
-        server = fed.channel.endpoint(SERVER)
+        self._init_party(fed.active)
+        for p in fed.passives:
+            p.call(OP_INIT)
         aligned = fed.active.aligned_ids
         assert aligned is not None  # pre-training runs after alignment
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
@@ -212,18 +266,22 @@ class FedHSSL(Method):
             order = aligned[rng.permutation(len(aligned))]
             cross = [cross_party_step(fed, order[s:s + cfg.batch_size])
                      for s in range(0, len(order), cfg.batch_size) if len(order[s:s + cfg.batch_size]) >= 2]
-            record: dict[str, object] = {"cross": float(np.mean([c[ACTIVE] for c in cross])) if cross else None}
+            record: dict[str, object] = {"cross": float(np.mean(cross)) if cross else None}
             if self.use_local:
-                record["local"] = {p.name: guided_local_epoch(p, gamma, cfg.batch_size,
-                                                              np.random.default_rng(rng.integers(2**32)))
-                                   for p in fed.parties}
+                # each party shuffles its own rows; the active party hands out the shuffle seeds (from
+                # its batch stream, as one program did) — an order of local rows, no data
+                seeds = [int(rng.integers(2**32)) for _ in fed.parties]
+                local = {fed.active.name: self._local(fed.active, seeds[0])}
+                for p, seed in zip(fed.passives, seeds[1:], strict=True):
+                    local[p.name] = float(cast(float, p.call(OP_LOCAL, reply=True, shuffle_seed=seed)))
+                record["local"] = local
                 if self.use_pma:
-                    pma_round(fed, server)
+                    pma_round(fed)
             history.append(record)
         fed.meta["pretrain_history"] = history
-        for party in fed.parties:  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
-            f_c = party.method_state.cross.encoder
-            party.install(bottom=AveragedEncoder(f_c, party.bottom) if self.use_local else f_c)
+        for p in fed.passives:  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
+            p.call(OP_INSTALL)
+        self._install(fed.active)
         fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 

@@ -4,11 +4,13 @@ one SSL objective, alone; then split-learning fine-tuning on the labeled aligned
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, cast
 
 from securevfl.federation import STREAM_LOCAL_SSL, Federation, seed_for
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
+from securevfl.parties import Party
+from securevfl.roles import party_index
 
 
 class FedLocalSSL(Method):
@@ -16,11 +18,21 @@ class FedLocalSSL(Method):
     passive_features_outside_loop = True  # local SSL pre-training on raw features
     defaults = dict(SSL_PARAMS)
 
-    def fit(self, fed: Federation) -> None:
+    per_role = True
+    stream: ClassVar[int] = STREAM_LOCAL_SSL
+
+    def pretrain(self, party: Party, req: dict | None = None) -> list[float]:
+        """One party's local SSL pre-training (alone, on all its rows), from its own seed stream."""
         cfg = ssl_config(self.params, self.objective)
-        losses = {}
-        for k, party in enumerate(fed.parties):
-            losses[party.name] = pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + STREAM_LOCAL_SSL)
+        return pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, party_index(party.name)) + self.stream)
+
+    def passive_ops(self) -> dict:
+        return {"local_ssl.pretrain": self.pretrain}
+
+    def fit(self, fed: Federation) -> None:
+        losses = {fed.active.name: self.pretrain(fed.active)}
+        for p in fed.passives:
+            losses[p.name] = cast(list, p.call("local_ssl.pretrain", reply=True))
         self.reset_optimizers(fed)
         fed.meta["pretrain_final_loss"] = {n: (v[-1] if v else None) for n, v in losses.items()}
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))

@@ -13,6 +13,7 @@ class Local(Method):
     summary = "active party alone on all its labeled local rows (Local-A baseline)"
     uses_passives = False
     sends = frozenset()
+    per_role = True
 
     def fit(self, fed: Federation) -> None:
         label_ids = fed.active.data.label_ids

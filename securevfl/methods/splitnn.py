@@ -9,6 +9,7 @@ class SplitNN(Method):
     name = "splitnn"
     summary = "supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)"
     soft_label_training = True
+    per_role = True
 
     def fit(self, fed: Federation) -> None:
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))

@@ -3,6 +3,7 @@ parameters, each party's augmentation, and the party-local pre-training step."""
 
 from __future__ import annotations
 
+from securevfl.federation import seeded_build
 from securevfl.parties import Party
 from securevfl.ssl import SSLConfig, make_augmentation, make_objective, pretrain_local
 from securevfl.ssl.augment import Augmentation
@@ -25,6 +26,7 @@ def party_augmentation(party: Party, cfg: SSLConfig) -> Augmentation:
 
 
 def pretrain_party_locally(party: Party, cfg: SSLConfig, seed: int) -> list[float]:
-    """One party pre-trains its own bottom model on all its local training rows (no channel)."""
-    objective = make_objective(party.bottom, cfg)
+    """One party pre-trains its own bottom model on all its local training rows (no channel). The
+    objective's heads are initialised from ``seed`` too, so a party in its own process draws the same."""
+    objective = seeded_build(seed, lambda: make_objective(party.bottom, cfg))
     return pretrain_local(objective, party.data.X_train, party_augmentation(party, cfg), seed)

@@ -37,7 +37,10 @@ from securevfl.federation import STREAM_VFLHLP_ACTIVE, STREAM_VFLHLP_PASSIVE, Fe
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.models import build_head, reset_parameters
-from securevfl.parties import ActiveParty
+from securevfl.parties import ActiveParty, Party
+from securevfl.roles import party_index
+
+OP_SCARF = "vflhlp.scarf"
 
 
 def first_linear_in(module: nn.Module) -> nn.Linear:
@@ -121,6 +124,16 @@ class VFLHLP(Method):
                             "would bound it; use vflhlp-p, or rr for label privacy")
         return super().privacy_plan(fed)
 
+    per_role = True
+
+    def passive_scarf(self, party: Party, req: dict) -> None:
+        """Step 2 at a passive party: SCARF pre-training of its encoder on its own rows (Θ^k)."""
+        cfg = ssl_config(self.params, "scarf")
+        pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, party_index(party.name)) + STREAM_VFLHLP_PASSIVE)
+
+    def passive_ops(self) -> dict:
+        return {OP_SCARF: self.passive_scarf}
+
     def fit(self, fed: Federation) -> None:
         a, params = fed.active, self.params
         terms = []
@@ -148,9 +161,8 @@ class VFLHLP(Method):
             beta, own_dim = float(params["beta"]), cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
             terms.append(lambda: beta * consistency_loss(a.bottom, a.head, theta1, theta0, own_dim))
         if self.use_passive:
-            cfg = ssl_config(params, "scarf")
-            for k, party in enumerate(fed.passives, start=1):
-                pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, k) + STREAM_VFLHLP_PASSIVE)
+            for p in fed.passives:
+                p.call(OP_SCARF)
         self.reset_optimizers(fed)
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed), loss_terms=terms)
 
