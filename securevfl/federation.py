@@ -98,6 +98,7 @@ STREAM_VFLHLP_ACTIVE = 404  # VFLHLP: the active party's supervised pre-training
 STREAM_VFLHLP_PASSIVE = 505  # VFLHLP: a passive party's SCARF pre-training
 STREAM_FEDUD_REP = 606  # FedUD: the representation-transfer net's initialisation
 STREAM_FEDUD_UNALIGNED = 607  # FedUD: the unaligned-row batches
+STREAM_FEDUD_REINIT = 608  # FedUD: a party's re-initialisation before step 2 (reinit: true)
 STREAM_RISA_PAIRING = 606  # random-match: pairing own rows with passive-only IDs
 STREAM_RISA_HEADS = 707  # RISA: the evidential heads' initialisation
 STREAM_ENTITY_ORDER = 808  # entity-aug: a party's own batch order (guests; the host as party 0)

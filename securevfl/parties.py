@@ -301,6 +301,7 @@ class PassiveParty(Party):
                  interactive_lr: float | None = None, device: torch.device | None = None) -> None:
         super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device)
         self.cut_end: PassiveEnd = cut.passive_end(self.end_wiring(), ACTIVE)
+        self._cut = cut  # this party runs its half of each exchange (run_step)
         # this training step's bottom output, its rows and inputs: what the returned gradient applies to
         self._z: torch.Tensor | None = None
         self._ids: np.ndarray | None = None
@@ -341,6 +342,14 @@ class PassiveParty(Party):
         self._z, self._ids, self._x = (z, ids, x) if training else (None, None, None)
         ctx = HookContext(MessageKind.ACTIVATION, self.name, ACTIVE, self.step, training, ids)
         self.cut_end.send_forward(z, ctx)
+
+    def run_step(self, ids: np.ndarray, split: str, training: bool) -> None:
+        """This party's half of one step on ``ids``: send r = h(x) through the cut layer and, in
+        training, apply the gradient that comes back (the passive program's step, securevfl/runtime.py)."""
+        self.send_output(ids, split, training)
+        self._cut.passive_forward(self.cut_end)
+        if training:
+            self.backward(self._cut.passive_backward(self.cut_end))
 
     def abandon_step(self) -> None:
         """The active party abandoned this step (its loss diverged): nothing of it is applied."""

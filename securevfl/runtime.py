@@ -182,11 +182,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 pass
             else:  # one supervised step (or an inference batch): this party's half of the cut layer
                 try:
-                    party.send_output(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
-                    cut.passive_forward(party.cut_end)
-                    if training:
-                        party.backward(cut.passive_backward(party.cut_end))
-                        bar.update(1)
+                    party.run_step(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
+                    bar.update(1 if training else 0)
                 except StepAbandoned:  # the active party's loss diverged mid-step: nothing to apply
                     party.abandon_step()
                 continue

@@ -14,7 +14,6 @@ from securevfl.methods.entity_aug import (
     EntitySampler,
     GuestState,
     NoFeatures,
-    guest_announce,
     soft_labels,
 )
 from securevfl.parties import ActiveParty
@@ -93,7 +92,10 @@ def test_feature_holding_host_with_two_guests(ea_cfg):
     assert len(part.active.label_ids) == len(part.truth_ids) > len(part.active.train_ids)
 
 
-def _manual_trainer(cfg, queue: bool):
+def _manual_run(cfg, queue: bool, batches: list[int], skip: dict[str, set[int]] | None = None):
+    """Train entity-aug's steps by hand: the host's program in this thread, each guest's in its own."""
+    from securevfl.runtime import run_in_process
+
     cfg.record = True
     cut = PlainCutLayer(interactive=False)  # the head reads the guests' activations as sent: the transcript shows them
     method = EntityAugmentation(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
@@ -101,17 +103,20 @@ def _manual_trainer(cfg, queue: bool):
     fed = method.build(build_partition(cfg), cut)
     for k, p in enumerate(fed.passives, start=1):
         p.keep_method_state(GuestState(p, 100 + k, 0.0))
-        guest_announce(p)
-        fed.active.endpoint.recv_json(p.name, MessageKind.CONTROL)
-    return fed, EntityAugTrainer(fed, cfg.train, cfg.seed, queue, None)
+        p.method_state.skip = (skip or {}).get(p.name, set())
+
+    def host(view):
+        trainer = EntityAugTrainer(view, cfg.train, cfg.seed, queue, None)
+        for b in batches:
+            trainer.train_step(np.arange(b))
+        return trainer
+
+    return fed, run_in_process(fed, method, host)
 
 
 def test_queue_reuses_last_activation_when_a_guest_skips_a_step(ea_cfg):
-    fed, trainer = _manual_trainer(ea_cfg, queue=True)
+    fed, trainer = _manual_run(ea_cfg, True, [16] * 4, {"passive2": {2}})
     g2 = fed.party("passive2")
-    g2.method_state.skip = {2}
-    for _ in range(4):
-        trainer.train_step(np.arange(16))
     assert trainer.reused == [(2, "passive2")]
     assert fed.party("passive1").step == 4 and g2.step == 3  # no gradient for the skipped step
     ch = fed.channel
@@ -125,23 +130,17 @@ def test_queue_reuses_last_activation_when_a_guest_skips_a_step(ea_cfg):
 
 
 def test_queue_reuse_feeds_the_stale_activation(ea_cfg, monkeypatch):
-    fed, trainer = _manual_trainer(ea_cfg, queue=True)
-    fed.party("passive2").method_state.skip = {1}
     seen = []
     original = ActiveParty.receive  # spied on the class: a party's own attributes are set only by its methods
     monkeypatch.setattr(ActiveParty, "receive", lambda self, reps, training: (
         seen.append([r.clone() for r in reps]), original(self, reps, training)))
-    trainer.train_step(np.arange(8))
-    trainer.train_step(np.arange(8))
+    _manual_run(ea_cfg, True, [8, 8], {"passive2": {1}})
     assert torch.equal(seen[1][1], seen[0][1]) and not torch.equal(seen[1][0], seen[0][0])
 
 
 def test_missing_guest_without_queue_is_a_clear_error(ea_cfg):
-    fed, trainer = _manual_trainer(ea_cfg, queue=False)
-    fed.party("passive1").method_state.skip = {1}
-    trainer.train_step(np.arange(8))
     with pytest.raises(UserError, match="passive1 sent no activation at step 1.*queue: true"):
-        trainer.train_step(np.arange(8))
+        _manual_run(ea_cfg, False, [8, 8], {"passive1": {1}})
 
 
 def test_straggler_simulation_with_queue_end_to_end(ea_cfg):
@@ -174,11 +173,8 @@ def test_per_message_defense_and_mc_attack_work(ea_cfg):
 
 
 def test_queue_reuse_adapts_to_a_smaller_batch(ea_cfg):
-    fed, trainer = _manual_trainer(ea_cfg, queue=True)
-    fed.party("passive2").method_state.skip = {1, 2}
-    trainer.train_step(np.arange(8))
-    trainer.train_step(np.arange(5))  # smaller: the first 5 stale rows
-    trainer.train_step(np.arange(12))  # larger: stale rows cycled
+    # smaller: the first 5 stale rows; larger: stale rows cycled
+    fed, trainer = _manual_run(ea_cfg, True, [8, 5, 12], {"passive2": {1, 2}})
     assert trainer.reused == [(1, "passive2"), (2, "passive2")] and fed.channel.pending() == 0
 
 

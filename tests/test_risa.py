@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from securevfl.channel import MessageKind
+from securevfl.channel.codec import decode_json
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
 from securevfl.lab.compose import execute
@@ -131,9 +132,12 @@ def test_risa_end_to_end_and_what_each_party_saw(risa_cfg):
     assert ch.pending() == 0
     assert {m.kind for m in ch.received_by("passive1")} == {MessageKind.CONTROL, MessageKind.BATCH_IDS,
                                                              MessageKind.GRADIENT, MessageKind.ALIGNMENT}
-    # the active party gets activations and the passive party's non-overlapping IDs, nothing else
+    # the active party gets activations and the passive party's non-overlapping IDs, and at the end
+    # the passive party's report on itself (its step count, its defenses' privacy reports), nothing else
     active_view = ch.received_by("active")
-    assert {m.kind for m in active_view} == {MessageKind.ACTIVATION, MessageKind.ALIGNMENT}
+    assert {m.kind for m in active_view} == {MessageKind.ACTIVATION, MessageKind.ALIGNMENT, MessageKind.CONTROL}
+    [report] = [decode_json(m.payload) for m in active_view if m.kind == MessageKind.CONTROL]
+    assert set(report) == {"party", "steps", "privacy", "he"}
     assert sum(m.kind == MessageKind.ALIGNMENT for m in active_view) == 1
     # the parties are back on their plain rows after training (attacks see the real PartyData)
     assert all(not isinstance(p.data, ImputingView) for p in fed.parties)

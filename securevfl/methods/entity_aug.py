@@ -21,7 +21,8 @@ announce their row counts): every row of every party is used at least once per e
 "max_i |S_i ∩ S_h| if guests may reuse data").
 
 Queue (``queue: true``, Algorithm 1's Q_i): the host keeps each guest's last activation and IDs;
-when a guest's message is missing at a step, the host reuses them (a constant: no gradient goes
+when a guest's message is missing at a step (a simulated straggler sends an empty ID list), the
+host reuses them (a constant: no gradient goes
 back to that guest, which has nothing to apply it to). ``miss_rate`` simulates stragglers: each
 guest independently sends nothing at a step (from the second step on) with that probability,
 drawn from its own seeded generator. Without the queue a missing message is an error.
@@ -53,7 +54,7 @@ from torch import nn
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
-from securevfl.errors import ProtocolError, UserError
+from securevfl.errors import UserError
 from securevfl.federation import (
     STREAM_ENTITY_ORDER,
     STREAM_ENTITY_SHARED,
@@ -68,7 +69,7 @@ from securevfl.ids import intersect
 from securevfl.methods.base import METHODS, Method
 from securevfl.models import ModelConfig, soft_cross_entropy
 from securevfl.parties import PassiveParty
-from securevfl.roles import ACTIVE
+from securevfl.roles import ACTIVE, party_index
 from securevfl.training import SplitTrainer
 
 
@@ -126,22 +127,28 @@ class GuestState:
         self.requests = 0
 
 
-def guest_announce(party: PassiveParty) -> None:
-    party.endpoint.send_json(ACTIVE, MessageKind.CONTROL, int(len(party.data.train_ids)))
+OP_SETUP, OP_STEP = "entity_aug.setup", "entity_aug.step"
 
 
-def guest_forward(party: PassiveParty) -> None:
-    """Guest step (Algorithm 1, guest lines 1–3): take the host's request for ``b`` rows, draw them
-    from its own entities, send the IDs and a_i = m_i(x) — or, as a straggler, send nothing."""
-    st = cast(GuestState, party.method_state)  # entity-aug keeps a GuestState in every guest (fit)
-    b = int(cast(int, party.endpoint.recv_json(ACTIVE, MessageKind.CONTROL)))  # the host sent a row count
+def guest_setup(party: PassiveParty, seed: int, miss_rate: float, shared_seed: int | None) -> int:
+    """A guest's state for this run; returns its row count (announced to the host)."""
+    party.keep_method_state(GuestState(party, seed, miss_rate, shared_seed))
+    return int(len(party.data.train_ids))
+
+
+def guest_step(party: PassiveParty, b: int) -> None:
+    """Guest step (Algorithm 1, guest lines 1–3): on the host's request for ``b`` rows, draw them from
+    its own entities, send the IDs and a_i = m_i(x), and apply the gradient that comes back — or, as
+    a straggler, send an empty ID list (on a real network the host would see a timeout instead)."""
+    st = cast(GuestState, party.method_state)  # entity-aug keeps a GuestState in every guest (setup)
     step, st.requests = st.requests, st.requests + 1
     missed = st.miss_rate > 0 and step > 0 and st.miss_rng.random() < st.miss_rate
     if missed or step in st.skip:
+        party.endpoint.send_ids(ACTIVE, MessageKind.BATCH_IDS, np.zeros(0, dtype=np.int64))
         return
     ids = st.sampler.draw(b)
     party.endpoint.send_ids(ACTIVE, MessageKind.BATCH_IDS, ids)
-    party.send_output(ids, "train", True)
+    party.run_step(ids, "train", True)
 
 
 # ----------------------------------------------------------------------------------- host role
@@ -163,16 +170,15 @@ class EntityAugTrainer(SplitTrainer):
         that sent nothing shows up as an empty queue on receive (a timeout on a real network). A
         reused batch is cut or cycled to this step's ``b`` rows (an epoch's last batch is smaller)."""
         a = self.fed.active
-        try:
-            ids = a.endpoint.recv_ids(name, MessageKind.BATCH_IDS)
-        except ProtocolError:
+        ids = a.endpoint.recv_ids(name, MessageKind.BATCH_IDS)
+        if len(ids) == 0:  # the guest sent nothing this step
             if self.queue and name in self.stale:
                 self.reused.append((a.step, name))
                 tensor, ids = self.stale[name]
                 rows = np.arange(b) % len(ids)
                 return tensor[torch.from_numpy(rows).to(tensor.device)].clone(), ids[rows], False
             hint = "" if self.queue else "; set method_params.queue: true to reuse its last activation"
-            raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}") from None
+            raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}")
         p = self.fed.party(name)
         rep = self.fed.cut.complete_forward(p.cut_end, a.cut_ends[name])
         self.stale[name] = (rep.detach().clone(), ids)
@@ -181,8 +187,7 @@ class EntityAugTrainer(SplitTrainer):
     def train_step(self, slots: np.ndarray) -> float:
         fed, a, b = self.fed, self.fed.active, len(slots)
         for p in fed.passives:
-            a.endpoint.send_json(p.name, MessageKind.CONTROL, b)
-            guest_forward(p)
+            p.call(OP_STEP, b=b)
         reps, parts, weights, live = [], [], [], {}
         for p in fed.passives:
             rep, ids, is_live = self._host_collect(p.name, b)
@@ -257,21 +262,22 @@ class EntityAugmentation(Method):
         return PartyModels({partition.active.name: NoFeatures(), **guests},
                            fresh_head(partition, model, seed, sum(widths)), widths)
 
+    per_role = True
+
+    def passive_ops(self) -> dict:
+        miss = float(self.params["miss_rate"])
+        return {OP_SETUP: lambda party, req: guest_setup(
+                    party, seed_for(self.ctx.seed, party_index(party.name)) + STREAM_ENTITY_ORDER, miss,
+                    req.get("shared_seed")),
+                OP_STEP: lambda party, req: guest_step(party, int(req["b"]))}
+
     def fit(self, fed: Federation) -> None:
         a = fed.active
-        miss = float(self.params["miss_rate"])
         shared = None
         if self.params["draw"] == "aligned":  # the host hands every guest the seed of a common order
             shared = seed_for(self.ctx.seed, 0) + STREAM_ENTITY_SHARED
-            for p in fed.passives:
-                a.endpoint.send_json(p.name, MessageKind.CONTROL, shared)
-        for k, p in enumerate(fed.passives, start=1):
-            # the host sent the shared seed (an int) just above
-            seed = None if shared is None else int(cast(int, p.endpoint.recv_json(ACTIVE, MessageKind.CONTROL)))
-            p.keep_method_state(GuestState(p, seed_for(self.ctx.seed, k) + STREAM_ENTITY_ORDER, miss, seed))
-            guest_announce(p)
-        # each guest announced its row count (an int)
-        counts = [int(cast(int, a.endpoint.recv_json(p.name, MessageKind.CONTROL))) for p in fed.passives]
+        # each guest sets up its own sampler and announces its row count (an int)
+        counts = [int(cast(int, p.call(OP_SETUP, reply=True, shared_seed=shared))) for p in fed.passives]
         host_sampler = None
         if not isinstance(a.bottom, NoFeatures):
             if shared is None:

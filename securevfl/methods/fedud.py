@@ -34,12 +34,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.errors import UserError
-from securevfl.federation import STREAM_FEDUD_REP, STREAM_FEDUD_UNALIGNED, Federation, seed_for
+from securevfl.federation import (
+    STREAM_FEDUD_REINIT,
+    STREAM_FEDUD_REP,
+    STREAM_FEDUD_UNALIGNED,
+    Federation,
+    seed_for,
+    seeded_build,
+)
 from securevfl.ids import difference
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.models import MLPEncoder, reset_parameters
-from securevfl.parties import ActiveParty
+from securevfl.parties import ActiveParty, Party
+from securevfl.roles import party_index
 from securevfl.training import LabelTerm
+
+OP_OUTSIDE = "fedud.rows_outside"  # a guest's count of rows outside the aligned set (for a warning)
+OP_REINIT = "fedud.reinit"  # step 2 with re-initialised weights (reinit: true)
 
 
 class RepNet(nn.Module):
@@ -112,6 +123,21 @@ class FedUD(Method):
     def interactive_layer(self) -> bool:
         return False  # Rep imitates the guest's raw representation, which the head must read whole
 
+    per_role = True
+
+    def passive_ops(self) -> dict:
+        return {OP_OUTSIDE: lambda party, req: int(len(difference(party.data.train_ids,
+                                                                  cast(np.ndarray, party.aligned_ids)))),
+                OP_REINIT: lambda party, req: self._reinit(party)}
+
+    def _reinit(self, party: Party) -> None:
+        """Re-initialise this party's models from its own seed stream (each party, in its own process)."""
+        def reset() -> None:
+            for m in [party.bottom, *([party.head] if isinstance(party, ActiveParty) else [])]:
+                reset_parameters(m)
+
+        seeded_build(seed_for(self.ctx.seed, party_index(party.name)) + STREAM_FEDUD_REINIT, reset)
+
     def fit(self, fed: Federation) -> None:
         a, params = fed.active, self.params
         alpha, beta = float(params["alpha"]), float(params["beta"])
@@ -122,7 +148,7 @@ class FedUD(Method):
         assert a.data.label_ids is not None and a.aligned_ids is not None
         unaligned = difference(a.data.label_ids, a.aligned_ids)
         # cast: every party learnt its aligned IDs before fit (alignment)
-        if any(len(difference(q.data.train_ids, cast(np.ndarray, q.aligned_ids))) for q in fed.passives):
+        if any(cast(int, q.call(OP_OUTSIDE, reply=True)) for q in fed.passives):
             fed.meta.setdefault("warnings", []).append(
                 "fedud's guest holds rows outside the aligned set, which FedUD never uses; the paper's setting is "
                 "--unaligned active (partition.unaligned: active)")
@@ -141,9 +167,9 @@ class FedUD(Method):
         rep.requires_grad_(False)
         rep.eval()
         if params["reinit"]:
-            for party in fed.parties:
-                for m in [party.bottom, *([party.head] if party is a else [])]:
-                    reset_parameters(m)
+            self._reinit(a)
+            for q in fed.passives:
+                q.call(OP_REINIT)
         self.reset_optimizers(fed)
         term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size,
                              seed_for(self.ctx.seed, 0) + STREAM_FEDUD_UNALIGNED)

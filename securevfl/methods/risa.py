@@ -262,6 +262,15 @@ class _RowSets:
 
 
 # ---------------------------------------------------------------------------------------- method
+OP_ANNOUNCE, OP_IMPUTE, OP_PLAIN = "risa.announce_unaligned", "risa.impute", "risa.plain_rows"
+
+
+def announce_unaligned(party: Party) -> None:
+    """A passive party sends the IDs of its non-overlapping rows to the active party."""
+    assert party.aligned_ids is not None  # RISA runs after alignment
+    party.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, difference(party.data.train_ids, party.aligned_ids))
+
+
 @METHODS.register
 class RISA(Method):
     name = "risa"
@@ -304,11 +313,22 @@ class RISA(Method):
                 raise UserError(f"method {self.name}: {key} must be ≥ 0, got {params[key]}")
 
     # -- protocol steps ------------------------------------------------------------------------
+    per_role = True
+
+    def passive_ops(self) -> dict:
+        return {OP_ANNOUNCE: lambda party, req: announce_unaligned(party),
+                OP_IMPUTE: lambda party, req: self._impute_own(party),
+                OP_PLAIN: lambda party, req: use_view(party, None)}
+
+    def _impute_own(self, party: Party) -> None:
+        """This party's imputing view: its own mean (or zero) row for the IDs it does not hold."""
+        use_view(party, ImputingView(party.data, imputation_vector(party.data, cast(np.ndarray, party.aligned_ids),
+                                                                   self.imputation_mode)))
+
     def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
         for p in fed.passives:
-            assert p.aligned_ids is not None  # RISA runs after alignment
-            p.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, difference(p.data.train_ids, p.aligned_ids))
+            p.call(OP_ANNOUNCE)
         return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT) for p in fed.passives}
 
     def _pair_randomly(self, fed: Federation, own: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -335,8 +355,9 @@ class RISA(Method):
         evidential = self._install_heads(fed)
         self._train_final(fed, rows, label_ids, label_y, evidential, info)
         fed.meta["risa"] = info
-        for party in fed.parties:  # training is over: every party goes back to its plain rows
-            use_view(party, None)
+        use_view(fed.active, None)  # training is over: every party goes back to its plain rows
+        for p in fed.passives:
+            p.call(OP_PLAIN)
 
     def _check_setting(self, fed: Federation) -> None:
         if self.random_match and len(fed.passives) != 1:
@@ -358,9 +379,9 @@ class RISA(Method):
             info["random_pairs"] = int(len(keys))
         else:
             if self._imputes:
-                for party in fed.parties:
-                    imputed_row = imputation_vector(party.data, party.aligned_ids, self.imputation_mode)
-                    use_view(party, ImputingView(party.data, imputed_row))
+                self._impute_own(a)
+                for p in fed.passives:
+                    p.call(OP_IMPUTE)
             extra_ids = rows.own_labeled if self._imputes else rows.own_labeled[:0]
             extra_y = a.data.labels(extra_ids)
         return [rows.labeled_aligned, extra_ids], [a.data.labels(rows.labeled_aligned), extra_y]
