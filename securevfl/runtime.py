@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 
@@ -104,8 +104,18 @@ class PassiveHandle:
 
     def end(self) -> dict:
         """The run is over: the party sends its report (its defenses' privacy reports, its step count)."""
-        self.report = dict(self.call("end", reply=True))  # type: ignore[arg-type]
+        self.report = cast(dict, self.call("end", reply=True))
         return self.report
+
+
+def handles(fed: Federation) -> list[PassiveHandle]:
+    """The passive parties as the active party's program holds them: a handle each (a method's ``fit``
+    runs as that program, :func:`run_in_process` or :mod:`securevfl.deploy`)."""
+    out = list(fed.passives)
+    if not all(isinstance(h, PassiveHandle) for h in out):
+        raise RuntimeError("a per-role method's fit runs as the active party's program: train it through "
+                           "securevfl.lab.compose.execute (or securevfl.runtime.run_in_process)")
+    return cast(list[PassiveHandle], out)
 
 
 class ActiveOnlyCut(CutLayer):
@@ -132,8 +142,11 @@ class ActiveOnlyCut(CutLayer):
     def combine(self, head: torch.nn.Module, own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         return self.inner.combine(head, own, received)
 
-    def complete_forward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
+    def complete_forward(self, p_end: PassiveEnd | None, a_end: ActiveEnd) -> torch.Tensor:
         return self.inner.active_forward(a_end, torch.is_grad_enabled())
+
+    def active_forward(self, a_end: ActiveEnd, training: bool) -> torch.Tensor:
+        return self.inner.active_forward(a_end, training)
 
     def complete_backward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
         return torch.empty(0)  # the passive party computes its own gradient
@@ -171,7 +184,7 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
     Returns:
         The report sent to the active party at the end."""
     ep = party.endpoint
-    ops = dict(method.passive_ops()) if method is not None else {}
+    ops: dict[str, PassiveOp] = dict(method.passive_ops()) if method is not None else {}
     snapshots: dict[int, dict] = {}
     with progress_bar(None, desc or f"{party.name} serving", progress, unit="step") as bar:
         while True:

@@ -62,7 +62,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 def cfg_for(files: dict[str, Path], method: str, *party_files: str) -> RunConfig:
     cfg = RunConfig()
     cfg.dataset, cfg.seed, cfg.method = "csv", 5, method
-    cfg.method_params = dict(PARAMS.get(method, SMALL))
+    cfg.method_params = dict(PARAMS.get(method, {}))
     cfg.data.party_files = [str(files[f]) for f in party_files]
     cfg.data.label_column = "y"
     cfg.train.epochs, cfg.train.batch_size = 1, 32

@@ -78,7 +78,7 @@ class InMemoryChannel(Channel):
     def _abandoned(self, src: str, dst: str, kind: str) -> bool:
         """Whether ``src`` abandoned the step ``dst`` waits on (its next control message says so)."""
         q = self._queues.get((src, dst, MessageKind.CONTROL))
-        return kind != MessageKind.CONTROL and bool(q) and q[0] == ABANDON
+        return kind != MessageKind.CONTROL and q is not None and len(q) > 0 and q[0] == ABANDON
 
     def _pass_turn(self) -> None:
         nxt = next((p for p in self._order if self._runnable(p)), None)

@@ -54,7 +54,11 @@ def train_and_evaluate(method: Method, fed: Federation) -> dict:
     """Train and evaluate: each party runs its own program in its own thread (:mod:`securevfl.runtime`)
     for a method written per role; one program drives them all otherwise."""
     if type(method).per_role:
-        utility = run_in_process(fed, method, lambda view: (method.train(view), method.evaluate(view))[1])
+        def active_program(view: Federation) -> dict:
+            method.train(view)
+            return method.evaluate(view)
+
+        utility = run_in_process(fed, method, active_program)
         method.attach(fed)
         return utility
     method.train(fed)

@@ -70,6 +70,7 @@ from securevfl.methods.base import METHODS, Method
 from securevfl.models import ModelConfig, soft_cross_entropy
 from securevfl.parties import PassiveParty
 from securevfl.roles import ACTIVE, party_index
+from securevfl.runtime import handles
 from securevfl.training import SplitTrainer
 
 
@@ -179,17 +180,16 @@ class EntityAugTrainer(SplitTrainer):
                 return tensor[torch.from_numpy(rows).to(tensor.device)].clone(), ids[rows], False
             hint = "" if self.queue else "; set method_params.queue: true to reuse its last activation"
             raise UserError(f"entity-aug: guest {name} sent no activation at step {a.step}{hint}")
-        p = self.fed.party(name)
-        rep = self.fed.cut.complete_forward(p.cut_end, a.cut_ends[name])
+        rep = self.fed.cut.active_forward(a.cut_ends[name], True)
         self.stale[name] = (rep.detach().clone(), ids)
         return rep, ids, True
 
     def train_step(self, slots: np.ndarray) -> float:
         fed, a, b = self.fed, self.fed.active, len(slots)
-        for p in fed.passives:
+        for p in handles(fed):
             p.call(OP_STEP, b=b)
         reps, parts, weights, live = [], [], [], {}
-        for p in fed.passives:
+        for p in handles(fed):
             rep, ids, is_live = self._host_collect(p.name, b)
             reps.append(rep)
             parts.append(ids)
@@ -210,10 +210,7 @@ class EntityAugTrainer(SplitTrainer):
         self._soft = soft_labels(labels, weights, fed.n_classes).to(a.device)
         a.receive(reps, training=True)
         # each guest's gradient carries its own IDs; queued guests get none
-        loss = a.backward(self.objective(a.logits(own, "train", True), own), live)
-        for p in fed.passives:
-            if p.name in live:
-                p.backward(fed.cut.complete_backward(p.cut_end, a.cut_ends[p.name]))
+        loss = a.backward(self.objective(a.logits(own, "train", True), own), live)  # each live guest applies its own
         self.losses.append(float(loss.detach()))
         return self.losses[-1]
 
@@ -277,7 +274,7 @@ class EntityAugmentation(Method):
         if self.params["draw"] == "aligned":  # the host hands every guest the seed of a common order
             shared = seed_for(self.ctx.seed, 0) + STREAM_ENTITY_SHARED
         # each guest sets up its own sampler and announces its row count (an int)
-        counts = [int(cast(int, p.call(OP_SETUP, reply=True, shared_seed=shared))) for p in fed.passives]
+        counts = [int(cast(int, p.call(OP_SETUP, reply=True, shared_seed=shared))) for p in handles(fed)]
         host_sampler = None
         if not isinstance(a.bottom, NoFeatures):
             if shared is None:

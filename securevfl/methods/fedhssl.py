@@ -48,6 +48,7 @@ from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_con
 from securevfl.models import build_bottom
 from securevfl.parties import Party
 from securevfl.roles import ACTIVE, party_index
+from securevfl.runtime import handles
 from securevfl.ssl import SSLConfig, neg_cosine
 from securevfl.ssl.objectives import SimSiam
 
@@ -122,13 +123,13 @@ def cross_party_step(fed: Federation, ids: np.ndarray) -> float:
     """One FedCSSL mini-batch (Algorithm 1 lines 3–11), the active party's side: it picks the batch,
     sends z_c^1, receives every z_c^i and minimises mean_i D(p_c^1, z_c^i). Returns its loss."""
     a = fed.active
-    for p in fed.passives:
+    for p in handles(fed):
         p.call(OP_CROSS)
         a.endpoint.send_ids(p.name, MessageKind.BATCH_IDS, ids)
     z_a, p_a = _cross_forward(a, ids)
-    for p in fed.passives:
+    for p in handles(fed):
         _send_rep(a, p.name, z_a)
-    received = [a.endpoint.recv_tensor(p.name, MessageKind.SSL_REPRESENTATION) for p in fed.passives]
+    received = [a.endpoint.recv_tensor(p.name, MessageKind.SSL_REPRESENTATION) for p in handles(fed)]
     loss_a = torch.stack([neg_cosine(p_a, z) for z in received]).mean()
     _cross_update(a, loss_a)
     return float(loss_a.detach())
@@ -179,11 +180,11 @@ def pma_round(fed: Federation) -> None:
     host open; a third process would see no more than this): every passive party sends f_lt∘proj∘h_l
     and its row count, the active party FedAvg-s them with its own and sends the average back."""
     a = fed.active
-    for p in fed.passives:
+    for p in handles(fed):
         p.call(OP_PMA)
     st = cast(HybridState, a.method_state)
     counts, vecs = [len(a.data.train_ids)], [st.shared_vector()]
-    for p in fed.passives:
+    for p in handles(fed):
         counts.append(int(cast(int, a.endpoint.recv_json(p.name, MessageKind.MODEL_PARAMS))))  # a row count
         vecs.append(a.endpoint.recv_tensor(p.name, MessageKind.MODEL_PARAMS))
     if len({v.numel() for v in vecs}) != 1:
@@ -191,7 +192,7 @@ def pma_round(fed: Federation) -> None:
                         f"(got {sorted({v.numel() for v in vecs})} parameters); use fedgssl or equal feature blocks")
     w = torch.tensor(counts, dtype=torch.float32) / sum(counts)
     avg = (torch.stack(vecs) * w[:, None]).sum(0)
-    for p in fed.passives:
+    for p in handles(fed):
         a.endpoint.send_tensor(p.name, MessageKind.MODEL_PARAMS, avg)
     st.load_shared_vector(avg)
 
@@ -256,7 +257,7 @@ class FedHSSL(Method):
     def fit(self, fed: Federation) -> None:
         cfg = ssl_config(self.params, "simsiam")
         self._init_party(fed.active)
-        for p in fed.passives:
+        for p in handles(fed):
             p.call(OP_INIT)
         aligned = fed.active.aligned_ids
         assert aligned is not None  # pre-training runs after alignment
@@ -272,14 +273,14 @@ class FedHSSL(Method):
                 # its batch stream, as one program did) — an order of local rows, no data
                 seeds = [int(rng.integers(2**32)) for _ in fed.parties]
                 local = {fed.active.name: self._local(fed.active, seeds[0])}
-                for p, seed in zip(fed.passives, seeds[1:], strict=True):
+                for p, seed in zip(handles(fed), seeds[1:], strict=True):
                     local[p.name] = float(cast(float, p.call(OP_LOCAL, reply=True, shuffle_seed=seed)))
                 record["local"] = local
                 if self.use_pma:
                     pma_round(fed)
             history.append(record)
         fed.meta["pretrain_history"] = history
-        for p in fed.passives:  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
+        for p in handles(fed):  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
             p.call(OP_INSTALL)
         self._install(fed.active)
         fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"

@@ -11,6 +11,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.parties import Party
 from securevfl.roles import party_index
+from securevfl.runtime import handles
 
 
 class FedLocalSSL(Method):
@@ -31,7 +32,7 @@ class FedLocalSSL(Method):
 
     def fit(self, fed: Federation) -> None:
         losses = {fed.active.name: self.pretrain(fed.active)}
-        for p in fed.passives:
+        for p in handles(fed):
             losses[p.name] = cast(list, p.call("local_ssl.pretrain", reply=True))
         self.reset_optimizers(fed)
         fed.meta["pretrain_final_loss"] = {n: (v[-1] if v else None) for n, v in losses.items()}

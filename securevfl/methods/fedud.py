@@ -47,6 +47,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty, Party
 from securevfl.roles import party_index
+from securevfl.runtime import handles
 from securevfl.training import LabelTerm
 
 OP_OUTSIDE = "fedud.rows_outside"  # a guest's count of rows outside the aligned set (for a warning)
@@ -148,7 +149,7 @@ class FedUD(Method):
         assert a.data.label_ids is not None and a.aligned_ids is not None
         unaligned = difference(a.data.label_ids, a.aligned_ids)
         # cast: every party learnt its aligned IDs before fit (alignment)
-        if any(cast(int, q.call(OP_OUTSIDE, reply=True)) for q in fed.passives):
+        if any(cast(int, q.call(OP_OUTSIDE, reply=True)) for q in handles(fed)):
             fed.meta.setdefault("warnings", []).append(
                 "fedud's guest holds rows outside the aligned set, which FedUD never uses; the paper's setting is "
                 "--unaligned active (partition.unaligned: active)")
@@ -168,7 +169,7 @@ class FedUD(Method):
         rep.eval()
         if params["reinit"]:
             self._reinit(a)
-            for q in fed.passives:
+            for q in handles(fed):
                 q.call(OP_REINIT)
         self.reset_optimizers(fed)
         term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size,

@@ -88,6 +88,7 @@ from securevfl.methods.evidential import (
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import Party
 from securevfl.roles import ACTIVE
+from securevfl.runtime import handles
 from securevfl.training import SplitTrainer
 
 
@@ -327,7 +328,7 @@ class RISA(Method):
 
     def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
-        for p in fed.passives:
+        for p in handles(fed):
             p.call(OP_ANNOUNCE)
         return {p.name: fed.active.endpoint.recv_ids(p.name, MessageKind.ALIGNMENT) for p in fed.passives}
 
@@ -356,7 +357,7 @@ class RISA(Method):
         self._train_final(fed, rows, label_ids, label_y, evidential, info)
         fed.meta["risa"] = info
         use_view(fed.active, None)  # training is over: every party goes back to its plain rows
-        for p in fed.passives:
+        for p in handles(fed):
             p.call(OP_PLAIN)
 
     def _check_setting(self, fed: Federation) -> None:
@@ -380,7 +381,7 @@ class RISA(Method):
         else:
             if self._imputes:
                 self._impute_own(a)
-                for p in fed.passives:
+                for p in handles(fed):
                     p.call(OP_IMPUTE)
             extra_ids = rows.own_labeled if self._imputes else rows.own_labeled[:0]
             extra_y = a.data.labels(extra_ids)

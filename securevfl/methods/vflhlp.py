@@ -39,6 +39,7 @@ from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl
 from securevfl.models import build_head, reset_parameters
 from securevfl.parties import ActiveParty, Party
 from securevfl.roles import party_index
+from securevfl.runtime import handles
 
 OP_SCARF = "vflhlp.scarf"
 
@@ -161,7 +162,7 @@ class VFLHLP(Method):
             beta, own_dim = float(params["beta"]), cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
             terms.append(lambda: beta * consistency_loss(a.bottom, a.head, theta1, theta0, own_dim))
         if self.use_passive:
-            for p in fed.passives:
+            for p in handles(fed):
                 p.call(OP_SCARF)
         self.reset_optimizers(fed)
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed), loss_terms=terms)
