@@ -16,16 +16,18 @@ Protocol, all through the channel (the passive party's script is :func:`serve_ru
    set and the test IDs (the active party draws the test split, as the csv source does), the passive
    party encodes its features on its own training rows and builds its party; passive → active
    CONTROL ``{"n_parameters": ...}``; then the usual announcement of the aligned training IDs.
-3. steps: the cut layer's protocol (batch request, IDs, forward rounds, gradient rounds) exactly as
-   in the simulator; each side runs its half (:meth:`CutLayer.active_forward` /
-   :meth:`CutLayer.passive_forward`).
+3. the method: the active party runs the method's program (:meth:`Method.train`, :meth:`Method.evaluate`);
+   each passive party runs its own (:func:`securevfl.runtime.serve_passive`), exactly as the
+   simulator's threads do: supervised steps (batch request, IDs, the cut layer's forward and
+   gradient rounds, each side its half) and the method's named operations.
 4. active → passive CONTROL ``{"op": "end"}``; passive → active CONTROL its report (its feature
-   defenses' privacy reports, its HE scheme description, its own byte counts).
+   defenses' privacy reports, its HE scheme description, the rows it read).
 
-Scope: the ``splitnn`` method (supervised split learning) with any defense, ``--he off|ckks|bfv|paillier``
-and PSI or plain alignment. Methods with stages outside the supervised loop (pre-training, SSL,
-imputation) have no passive script yet and are refused with that reason; so are attacks (their
-adversary's view lives in another process, and their scoring needs the simulator's ground truth).
+Scope: every method whose :meth:`~securevfl.methods.base.Method.fit` is written per role (the
+active party's program; each passive party runs :func:`securevfl.runtime.serve_passive` with the
+method's operations), with any defense, ``--he off|ckks|bfv|paillier`` and PSI or plain alignment.
+Refused with the reason: attacks (their adversary's view lives in another process, and their scoring
+needs the simulator's ground truth), regression, a label-only active party, ``--save``.
 """
 
 from __future__ import annotations
@@ -187,6 +189,9 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
         raise UserError(f"attack {a}: attacks run in the simulator only; across processes the adversary's view lives "
                         "in its own process and scoring needs ground truth no party holds (run it with --dataset csv "
                         "and every party file)")
+    if not cfg.partition.active_features:
+        raise UserError("a label-only active party (partition.active_features: false) cannot run across processes "
+                        "yet: its file would need no feature columns; give it features, or run in the simulator")
     if getattr(cfg.data, "task", "classification") == "regression":  # (a setting of later versions)
         raise UserError("--task regression cannot run across processes yet (the deployed head is a classifier)")
 

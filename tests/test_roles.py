@@ -119,6 +119,8 @@ def test_deployed_equals_in_process(files, method: str) -> None:
 @pytest.mark.parametrize("n_parties", [2, 3])
 @pytest.mark.parametrize("method", per_role_methods())
 def test_every_per_role_method_deployed_equals_in_process(files, method: str, n_parties: int) -> None:
+    if method == "random-match" and n_parties == 3:
+        pytest.skip("random-match pairs the rows of two parties (refused with 3)")
     hosts = ["host", "host2"][:n_parties - 1]
     cfg = cfg_for(files, method, "guest")
     cfg.partition.n_parties = n_parties
