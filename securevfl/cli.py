@@ -87,6 +87,9 @@ def _net_flags(g) -> None:
                    help="seconds to wait for a peer's next message or answer (default 120; at most a week)")
     g.add_argument("--max-message-mb", default=None, metavar="MB",
                    help="largest message accepted or sent, MiB (default 256; gRPC's limit: under 2048)")
+    g.add_argument("--record-view", default=None, metavar="DIR",
+                   help="write this party's own view (every message it sent and received) into the new folder DIR, "
+                        "for the lab's attacks offline (securevfl/view.py)")
 
 
 def _add_train(sub) -> None:
@@ -123,7 +126,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         r = _train_deployed(args)
     else:
         given = [f for f, v in (("--tls", args.tls), ("--insecure", args.insecure), ("--timeout", args.timeout),
-                                ("--max-message-mb", args.max_message_mb)) if v]
+                                ("--max-message-mb", args.max_message_mb), ("--record-view", args.record_view))
+                 if v]
         if given:
             raise UserError(f"{'/'.join(given)} go{'es' if len(given) == 1 else ''} with --peer (parties in other "
                             "processes); without --peer every party runs in this process")
@@ -218,13 +222,27 @@ def _train_deployed(args: argparse.Namespace) -> dict:
     if getattr(args, "save", None):  # each party would save its own part in its own process: not built yet
         raise UserError("--save with --peer is not supported yet: save from a simulator run on the same files")
     cfg = _build_config(args)
+    _check_new_dir(args.record_view, "--record-view")
     grpc_mod, net = _net_config(args, ACTIVE)
-    channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record)
+    channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record or args.record_view is not None)
     try:
         r = train_deployed(cfg, channel, peers, progress=args.progress)
     finally:
+        if args.record_view is not None:  # also when the run failed: what this party saw up to then
+            from securevfl.view import write_view
+
+            write_view(args.record_view, ACTIVE, channel.transcript, {"method": cfg.method, "seed": cfg.seed})
         channel.close()
     return r
+
+
+def _check_new_dir(path: str | None, flag: str) -> None:
+    """``flag``'s folder is new or empty (checked before the run, so nothing is lost at its end)."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_symlink() or (p.exists() and (not p.is_dir() or any(p.iterdir()))):
+        raise UserError(f"{flag} {path}: exists and is not an empty folder")
 
 
 def cmd_party(args: argparse.Namespace) -> int:
@@ -237,13 +255,15 @@ def cmd_party(args: argparse.Namespace) -> int:
                         "`securevfl train --peer ...`)")
     check_party_file(args.party_file)  # before listening: a server that cannot serve any run must not start
     own = party_settings(args)
+    _check_new_dir(args.record_view, "--record-view")
     grpc_mod, net = _net_config(args, args.role)
     threads.configure()
-    channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active")
+    channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",
+                                   record=args.record_view is not None)
     print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
           f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
     try:
-        return serve(channel, args.party_file, args.id_column, args.serve_forever, own)
+        return serve(channel, args.party_file, args.id_column, args.serve_forever, own, args.record_view)
     finally:
         channel.close()
 

@@ -61,6 +61,7 @@ from securevfl.models import ModelConfig, build_head
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.roles import ACTIVE, passive_name
 from securevfl.runtime import ActiveOnlyCut, PassiveHandle, serve_passive
+from securevfl.view import write_view
 
 PROTOCOL = 2
 _DATA_OPTIONS = ("numeric_ids", "label_column", "drop_columns", "categorical", "numeric", "min_freq", "hash_buckets")
@@ -406,15 +407,18 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
 
 # ---------------------------------------------------------------------------------- the server
 def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False,
-          own: PartySettings | None = None) -> int:
+          own: PartySettings | None = None, record_view: str | None = None) -> int:
     """``securevfl party``: answer runs of the active party on ``channel`` (a listening
     :class:`~securevfl.channel.grpc.GrpcChannel`); one run, or one after another with ``serve_forever``.
     A run that fails (bad bytes, a vanished or stalled peer, a bad file) ends with one ``error:``
     line here and an abort message to the active party; the server itself never crashes on it.
 
+    ``record_view``: a folder for this party's own view of each run (``channel`` records; with
+    ``serve_forever`` one sub-folder per run), written also when a run fails.
+
     Returns:
         The exit status: 0 when the (last) run finished, 2 when it failed."""
-    status = 0
+    status, runs = 0, 0
     while True:
         hello = None
         while hello is None:  # idle until the active party starts a run (no timeout: a server waits)
@@ -430,6 +434,11 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
             status = _fail(channel, str(e))
         except _BAD_BYTES as e:  # bytes that do not decode as the protocol says
             status = _fail(channel, f"malformed message from the active party ({type(e).__name__}: {e})")
+        runs += 1
+        if record_view is not None:
+            folder = Path(record_view) / f"run-{runs}" if serve_forever else Path(record_view)
+            write_view(folder, channel.party, channel.transcript, {"status": status})
+            print(f"{channel.party}: its view of the run is in {folder}", file=sys.stderr, flush=True)
         if not serve_forever:
             return status
         channel.reset()

@@ -21,6 +21,7 @@ from securevfl.deploy import serve, train_deployed  # noqa: E402
 from securevfl.errors import ProtocolError, UserError  # noqa: E402
 from securevfl.lab.compose import execute  # noqa: E402
 from securevfl.methods import METHODS  # noqa: E402
+from securevfl.view import read_view, received, write_view  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "deploy-example"
@@ -70,26 +71,31 @@ def cfg_for(files: dict[str, Path], method: str, *party_files: str) -> RunConfig
     return cfg
 
 
-def deployed(files: dict[str, Path], cfg: RunConfig, hosts: list[str]) -> tuple[dict, list[int | None]]:
-    """Train with every passive party serving in a thread of its own over gRPC with mutual TLS."""
+def deployed(files: dict[str, Path], cfg: RunConfig, hosts: list[str],
+             views: Path | None = None) -> tuple[dict, list[int | None]]:
+    """Train with every passive party serving in a thread of its own over gRPC with mutual TLS
+    (``views``: each party records its own view into ``views/<party>``)."""
     certs = files["certs"]
     servers, statuses = [], [None] * len(hosts)
     for k, host in enumerate(hosts, start=1):
         name = f"passive{k}"
         ch = GrpcChannel(name, NetConfig(TLSFiles.load(certs / name, name), timeout=WAIT), listen="127.0.0.1:0",
-                         client="active")
+                         client="active", record=views is not None)
 
-        def run(ch=ch, path=str(files[host]), k=k) -> None:
-            statuses[k - 1] = serve(ch, path, "id")
+        def run(ch=ch, path=str(files[host]), k=k, name=name) -> None:
+            statuses[k - 1] = serve(ch, path, "id", record_view=None if views is None else str(views / name))
 
         t = threading.Thread(target=run, daemon=True)
         t.start()
         servers.append((ch, t))
     peers = {ch.party: f"127.0.0.1:{ch.port}" for ch, _ in servers}
-    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
+    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers,
+                         record=views is not None)
     try:
         out = train_deployed(cfg, active, peers, progress=False)
     finally:
+        if views is not None:
+            write_view(views / "active", "active", active.transcript, {})
         active.close()
         for ch, t in servers:
             t.join(timeout=WAIT)
@@ -128,6 +134,25 @@ def test_every_per_role_method_deployed_equals_in_process(files, method: str, n_
     sim = execute(cfg_for(files, method, "guest", *hosts), progress=False).to_json()
     assert statuses == [0] * len(hosts)
     _same_run(dep, sim)
+
+
+def test_each_party_records_its_own_view(files, tmp_path) -> None:
+    """--record-view: each deployed party writes what it received; read back, it is the simulator's
+    view of that party, message for message (so attack code can run on a real transcript)."""
+    dep, statuses = deployed(files, cfg_for(files, "fedhssl", "guest"), ["host"], views=tmp_path)
+    cfg = cfg_for(files, "fedhssl", "guest", "host")
+    cfg.record = True
+    sim = execute(cfg, progress=False).federation.channel
+    assert statuses == [0]
+    for party in ("active", "passive1"):
+        meta, messages = read_view(tmp_path / party)
+        assert meta["party"] == party and meta["messages"] == len(messages) > 0
+        for kind in (MessageKind.GRADIENT, MessageKind.BATCH_IDS, MessageKind.ACTIVATION,
+                     MessageKind.SSL_REPRESENTATION, MessageKind.MODEL_PARAMS):
+            got = [m.payload for m in received(messages, party) if m.kind == kind]
+            want = [m.payload for m in sim.received_by(party) if m.kind == kind]
+            assert got == want, (party, kind)
+    assert any(m.kind == MessageKind.GRADIENT for m in received(read_view(tmp_path / "passive1")[1], "passive1"))
 
 
 def test_every_method_is_per_role_or_refused_with_a_reason(files) -> None:

@@ -1,0 +1,60 @@
+"""A party's own view of a deployed run, on disk (``--record-view DIR``): every message it sent and
+received, in order, as the bytes that crossed. The lab's attacks read a party's view as a list of
+:class:`~securevfl.channel.base.Message` (what ``channel.received_by(party)`` gives in the simulator),
+so the same attack code can be run offline on a real transcript: :func:`read_view` gives that list.
+
+Layout (folder mode 0700, files 0600: a view holds what the party saw, e.g. gradients):
+``view.json`` (format, party, run description, counts), ``index.jsonl`` (one line per message: seq,
+src, dst, kind, offset, nbytes) and ``payloads.bin`` (the payloads, back to back)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from securevfl.channel.base import Message
+from securevfl.errors import UserError
+from securevfl.files import make_private_dir, open_new
+
+FORMAT = "securevfl-view/1"
+
+
+def write_view(folder: str | Path, party: str, messages: list[Message], meta: dict) -> Path:
+    """Write ``party``'s messages (its channel's transcript) into the new files of ``folder``."""
+    out = make_private_dir(Path(folder))
+    offset = 0
+    with open_new(out / "payloads.bin", "wb") as data, open_new(out / "index.jsonl") as index:
+        for m in messages:
+            data.write(m.payload)
+            index.write(json.dumps({"seq": m.seq, "src": m.src, "dst": m.dst, "kind": m.kind, "offset": offset,
+                                    "nbytes": m.nbytes}) + "\n")
+            offset += m.nbytes
+    with open_new(out / "view.json") as f:
+        json.dump({"format": FORMAT, "party": party, "messages": len(messages), "bytes": offset,
+                   "received": sum(m.dst == party for m in messages), **meta}, f, indent=1, default=str)
+    return out
+
+
+def read_view(folder: str | Path) -> tuple[dict, list[Message]]:
+    """(what the view says about itself, every message in order) from a ``--record-view`` folder."""
+    d = Path(folder)
+    try:
+        meta = json.loads((d / "view.json").read_text())
+        if meta.get("format") != FORMAT:
+            raise UserError(f"{d}: not a securevfl view (format {meta.get('format')!r})")
+        data = (d / "payloads.bin").read_bytes()
+        rows = [json.loads(line) for line in (d / "index.jsonl").read_text().splitlines() if line]
+    except (OSError, ValueError) as e:
+        raise UserError(f"{d}: cannot read the view ({e})") from None
+    out = []
+    for r in rows:
+        payload = data[r["offset"]:r["offset"] + r["nbytes"]]
+        if len(payload) != r["nbytes"]:
+            raise UserError(f"{d}: payloads.bin is shorter than index.jsonl says (message {r['seq']})")
+        out.append(Message(r["seq"], r["src"], r["dst"], r["kind"], payload, r["nbytes"]))
+    return meta, out
+
+
+def received(messages: list[Message], party: str) -> list[Message]:
+    """What ``party`` received, in order (the simulator's ``channel.received_by(party)``)."""
+    return [m for m in messages if m.dst == party]
