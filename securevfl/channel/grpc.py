@@ -2,16 +2,18 @@
 processes (and machines), mutual TLS by default.
 
 Topology: every passive party *serves* (``securevfl party --listen``); the active party is a client
-of each. The service has three generic byte methods (no protoc, identity serializers):
+of each. The service has generic byte methods (no protoc, identity serializers):
 
-``Deliver(frame)``  active → passive: one message, queued at the passive party per (src, kind).
-``Take(frame)``     active ← passive: long poll for the passive party's next message of a kind to the
-                    active party (the passive party's sends wait in its outbox until taken).
+``Stream(frames)``  both ways, one call per run: the active party's messages flow to the passive
+                    party and the passive party's back on one bidirectional stream (HTTP/2), so a
+                    send never waits for the network and a protocol step costs one round trip.
+``Deliver(frame)``  active → passive: one message as a unary call (kept for tools and tests).
+``Take(frame)``     active ← passive: long poll for one message of a kind (kept, as ``Deliver``).
 ``Abort(frame)``    either side tells the other why the run ends, so the other ends at once.
 
 A frame is ``b"SVFL1" <B len> src <B len> kind`` then the payload. Under mutual TLS the claimed
 ``src`` must be the party name in the caller's certificate (SAN DNS name), and a server answers only
-the party it was started for (the active party). Calls are synchronous, so each (src, dst, kind)
+the party it was started for (the active party). A stream keeps its order, so each (src, dst, kind)
 stays FIFO, as in memory.
 
 Failures become :class:`~securevfl.errors.UserError` (one ``error:`` line): a peer that is down,
@@ -159,6 +161,10 @@ class GrpcChannel(Channel):
         self._aborted: str | None = None  # the peer's reason, once it aborted
         self._server: grpc.Server | None = None
         self._stubs: dict[str, dict[str, grpc.UnaryUnaryMultiCallable]] = {}
+        self._streams: dict[str, queue.Queue[bytes | None]] = {}  # client: the frames to send on each peer's stream
+        self._stream_errors: dict[str, grpc.RpcError] = {}  # client: why a peer's stream ended
+        self._stream_out: queue.Queue[tuple[str, bytes]] | None = None  # server: what the client's stream carries back
+        self._closing = False
         self._channels: list[grpc.Channel] = []
         self.port: int | None = None
         if listen is not None:
@@ -172,6 +178,7 @@ class GrpcChannel(Channel):
         handlers = {name: grpc.unary_unary_rpc_method_handler(fn) for name, fn in
                     (("Deliver", self._on_deliver), ("Take", self._on_take), ("Abort", self._on_abort),
                      ("Ping", self._on_ping))}
+        handlers["Stream"] = grpc.stream_stream_rpc_method_handler(self._on_stream)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
         tls = self.net.tls
         try:  # gRPC raises RuntimeError (newer) or returns 0 (older) for a port in use or a host not here
@@ -222,6 +229,49 @@ class GrpcChannel(Channel):
         context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, f"{self.party} sent no {kind} message")
         raise AssertionError("unreachable: abort raises")
 
+    def _on_stream(self, frames, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+        """One run's stream: what the client sends is queued per (src, kind) as it arrives (a thread
+        reads it), and what this party sends to the client goes back on the same stream."""
+        out: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self._stream_out = out
+        failed: list[tuple[grpc.StatusCode, str]] = []
+        names = peer_names(context) if self.net.tls is not None else set()
+
+        def read() -> None:
+            try:
+                for frame in frames:
+                    try:
+                        src, kind, payload = unpack_frame(frame)
+                    except (ValueError, UnicodeDecodeError) as e:
+                        failed.append((grpc.StatusCode.INVALID_ARGUMENT, f"malformed message: {e}"))
+                        return
+                    if self.net.tls is not None and src not in names:
+                        failed.append((grpc.StatusCode.PERMISSION_DENIED,
+                                       f"certificate names {sorted(names)}, message claims {src!r}"))
+                        return
+                    if self.client is not None and src != self.client:
+                        failed.append((grpc.StatusCode.PERMISSION_DENIED,
+                                       f"this party serves {self.client}, not {src}"))
+                        return
+                    self._box(self._inbox, (src, kind)).put(payload)
+            except grpc.RpcError:  # the client went away mid-run (its process ended, or the network)
+                if self._stream_out is out and not self._closing:
+                    self._aborted = self._aborted or f"{self.client} closed the connection (its process ended?)"
+
+        threading.Thread(target=read, daemon=True, name=f"securevfl-{self.party}-stream").start()
+        while True:
+            if failed:
+                context.abort(*failed[0])
+            if self._aborted is not None and out.empty():
+                context.abort(grpc.StatusCode.ABORTED, self._aborted)
+            try:
+                kind, payload = out.get(timeout=_POLL)
+            except queue.Empty:
+                if not context.is_active():
+                    return
+                continue
+            yield pack_frame(self.party, kind, payload)
+
     def _on_ping(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         self._caller(frame, context)
         return b""
@@ -243,6 +293,46 @@ class GrpcChannel(Channel):
             ch = grpc.secure_channel(addr, creds, options=[*opts, ("grpc.ssl_target_name_override", name)])
         self._channels.append(ch)
         self._stubs[name] = {m: ch.unary_unary(f"/{SERVICE}/{m}") for m in ("Deliver", "Take", "Abort", "Ping")}
+        self._stubs[name]["Stream"] = ch.stream_stream(f"/{SERVICE}/Stream")  # type: ignore[assignment]
+
+    def _stream(self, name: str) -> queue.Queue[bytes | None]:
+        """The frames queue of this run's stream to ``name``, opened on first use (one RPC per run): a
+        thread puts each frame the peer sends back into this party's inbox."""
+        with self._lock:
+            q = self._streams.get(name)
+            if q is not None:
+                return q
+            q = self._streams[name] = queue.Queue()
+        self.netstats.rpc(name)
+
+        def frames():  # type: ignore[no-untyped-def]
+            while (frame := q.get()) is not None:
+                yield frame
+
+        responses = self._stubs[name]["Stream"](frames())
+
+        def read() -> None:
+            try:
+                for frame in responses:
+                    _, kind, payload = unpack_frame(frame)
+                    self._box(self._inbox, (name, kind)).put(payload)
+            except grpc.RpcError as e:
+                if not self._closing:
+                    self._stream_errors[name] = e
+            except ValueError as e:  # a peer that sends what is not a frame
+                self._stream_errors[name] = e  # type: ignore[assignment]
+
+        threading.Thread(target=read, daemon=True, name=f"securevfl-{self.party}-{name}").start()
+        return q
+
+    def _stream_failed(self, peer: str, what: str) -> None:
+        """Raise the one-line error of ``peer``'s stream, if it ended."""
+        e = self._stream_errors.get(peer)
+        if e is None:
+            return
+        if isinstance(e, ValueError):
+            raise UserError(f"malformed message from {peer} ({e})")
+        raise UserError(describe_rpc_error(e, peer, self.peers.get(peer, "?"), what, self.net))
 
     def _call(self, peer: str, method: str, frame: bytes, what: str) -> bytes:
         self.netstats.rpc(peer)
@@ -275,14 +365,17 @@ class GrpcChannel(Channel):
     def _deliver(self, src: str, dst: str, kind: str, payload: bytes) -> None:
         self._check_size(dst, kind, payload)
         self.netstats.sent(dst)
-        if dst in self._stubs:
-            self._call(dst, "Deliver", pack_frame(src, kind, payload), f"send {kind}")
+        if dst in self._stubs:  # onto the run's stream: the send does not wait for the network
+            self._stream_failed(dst, f"send {kind}")
+            self._stream(dst).put(pack_frame(src, kind, payload))
+        elif (out := self._stream_out) is not None:  # we serve dst, which streams: back on its stream
+            out.put((kind, payload))
         else:  # we serve dst: it takes the message with its next Take
             self._box(self._outbox, (dst, kind)).put(payload)
 
     def recv(self, dst: str, src: str, kind: str) -> bytes:
         if src in self._stubs:
-            payload = self._call(src, "Take", pack_frame(dst, kind, b""), f"receive {kind}")
+            payload = self._wait_stream(src, kind)
         else:
             payload = self._wait_inbox(src, kind)
         return self._received(src, dst, kind, payload)
@@ -311,6 +404,28 @@ class GrpcChannel(Channel):
                     raise UserError(f"{src} sent no {kind} message within {self.net.timeout:g} s (stalled or gone; "
                                     "--timeout sets the wait)") from None
 
+    def _wait_stream(self, src: str, kind: str) -> bytes:
+        """A client's receive: the next ``kind`` message ``src`` sent back on its stream."""
+        self._stream(src)
+        deadline = time.monotonic() + self.net.timeout
+        q = self._box(self._inbox, (src, kind))
+        while True:
+            try:
+                return q.get_nowait()
+            except queue.Empty:
+                pass
+            self._stream_failed(src, f"receive {kind}")
+            if self._aborted is not None:
+                raise UserError(self._aborted)
+            try:
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    raise UserError(f"{src} at {self.peers.get(src, '?')} sent no {kind} message within "
+                                    f"{self.net.timeout:g} s while this party waited for it (the peer is stalled, "
+                                    "gone, or itself waiting for a message of ours; its own log says what it "
+                                    "waited for; --timeout sets the wait)") from None
+
     def _check_abandoned(self, src: str) -> None:
         """Raise StepAbandoned when ``src``'s next control message abandons the step (channel/base.py)."""
         ctrl = self._box(self._inbox, (src, MessageKind.CONTROL))
@@ -329,9 +444,9 @@ class GrpcChannel(Channel):
                 q = box[key] = queue.Queue()
             return q
 
-    def _outbox_queues(self) -> list[queue.Queue[bytes]]:
+    def _outbox_queues(self) -> list[queue.Queue]:
         with self._boxes:
-            return list(self._outbox.values())
+            return [*self._outbox.values(), *([self._stream_out] if self._stream_out is not None else [])]
 
     def pending(self) -> int:
         with self._boxes:
@@ -352,6 +467,7 @@ class GrpcChannel(Channel):
         with self._boxes:
             self._inbox.clear()
             self._outbox.clear()
+        self._stream_out = None  # the next run comes on a stream of its own
         self._aborted = None
         self.stats = type(self.stats)()
         self.netstats = NetStats()
@@ -373,6 +489,9 @@ class GrpcChannel(Channel):
             time.sleep(0.05)
 
     def close(self) -> None:
+        self._closing = True
+        for q in self._streams.values():
+            q.put(None)  # the client half-closes its streams
         for ch in self._channels:
             ch.close()
         if self._server is not None:
