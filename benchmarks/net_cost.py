@@ -7,8 +7,11 @@ direction: a chunk read at time t leaves at max(t + RTT/2, previous departure + 
 a bottleneck link of that rate plus propagation delay (no loss, no TCP slow-start effects).
 
     OMP_NUM_THREADS=1 nice python benchmarks/net_cost.py --out benchmarks/net_cost.json
+    python benchmarks/net_cost.py --he off --host breast_hetero_host_partial.csv \
+        --methods splitnn,fedhssl,vflhlp,fedud,risa,entity-aug,fedlocal-simsiam
 
-prints one markdown table (and writes the runs' cost objects to ``--out``)."""
+(``train`` phase, per supervised step: a method's pre-training traffic and time are spread over its
+supervised steps.) Prints one markdown table (and writes the runs' cost objects to ``--out``)."""
 
 from __future__ import annotations
 
@@ -73,10 +76,10 @@ def _start(cmd: list[str], marker: str, env: dict) -> tuple[subprocess.Popen, st
     return proc, line.split()[-1] if marker == "proxy" else line.split("listening on ")[1].split()[0]
 
 
-def run_one(he: str, shaped: bool, args: argparse.Namespace, certs: Path, env: dict) -> dict:
+def run_one(he: str, shaped: bool, args: argparse.Namespace, certs: Path, env: dict, method: str = "splitnn") -> dict:
     py = sys.executable
     passive, addr = _start([py, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
-                            "--party-file", str(EXAMPLE / "breast_hetero_host.csv"), "--tls",
+                            "--party-file", str(EXAMPLE / args.host), "--tls",
                             str(certs / "passive1"), "--timeout", "600"], "party", env)
     procs = [passive]
     try:
@@ -88,7 +91,7 @@ def run_one(he: str, shaped: bool, args: argparse.Namespace, certs: Path, env: d
         cmd = [py, "-m", "securevfl", "train", "--dataset", "csv", "--party-file",
                str(EXAMPLE / "breast_hetero_guest.csv"), "--label-column", "y", "--peer", f"passive1={addr}",
                "--tls", str(certs / "active"), "--timeout", "600", "--epochs", str(args.epochs), "--batch-size",
-               str(args.batch_size), "--he", he, "--json", "--no-progress"]
+               str(args.batch_size), "--he", he, "--method", method, "--json", "--no-progress"]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3000)
         if out.returncode:
             raise SystemExit(f"{he} shaped={shaped}: {out.stderr.strip().splitlines()[-1]}")
@@ -112,6 +115,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--rtt-ms", type=float, default=50)
     ap.add_argument("--mbit", type=float, default=100)
+    ap.add_argument("--methods", default="splitnn", help="comma-separated methods (each with every --he)")
+    ap.add_argument("--host", default="breast_hetero_host.csv",
+                    help="the passive party's file in docs/deploy-example (breast_hetero_host_partial.csv: a third "
+                         "of the rows aligned, for the methods that use unaligned rows)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.cmd == "proxy":
@@ -123,24 +130,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "securevfl", "certs", "--parties", "active,passive1", "--out",
                         f"{tmp}/certs"], env=env, check=True, capture_output=True)
-        for he in args.he.split(","):
+        for method, he in ((m, h) for m in args.methods.split(",") for h in args.he.split(",")):
             for shaped in (False, True):
                 t0 = time.perf_counter()
-                r = run_one(he, shaped, args, Path(tmp) / "certs", env)
+                r = run_one(he, shaped, args, Path(tmp) / "certs", env, method)
                 net = r["cost"]["network"]["train"]
                 link = f"{args.mbit:g} Mbit/s, {args.rtt_ms:g} ms RTT" if shaped else "loopback"
-                runs[f"{he}/{link}"] = r["cost"]
+                runs[f"{method}/{he}/{link}"] = r["cost"]
                 down, up = net["per_step"]["active->passive1"], net["per_step"]["passive1->active"]
-                rows.append(f"| {he} | {link} | {net['seconds_per_step']:.3f} | "
+                rows.append(f"| {method} | {he} | {link} | {net['seconds_per_step']:.3f} | "
                             f"{down['bytes'] / 1e3:.1f} kB / {down['messages']:g} | "
                             f"{up['bytes'] / 1e3:.1f} kB / {up['messages']:g} | "
-                            f"{net['round_trips_per_step']['passive1']:g} | {net['rpcs_per_step']['passive1']:g} | "
+                            f"{net['round_trips_per_step']['passive1']:g} | "
+                            f"{net['rpcs_per_step'].get('passive1', 0):g} | "
                             f"{r['utility']['test']:.4f} | "
                             f"{time.perf_counter() - t0:.0f} |")
                 print(rows[-1], file=sys.stderr, flush=True)
-    print("| HE | link | s / step | active→passive per step (bytes / msgs) | passive→active per step | "
+    print("| method | HE | link | s / step | active→passive per step (bytes / msgs) | passive→active per step | "
           "protocol round trips / step | RPCs / step | test AUC | wall s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     if args.out:
         Path(args.out).write_text(json.dumps(runs, indent=1))

@@ -265,3 +265,24 @@ def test_lr_search_with_a_diverging_rate_over_threads() -> None:
     r = execute(cfg, progress=False).to_json()
     scores = r["method_info"]["lr_search"]["scores"]
     assert scores["1000000.0"] is None and r["method_info"]["lr_search"]["chosen"] == 1e-3  # NaN in JSON: null
+
+
+def test_the_documented_per_role_method_runs() -> None:
+    """docs/extending.md's two-program method example, as written."""
+    import re
+
+    from securevfl.registry import Registry
+
+    text = (ROOT / "docs" / "extending.md").read_text()
+    [code] = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "MyPretrained" in b]
+    saved = dict(METHODS._items)
+    try:
+        exec(code, {})  # noqa: S102 - our own documentation
+        cfg = RunConfig()
+        cfg.dataset, cfg.method, cfg.train.epochs = "breast-cancer", "my-pretrained", 1
+        r = execute(cfg, progress=False).to_json()
+        assert r["method_info"]["passive_parameters"][0] > 0 and r["utility"]["test"] > 0.5
+    finally:
+        METHODS._items.clear()
+        METHODS._items.update(saved)
+    assert isinstance(METHODS, Registry)
