@@ -102,7 +102,10 @@ def test_transcript_invariants(he):
     to_a = ch.received_by(a.name)
     kinds = {m.kind for m in to_a}
     assert MessageKind.ACTIVATION not in kinds and MessageKind.HE_CIPHERTEXT in kinds
-    assert kinds <= {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED, MessageKind.ALIGNMENT}
+    # CONTROL: the passive party's end-of-run report (its step count and privacy reports), nothing else
+    assert kinds <= {MessageKind.HE_CONTEXT, MessageKind.HE_CIPHERTEXT, MessageKind.HE_MASKED, MessageKind.ALIGNMENT,
+                     MessageKind.CONTROL}
+    assert sum(m.kind == MessageKind.CONTROL for m in to_a) == 1
     t = np.tanh(p.bottom(p.features(p.aligned_ids[:64], "train")).detach().numpy())
     for m in to_a:  # no plaintext activation bytes inside any message
         assert t.astype("<f4").tobytes()[:32] not in m.payload and t.astype("<f8").tobytes()[:64] not in m.payload

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from securevfl.channel import MessageKind
-from securevfl.channel.codec import tensor_nbytes
+from securevfl.channel.codec import encode_json, tensor_nbytes
 from securevfl.hooks import HookContext, TensorHook
 from securevfl.lab.compose import execute
 
@@ -23,6 +23,9 @@ def test_splitnn_digits_accuracy_and_bytes_match_derivation(digits_cfg):
     grad = sum(tensor_nbytes((s, d)) for s in sizes)
     ids = sum(tensor_nbytes((s,), 8) for s in sizes) + tensor_nbytes((n_test,), 8)
     control = len(sizes) + 1  # one JSON byte naming the split per request
+    # and the end of the run: the active party's request, the passive party's report on itself
+    report = {"party": "passive1", "steps": len(sizes), "privacy": [], "he": out.federation.cut.describe()}
+    control += len(encode_json({"op": "end", "reply": True})) + len(encode_json(report))
     align = tensor_nbytes((len(out.partition.aligned_ids),), 8)
     by_kind = r["cost"]["bytes_by_kind"]
     assert by_kind[MessageKind.ACTIVATION] == act
@@ -40,7 +43,8 @@ def test_what_each_party_saw(digits_cfg):
     passive_kinds = {m.kind for m in ch.received_by("passive1")}
     active_kinds = {m.kind for m in ch.received_by("active")}
     assert passive_kinds == {MessageKind.CONTROL, MessageKind.BATCH_IDS, MessageKind.GRADIENT, MessageKind.ALIGNMENT}
-    assert active_kinds == {MessageKind.ACTIVATION}
+    assert active_kinds == {MessageKind.ACTIVATION, MessageKind.CONTROL}  # CONTROL: the passive party's report
+    assert sum(m.kind == MessageKind.CONTROL for m in ch.received_by("active")) == 1
     # the passive party never receives a label-shaped message: gradients are (b, cut_dim) floats
     from securevfl.channel.codec import decode_array
     for m in ch.received_by("passive1"):
