@@ -90,6 +90,51 @@ def test_schedules():
     taus = [uncertainty_threshold(t, 11, 0.3) for t in range(11)]
     assert taus[0] == 1.0 and taus[-1] == pytest.approx(0.3)
     assert all(a > b for a, b in zip(taus, taus[1:], strict=False))
+    # checks every 2 epochs of 10 (t = 2, 4, 6, 8): the last check uses τ_final itself
+    assert [uncertainty_threshold(t, 10, 0.5, 2) for t in (2, 4, 6, 8)] == pytest.approx([0.875, 0.75, 0.625, 0.5])
+
+
+def _risa_with_flipped_labels(tau_final: float, flip_share: float = 0.4):
+    """breast-cancer, 10 % aligned, the active party's own rows imputed, ``flip_share`` of their labels
+    wrong (the label noise RISA's selection is for); returns (drops, dropped IDs, flipped IDs, candidates)."""
+    from securevfl.cutlayer import make_cut_layer
+    from securevfl.ids import difference, member
+    from securevfl.lab import compose
+    from securevfl.methods import METHODS, MethodContext
+
+    cfg = RunConfig()
+    cfg.dataset, cfg.method, cfg.seed = "breast-cancer", "risa", 0
+    cfg.partition.aligned_fraction = 0.1
+    cfg.train.epochs, cfg.train.batch_size = 20, 32
+    cfg.method_params = {"self_training": False, "tau_final": tau_final}
+    cfg = compose.resolve_config(cfg)
+    part = compose.build_partition(cfg)
+    a = part.active
+    own = difference(a.label_ids, part.aligned_ids)
+    flipped = np.random.default_rng(0).choice(own, size=int(flip_share * len(own)), replace=False)
+    a.y_labels[member(a.label_ids, flipped)] ^= 1  # two classes
+    method = METHODS.get("risa")(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
+                                               params=cfg.method_params))
+    fed = method.build(part, make_cut_layer("off", interactive=method.interactive_layer))
+    compose.train_and_evaluate(method, fed)
+    return fed.meta["risa"]["drops"], method.trainer.dropped_ids(), flipped, own
+
+
+def test_selection_drops_noisy_imputed_rows():
+    """RISA's selection acts (issue 42): with 10 % aligned rows, label noise on the imputed rows and
+    enough steps, their uncertainty rises above the falling threshold and rows leave, wrong labels
+    more often than right ones; labeled aligned rows never do."""
+    drops, dropped, flipped, own = _risa_with_flipped_labels(0.5)
+    assert sum(d["dropped"] for d in drops) > 0
+    assert drops[-1]["tau"] == pytest.approx(0.5)  # the schedule reaches τ_final at its last check
+    assert set(dropped) <= set(own)  # only imputed rows
+    share = np.isin(dropped, flipped).mean()
+    assert share > len(flipped) / len(own)  # wrong labels are over-represented among the dropped
+    for d in drops:  # the scales the threshold met are reported
+        assert d["u_droppable_q10_50_90"] is not None and d["u_labeled_aligned_q10_50_90"] is not None
+    # control: a threshold no uncertainty reaches drops nothing (the test can fail)
+    drops_off, _, _, _ = _risa_with_flipped_labels(1.0)
+    assert sum(d["dropped"] for d in drops_off) == 0
 
 
 def test_evidential_heads_split_blocks_and_are_nonnegative():

@@ -77,10 +77,13 @@ def kl_annealing(epoch: int, anneal_epochs: int) -> float:
     return 1.0 if anneal_epochs <= 0 else min(1.0, epoch / anneal_epochs)
 
 
-def uncertainty_threshold(epoch: int, total_epochs: int, final: float) -> float:
-    """RISA's threshold schedule τ_t = 1 − (1 − τ_final)·t / T: linear from 1 (t = 0, nothing is
-    dropped) to τ_final at the last epoch (the paper's formula was lost; this is the linear
-    decrease its text describes)."""
-    if total_epochs <= 1:
+def uncertainty_threshold(epoch: int, total_epochs: int, final: float, every: int = 1) -> float:
+    """RISA's threshold schedule τ_t = 1 − (1 − τ_final)·t / t_last: linear from 1 (t = 0, nothing is
+    dropped) to τ_final at t_last, the last epoch at which rows are checked (the last multiple of
+    ``every`` before ``total_epochs``). The paper's formula was lost in extraction; its text says τ
+    falls "from 1 to τ_final" over training. Ending at the last *check* (not at the last epoch, which
+    no check reaches unless E − 1 is a multiple of N) is our reading: the final threshold is used."""
+    last = (total_epochs - 1) // every * every if every > 0 else total_epochs - 1
+    if last <= 0:
         return final
-    return 1.0 - (1.0 - final) * min(1.0, epoch / (total_epochs - 1))
+    return 1.0 - (1.0 - final) * min(1.0, epoch / last)

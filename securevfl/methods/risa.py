@@ -167,6 +167,10 @@ class EvidentialHeads(nn.Module):
 
 
 # --------------------------------------------------------------------------------------- trainer
+def _quantiles(u: np.ndarray) -> list[float] | None:
+    return [round(float(q), 4) for q in np.quantile(u, [0.1, 0.5, 0.9])] if len(u) else None
+
+
 class RisaTrainer(SplitTrainer):
     """The shared split-learning loop with RISA's objective (active party only): labels from the
     active party's table (its labels + pseudo-labels), the EDL loss on fused and per-party
@@ -184,6 +188,10 @@ class RisaTrainer(SplitTrainer):
         self._u_sum: np.ndarray | None = None
         self._u_cnt: np.ndarray | None = None
         self.drops: list[dict] = []
+
+    def dropped_ids(self) -> np.ndarray:
+        """The rows the selection removed (the active party's IDs), in training order."""
+        return self._rows[~self._kept] if self._kept is not None else np.zeros(0, dtype=np.int64)
 
     def labels(self, ids: np.ndarray) -> torch.Tensor:
         pos = self._label_index.positions(ids)
@@ -225,20 +233,25 @@ class RisaTrainer(SplitTrainer):
         if not self.evidential:
             return ids
         if self._kept is None:  # first epoch of this fit
-            self._row_index = IdIndex(ids)
+            self._rows, self._row_index = ids, IdIndex(ids)
             self._kept = np.ones(len(ids), dtype=bool)
             self._drop_mask = member(ids, self._droppable)
             self._u_sum, self._u_cnt = np.zeros(len(ids)), np.zeros(len(ids))
         elif self.drop_every > 0 and epoch % self.drop_every == 0:
             # set with _kept on this fit's first epoch
             assert self._u_sum is not None and self._u_cnt is not None
-            tau = uncertainty_threshold(epoch, self.cfg.epochs, self.tau_final)
+            tau = uncertainty_threshold(epoch, self.cfg.epochs, self.tau_final, self.drop_every)
             seen = self._u_cnt > 0
             mean_u = np.divide(self._u_sum, self._u_cnt, out=np.zeros_like(self._u_sum), where=seen)
-            drop = self._kept & self._drop_mask & seen & (mean_u > tau)
+            candidates = self._kept & self._drop_mask & seen
+            drop = candidates & (mean_u > tau)
             self._kept &= ~drop
+            # the uncertainty scale the threshold meets: droppable (imputed or pseudo-labeled) rows
+            # against the labeled aligned ones (a threshold above every droppable row drops nothing)
             self.drops.append({"epoch": epoch, "tau": round(tau, 4), "dropped": int(drop.sum()),
-                               "kept": int(self._kept.sum()), "mean_u": float(mean_u[seen].mean())})
+                               "kept": int(self._kept.sum()), "mean_u": float(mean_u[seen].mean()),
+                               "u_droppable_q10_50_90": _quantiles(mean_u[candidates]),
+                               "u_labeled_aligned_q10_50_90": _quantiles(mean_u[seen & ~self._drop_mask])})
             self._u_sum[:], self._u_cnt[:] = 0.0, 0
         return ids[self._kept]
 
