@@ -76,6 +76,8 @@ def _train_flags(p: argparse.ArgumentParser) -> None:
     net.add_argument("--peer", action="append", default=[], metavar="NAME=HOST:PORT",
                      help="a passive party served by `securevfl party` (once per passive party: passive1, ...); "
                           "this process is then the active party, with --party-file its own file only")
+    net.add_argument("--resume", action="store_true",
+                     help="continue the run from the newest checkpoint in --checkpoint DIR (same flags and files)")
     _net_flags(net)
 
 
@@ -87,6 +89,9 @@ def _net_flags(g) -> None:
                    help="seconds to wait for a peer's next message or answer (default 120; at most a week)")
     g.add_argument("--max-message-mb", default=None, metavar="MB",
                    help="largest message accepted or sent, MiB (default 256; gRPC's limit: under 2048)")
+    g.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="keep this party's own checkpoint in DIR at each epoch end, so that a killed run can be "
+                        "resumed (train --resume; every party needs its own)")
     g.add_argument("--record-view", default=None, metavar="DIR",
                    help="write this party's own view (every message it sent and received) into the new folder DIR, "
                         "for the lab's attacks offline (securevfl/view.py)")
@@ -126,7 +131,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         r = _train_deployed(args)
     else:
         given = [f for f, v in (("--tls", args.tls), ("--insecure", args.insecure), ("--timeout", args.timeout),
-                                ("--max-message-mb", args.max_message_mb), ("--record-view", args.record_view))
+                                ("--max-message-mb", args.max_message_mb), ("--record-view", args.record_view),
+                                ("--checkpoint", args.checkpoint), ("--resume", args.resume))
                  if v]
         if given:
             raise UserError(f"{'/'.join(given)} go{'es' if len(given) == 1 else ''} with --peer (parties in other "
@@ -226,7 +232,7 @@ def _train_deployed(args: argparse.Namespace) -> dict:
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record or args.record_view is not None)
     try:
-        r = train_deployed(cfg, channel, peers, progress=args.progress)
+        r = train_deployed(cfg, channel, peers, progress=args.progress, checkpoint=args.checkpoint, resume=args.resume)
     finally:
         if args.record_view is not None:  # also when the run failed: what this party saw up to then
             from securevfl.view import write_view
@@ -263,7 +269,8 @@ def cmd_party(args: argparse.Namespace) -> int:
     print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
           f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
     try:
-        return serve(channel, args.party_file, args.id_column, args.serve_forever, own, args.record_view)
+        return serve(channel, args.party_file, args.id_column, args.serve_forever, own, args.record_view,
+                     args.checkpoint)
     finally:
         channel.close()
 

@@ -48,6 +48,7 @@ import torch
 from securevfl.channel import MessageKind
 from securevfl.channel.base import Endpoint
 from securevfl.channel.codec import decode_json
+from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
@@ -98,10 +99,11 @@ def _expect(obj: object, what: str) -> dict:
 
 # ---------------------------------------------------------------------------------- passive side
 def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
-              settings: PartySettings | None = None) -> dict:
+              settings: PartySettings | None = None, checkpoint_dir: str | None = None) -> dict:
     """One run as a passive party, from the active party's run description ``hello`` to its ``end``;
     ``settings``: this party's own privacy settings, which decide over what ``hello`` asks
-    (:func:`securevfl.lab.party_settings.reconcile`).
+    (:func:`securevfl.lab.party_settings.reconcile`); ``checkpoint_dir``: where this party keeps its
+    own checkpoints (``--checkpoint``; securevfl/checkpoint.py).
 
     Returns:
         The report sent to the active party at the end (also what ``securevfl party`` prints)."""
@@ -113,6 +115,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         name = hello["party"]
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
+        checkpoints = _own_checkpoints(hello, party_file, checkpoint_dir)
         hello, notes = reconcile(hello, settings or PartySettings())
         for note in notes:
             print(f"{name}: {note}", file=sys.stderr, flush=True)
@@ -145,10 +148,28 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
                          seed=cfg.seed, interactive_lr=optim.interactive_lr)
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
     party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
+    if checkpoints is not None and checkpoints.resume_epoch is not None:
+        party.load_checkpoint_state(checkpoints.load(checkpoints.resume_epoch)["party"])
+        print(f"{name}: resumed from its checkpoint of epoch {checkpoints.resume_epoch}", file=sys.stderr, flush=True)
     # the method's passive program, the same as in the simulator (securevfl/runtime.py)
-    report = serve_passive(party, cut, method, progress=None, desc=f"{name} serving",
+    report = serve_passive(party, cut, method, progress=None, desc=f"{name} serving", checkpoints=checkpoints,
                            extra={"rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]})
     return report
+
+
+def _own_checkpoints(hello: dict, party_file: str, folder: str | None) -> Checkpoints | None:
+    """This party's checkpoints of the run ``hello`` describes, when the active party keeps them."""
+    if not hello.get("checkpoint"):
+        return None
+    if folder is None:
+        raise UserError("the active party keeps checkpoints of this run, but this party keeps none: start it with "
+                        "--checkpoint DIR (its own folder) to take part")
+    ck = Checkpoints(folder, run_key(hello, party_file), hello.get("resume_epoch"))
+    if ck.resume_epoch is not None and int(ck.resume_epoch) not in ck.epochs():
+        raise UserError(f"the active party resumes after epoch {ck.resume_epoch}, but this party has no checkpoint "
+                        f"of it in {ck.dir} (have: {', '.join(map(str, ck.epochs())) or 'none'}); start it with the "
+                        "same --checkpoint folder and file as the interrupted run")
+    return ck
 
 
 def _method(hello: dict, model: ModelConfig, optim: OptimConfig, seed: int) -> Any:
@@ -168,8 +189,11 @@ def _method(hello: dict, model: ModelConfig, optim: OptimConfig, seed: int) -> A
 
 
 # ---------------------------------------------------------------------------------- active side
-def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
+def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | None = None,
+                     resume: bool = False) -> None:
     """What a deployed run cannot do (yet), refused before anything connects."""
+    if resume and checkpoint is None:
+        raise UserError("--resume continues from checkpoints: give the run's --checkpoint DIR")
     if cfg.dataset != "csv":
         raise UserError("--peer runs on your own files: --dataset csv --party-file ACTIVE.csv (the passive parties "
                         "read theirs)")
@@ -186,6 +210,11 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
         raise UserError(f"method {cfg.method} cannot run across processes: {method.not_deployable}")
     if not method.uses_passives:
         raise UserError(f"method {cfg.method} trains the active party alone: there is nothing to deploy")
+    if checkpoint is not None and not method.resumable:
+        raise UserError(f"--checkpoint: method {cfg.method} cannot resume yet (its stages before the supervised "
+                        "one keep state that is not checkpointed; resumable: splitnn)")
+    if checkpoint is not None and len(cfg.train.lr_grid) > 1:
+        raise UserError("--checkpoint with several --lr-grid rates is not supported (each rate is a run of its own)")
     for a in cfg.attacks:
         raise UserError(f"attack {a}: attacks run in the simulator only; across processes the adversary's view lives "
                         "in its own process and scoring needs ground truth no party holds (run it with --dataset csv "
@@ -197,7 +226,8 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str]) -> None:
         raise UserError("--task regression cannot run across processes yet (the deployed head is a classifier)")
 
 
-def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
+def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
+                 checkpoint: str | None = None, resume: bool = False) -> dict:
     """Train and evaluate as the active party with every passive party in its own process.
 
     Args:
@@ -205,13 +235,16 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         channel: a connected :class:`~securevfl.channel.grpc.GrpcChannel` for party ``active``.
         peers: passive party name → address (for the record).
         progress: progress bars on stderr.
+        checkpoint: a folder where this party keeps its checkpoints at each epoch end (each passive
+            party keeps its own, securevfl/checkpoint.py).
+        resume: continue the run from the newest checkpoint in ``checkpoint``.
 
     Returns:
         The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
     from securevfl.lab.compose import check_compatibility, resolve_config, run_warnings
     from securevfl.methods import METHODS, MethodContext
 
-    check_deployable(cfg, peers)
+    check_deployable(cfg, peers, checkpoint, resume)
     defenses = _defenses(cfg)
     n_parties = len(peers) + 1
     if cfg.partition.n_parties not in (2, n_parties):  # 2: the default
@@ -245,9 +278,19 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     phases: dict[str, dict] = {}
     mark = _Marks(channel)
 
+    ck = None
+    if checkpoint is not None:
+        ck = Checkpoints(checkpoint, run_key(run_description(cfg, 1, n_parties, method.interactive_layer), path))
+        if resume:
+            ck.resume_epoch = ck.latest()
+            if ck.resume_epoch is None:
+                raise UserError(f"--resume: no checkpoint of this run in {checkpoint} (a run with other settings or "
+                                "files keeps other checkpoints)")
+    resume_at = {"checkpoint": True, "resume_epoch": ck.resume_epoch} if ck is not None else {}
     # 1. every passive party gets the run and reads its file
     for k, name in enumerate(names, start=1):
-        ep.send_json(name, MessageKind.CONTROL, run_description(cfg, k, n_parties, method.interactive_layer))
+        ep.send_json(name, MessageKind.CONTROL,
+                     run_description(cfg, k, n_parties, method.interactive_layer) | resume_at)
     for name in names:
         reply = _expect(ep.recv_json(name, MessageKind.CONTROL), "handshake")
         if "error" in reply:
@@ -280,7 +323,8 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
                          passive_names=names, passive_widths=widths, n_classes=len(classes), seed=cfg.seed,
                          interactive_lr=cfg.optim.interactive_lr, device=device)
-    fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), len(classes))  # type: ignore[arg-type]
+    fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), len(classes),  # type: ignore[arg-type]
+                     checkpoints=ck)
     active.learn_alignment(split.train_aligned, a_data.test_ids)
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.train_aligned)
@@ -304,12 +348,13 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     return out
 
 
-def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None) -> dict:
+def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
+                   checkpoint: str | None = None, resume: bool = False) -> dict:
     """:func:`run_deployed`, with every failure one :class:`UserError` and the peers told why (an
     abort message), so that they end at once rather than at their timeout. Bytes a peer sent that do
     not decode as the protocol says (a malformed message) fail the run, never this process."""
     try:
-        return run_deployed(cfg, channel, peers, progress)
+        return run_deployed(cfg, channel, peers, progress, checkpoint, resume)
     except UserError as e:
         channel.abort(str(e))
         raise
@@ -407,7 +452,7 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
 
 # ---------------------------------------------------------------------------------- the server
 def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False,
-          own: PartySettings | None = None, record_view: str | None = None) -> int:
+          own: PartySettings | None = None, record_view: str | None = None, checkpoint: str | None = None) -> int:
     """``securevfl party``: answer runs of the active party on ``channel`` (a listening
     :class:`~securevfl.channel.grpc.GrpcChannel`); one run, or one after another with ``serve_forever``.
     A run that fails (bad bytes, a vanished or stalled peer, a bad file) ends with one ``error:``
@@ -426,7 +471,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
         print(f"{channel.party}: run started by the active party", file=sys.stderr, flush=True)
         try:
             desc = _expect(decode_json(hello), "run description")
-            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own)
+            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own, checkpoint)
             channel.drain(grace=min(10.0, channel.net.timeout))
             print(json.dumps({"party": channel.party, "steps": report["steps"], "bytes": channel.stats.as_dict()}))
             status = 0

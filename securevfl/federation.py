@@ -8,7 +8,7 @@ import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 import torch
@@ -73,6 +73,8 @@ class Federation:
     meta: dict = field(default_factory=dict)
     regression: bool = False
     """A continuous label: the head has one output, trained with MSE (``n_classes`` is 1)."""
+    checkpoints: Any = None
+    """The active party's :class:`securevfl.checkpoint.Checkpoints` (a deployed run with ``--checkpoint``)."""
 
     @property
     def parties(self) -> list:

@@ -243,6 +243,17 @@ class Party:
         if self.local_step is not None and "_local_step" in state:
             self.local_step.load_state_dict(copy.deepcopy(state["_local_step"]))
 
+    def checkpoint_state(self) -> dict:
+        """Everything of this party a resumed run needs: :meth:`snapshot`, its step count and its
+        hooks' state (e.g. a DP accountant's ledger, a mechanism's generator)."""
+        return {"snapshot": self.snapshot(), "step": self.step, "hooks": [h.state_dict() for h in self.hooks]}
+
+    def load_checkpoint_state(self, state: dict) -> None:
+        self.restore(state["snapshot"])
+        self.step = int(state["step"])
+        for h, s in zip(self.hooks, state["hooks"], strict=True):
+            h.load_state_dict(s)
+
     # ---- a saved model: each party writes and reads only its own folder (securevfl/saved.py)
     def save_own(self, folder: Path, run: dict) -> Path:
         """Write this party's own part into ``folder``: its models and cut-layer ends' state (e.g. its

@@ -167,11 +167,11 @@ def active_view(fed: Federation, handles: list[PassiveHandle] | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------- passive side
-STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore")
+STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "checkpoint")
 
 
 def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | None, progress: bool | None = False,
-                  desc: str | None = None, extra: dict | None = None) -> dict:
+                  desc: str | None = None, extra: dict | None = None, checkpoints: Any = None) -> dict:
     """A passive party's program: answer the active party's requests until it says ``end``.
 
     Args:
@@ -181,6 +181,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
         progress: this party's progress line (steps served; the active party alone knows the total).
         desc: the progress line's label.
         extra: more of what this party says about itself in its report (e.g. the rows it read).
+        checkpoints: this party's :class:`securevfl.checkpoint.Checkpoints` (None: it keeps none, and a
+            request to write one is refused).
     Returns:
         The report sent to the active party at the end."""
     ep = party.endpoint
@@ -218,6 +220,12 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 snapshots[int(req["tag"])] = party.snapshot()
             elif op == "restore":
                 party.restore(snapshots[int(req["tag"])])
+            elif op == "checkpoint":
+                if checkpoints is None:
+                    raise UserError("the active party asks for checkpoints, but this party keeps none (start it "
+                                    "with --checkpoint DIR)")
+                checkpoints.save(int(req["epoch"]), {"party": party.checkpoint_state()})
+                answer = {"saved": int(req["epoch"])}
             elif op in ops:
                 answer = ops[op](party, req)
             else:

@@ -175,8 +175,10 @@ class SplitTrainer:
         fit_to_work(bs * sum(p.n_parameters() for p in self.fed.parties))  # threads for steps of this size
         n_steps = epochs * -(-len(ids) // bs)
         self.fed.active.begin_run(desc, len(ids), bs, n_steps, participations=epochs)  # e.g. one ledger entry
+        first = self._resume()
         with progress_bar(n_steps, desc, self.progress, leave=False) as bar:
-            for epoch in range(epochs):
+            bar.update(first * -(-len(ids) // bs))
+            for epoch in range(first, epochs):
                 self.epoch = epoch
                 rows = self.epoch_ids(epoch, ids)
                 for term in self.label_terms:
@@ -186,7 +188,35 @@ class SplitTrainer:
                     loss = self.train_step(order[start:start + bs])
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}")
                     bar.update(1)
+                self._checkpoint(epoch)
         return self.losses
+
+    def _checkpoint(self, epoch: int) -> None:
+        """End of an epoch in a run that keeps checkpoints: every passive party writes its own state
+        (and says so), then the active party writes its own and this loop's (securevfl/checkpoint.py)."""
+        ck = self.fed.checkpoints
+        if ck is None:
+            return
+        from securevfl.runtime import handles  # the runtime imports the trainer's module chain
+
+        for p in handles(self.fed):
+            p.call("checkpoint", reply=True, epoch=epoch)
+        ck.save(epoch, {"party": self.fed.active.checkpoint_state(), "epoch": epoch, "losses": list(self.losses),
+                        "rng": self.rng.bit_generator.state, "meta": dict(self.fed.meta)})
+
+    def _resume(self) -> int:
+        """The first epoch to run: after the checkpoint being resumed (each passive party loaded its own
+        before the run started), with this party's state and the batch order's generator restored."""
+        ck = self.fed.checkpoints
+        if ck is None or ck.resume_epoch is None:
+            return 0
+        state = ck.load(ck.resume_epoch)
+        ck.resume_epoch = None  # taken once
+        self.fed.active.load_checkpoint_state(state["party"])
+        self.rng.bit_generator.state = state["rng"]
+        self.losses = list(state["losses"])
+        self.fed.meta.update(state["meta"])
+        return int(state["epoch"]) + 1
 
     @torch.no_grad()
     def predict_proba(self, ids: np.ndarray, split: str = "test") -> np.ndarray:

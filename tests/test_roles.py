@@ -286,3 +286,86 @@ def test_the_documented_per_role_method_runs() -> None:
         METHODS._items.clear()
         METHODS._items.update(saved)
     assert isinstance(METHODS, Registry)
+
+
+def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
+           "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1"), "--checkpoint",
+           str(checkpoint), "--timeout", "30"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out)
+    deadline = time.monotonic() + 60
+    while "listening on" not in log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
+    return proc, log.read_text().split("listening on ")[1].split()[0]
+
+
+@pytest.mark.slow
+def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path) -> None:
+    """kill -9 the passive party's process mid-run; restarted with the same --checkpoint folder, and
+    the active party run again with --resume, training ends exactly as an uninterrupted run."""
+    import time
+
+    cfg = cfg_for(files, "splitnn", "guest")
+    cfg.train.epochs = 40
+    sim = execute(_with_epochs(cfg_for(files, "splitnn", "guest", "host"), 40), progress=False).to_json()
+    ck_a, ck_p = tmp_path / "ck-active", tmp_path / "ck-passive"
+    proc, addr = _passive_process(files, tmp_path / "p1.log", ck_p)
+    certs = files["certs"]
+    out: dict = {}
+
+    def active() -> None:
+        ch = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=10),
+                         peers={"passive1": addr})
+        try:
+            out["r"] = train_deployed(cfg, ch, {"passive1": addr}, progress=False, checkpoint=str(ck_a))
+        except UserError as e:
+            out["error"] = str(e)
+        finally:
+            ch.close()
+
+    t = threading.Thread(target=active, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while len(list(ck_p.glob("*/epoch-*.pt"))) < 2 or max(
+            int(p.stem.split("-")[1]) for p in ck_p.glob("*/epoch-*.pt")) < 3:
+        assert time.monotonic() < deadline and t.is_alive(), out
+        time.sleep(0.02)
+    proc.kill()  # kill -9, mid-run
+    proc.wait()
+    t.join(timeout=60)
+    assert "error" in out and "passive1" in out["error"], out  # the interrupted run ended with one clean error
+    interrupted_at = max(int(p.stem.split("-")[1]) for p in ck_a.glob("*/epoch-*.pt"))
+    assert interrupted_at < cfg.train.epochs - 1  # it really stopped mid-run
+    proc, addr = _passive_process(files, tmp_path / "p2.log", ck_p)
+    ch = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=30),
+                     peers={"passive1": addr})
+    try:
+        r = train_deployed(cfg, ch, {"passive1": addr}, progress=False, checkpoint=str(ck_a), resume=True)
+    finally:
+        ch.close()
+        proc.wait(timeout=60)
+    assert "resumed from its checkpoint" in (tmp_path / "p2.log").read_text()
+    assert r["utility"] == sim["utility"]  # the same final model as the uninterrupted run
+    assert r["cost"]["train_steps"] == sim["cost"]["train_steps"]
+
+
+def _with_epochs(cfg: RunConfig, epochs: int) -> RunConfig:
+    cfg.train.epochs = epochs
+    return cfg
+
+
+def test_resume_is_refused_where_it_cannot_hold(files) -> None:
+    from securevfl.deploy import check_deployable
+
+    peers = {"passive1": "127.0.0.1:1"}
+    with pytest.raises(UserError, match="--resume continues from checkpoints"):
+        check_deployable(cfg_for(files, "splitnn", "guest"), peers, None, True)
+    with pytest.raises(UserError, match="method fedhssl cannot resume yet"):
+        check_deployable(cfg_for(files, "fedhssl", "guest"), peers, "ck", False)

@@ -98,6 +98,9 @@ class Method(ABC):
     so the roles can run as threads or processes (:mod:`securevfl.runtime`). False: one program
     drives every party in one process (not deployable)."""
 
+    resumable: ClassVar[bool] = False
+    """Whether a deployed run can resume from checkpoints (``--checkpoint``, ``--resume``): the program
+    is one supervised stage, whose state the checkpoints hold whole."""
     not_deployable: ClassVar[str] = "its stages outside the supervised loop are not yet written per role"
     """Why a method that is not :attr:`per_role` cannot run across processes (the one-line error)."""
 

@@ -10,6 +10,7 @@ class SplitNN(Method):
     summary = "supervised split learning on the labeled aligned rows (FedSplitNN / FedVanilla)"
     soft_label_training = True
     per_role = True
+    resumable = True  # one supervised stage: its checkpoints hold everything
 
     def fit(self, fed: Federation) -> None:
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
