@@ -167,7 +167,7 @@ def active_view(fed: Federation, handles: list[PassiveHandle] | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------- passive side
-STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "checkpoint")
+STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "checkpoint", "progress")
 
 
 def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | None, progress: bool | None = False,
@@ -188,7 +188,10 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
     ep = party.endpoint
     ops: dict[str, PassiveOp] = dict(method.passive_ops()) if method is not None else {}
     snapshots: dict[int, dict] = {}
-    with progress_bar(None, desc or f"{party.name} serving", progress, unit="step") as bar:
+    label = desc or f"{party.name} serving"
+    stage = {"per_epoch": 0, "done": 0}
+    bar = progress_bar(None, label, progress, unit="step")
+    try:
         while True:
             msg = ep.recv(ACTIVE, MessageKind.CONTROL)
             try:
@@ -198,7 +201,11 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
             else:  # one supervised step (or an inference batch): this party's half of the cut layer
                 try:
                     party.run_step(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
-                    bar.update(1 if training else 0)
+                    if training:
+                        stage["done"] += 1
+                        bar.update(1)
+                        if stage["per_epoch"]:
+                            bar.set_postfix(epoch=(stage["done"] - 1) // stage["per_epoch"], MB=ep.traffic_mb())
                 except StepAbandoned:  # the active party's loss diverged mid-step: nothing to apply
                     party.abandon_step()
                 continue
@@ -220,6 +227,11 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 snapshots[int(req["tag"])] = party.snapshot()
             elif op == "restore":
                 party.restore(snapshots[int(req["tag"])])
+            elif op == "progress":  # a supervised stage starts: its size, for this party's progress line
+                bar.close()
+                stage = {"per_epoch": int(req["per_epoch"]), "done": int(req["done"])}
+                bar = progress_bar(int(req["total"]), f"{label} ({req['desc']})", progress, unit="step",
+                                   initial=int(req["done"]))
             elif op == "checkpoint":
                 if checkpoints is None:
                     raise UserError("the active party asks for checkpoints, but this party keeps none (start it "
@@ -233,6 +245,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                                 f"(it has: {', '.join([*STANDARD_OPS, *ops])})")
             if req.get("reply"):
                 ep.send_json(ACTIVE, MessageKind.CONTROL, answer)
+    finally:
+        bar.close()
 
 
 # ------------------------------------------------------------------------------- in-process runtime

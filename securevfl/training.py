@@ -176,6 +176,9 @@ class SplitTrainer:
         n_steps = epochs * -(-len(ids) // bs)
         self.fed.active.begin_run(desc, len(ids), bs, n_steps, participations=epochs)  # e.g. one ledger entry
         first = self._resume()
+        per_epoch = -(-len(ids) // bs)
+        for p in self._handles():  # each passive party's progress line knows the stage's size
+            p.call("progress", desc=desc, total=n_steps, per_epoch=per_epoch, done=first * per_epoch)
         with progress_bar(n_steps, desc, self.progress, leave=False) as bar:
             bar.update(first * -(-len(ids) // bs))
             for epoch in range(first, epochs):
@@ -186,10 +189,17 @@ class SplitTrainer:
                 order = rows[self.rng.permutation(len(rows))]
                 for start in range(0, len(order), bs):
                     loss = self.train_step(order[start:start + bs])
-                    bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}")
+                    bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", MB=self.fed.active.endpoint.traffic_mb())
                     bar.update(1)
                 self._checkpoint(epoch)
         return self.losses
+
+    def _handles(self) -> list:
+        """The passive parties' handles when this loop runs as the active party's program (after the
+        run, the lab drives the parties themselves: no requests then)."""
+        from securevfl.runtime import PassiveHandle  # the runtime imports this module's chain
+
+        return [p for p in self.fed.passives if isinstance(p, PassiveHandle)]
 
     def _checkpoint(self, epoch: int) -> None:
         """End of an epoch in a run that keeps checkpoints: every passive party writes its own state
@@ -197,9 +207,7 @@ class SplitTrainer:
         ck = self.fed.checkpoints
         if ck is None:
             return
-        from securevfl.runtime import handles  # the runtime imports the trainer's module chain
-
-        for p in handles(self.fed):
+        for p in self._handles():
             p.call("checkpoint", reply=True, epoch=epoch)
         ck.save(epoch, {"party": self.fed.active.checkpoint_state(), "epoch": epoch, "losses": list(self.losses),
                         "rng": self.rng.bit_generator.state, "meta": dict(self.fed.meta)})

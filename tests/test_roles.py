@@ -369,3 +369,29 @@ def test_resume_is_refused_where_it_cannot_hold(files) -> None:
         check_deployable(cfg_for(files, "splitnn", "guest"), peers, None, True)
     with pytest.raises(UserError, match="method fedhssl cannot resume yet"):
         check_deployable(cfg_for(files, "fedhssl", "guest"), peers, "ck", False)
+
+
+def test_progress_lines_on_both_sides(files, monkeypatch, capfd) -> None:
+    """Plain progress lines (stderr not a terminal) on the active and the passive side: step of the
+    total, epoch, ETA and the bytes that party moved."""
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0")  # a line at every step
+    cfg = cfg_for(files, "splitnn", "guest")
+    cfg.train.epochs = 2
+    certs = files["certs"]
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
+                     listen="127.0.0.1:0", client="active")
+    t = threading.Thread(target=serve, args=(ch, str(files["host"]), "id"), daemon=True)
+    t.start()
+    peers = {"passive1": f"127.0.0.1:{ch.port}"}
+    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
+    try:
+        train_deployed(cfg, active, peers, progress=None)
+    finally:
+        active.close()
+        t.join(timeout=WAIT)
+        ch.close()
+    err = capfd.readouterr().err
+    for side in ("train: step ", "passive1 serving (train): step "):
+        lines = [line for line in err.splitlines() if line.startswith(side)]
+        assert lines, side
+        assert all(k in lines[-1] for k in ("ETA", "epoch=1", "MB=")), lines[-1]

@@ -26,6 +26,9 @@ def test_splitnn_digits_accuracy_and_bytes_match_derivation(digits_cfg):
     # and the end of the run: the active party's request, the passive party's report on itself
     report = {"party": "passive1", "steps": len(sizes), "privacy": [], "he": out.federation.cut.describe()}
     control += len(encode_json({"op": "end", "reply": True})) + len(encode_json(report))
+    # and the supervised stage's size, for the passive party's progress line
+    control += len(encode_json({"op": "progress", "reply": False, "desc": "train", "total": len(sizes),
+                                "per_epoch": len(sizes) // epochs, "done": 0}))
     align = tensor_nbytes((len(out.partition.aligned_ids),), 8)
     by_kind = r["cost"]["bytes_by_kind"]
     assert by_kind[MessageKind.ACTIVATION] == act

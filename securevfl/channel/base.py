@@ -143,6 +143,11 @@ class Endpoint:
     def send(self, dst: str, kind: str, payload: bytes) -> None:
         self._channel.send(self.party, dst, kind, payload)
 
+    def traffic_mb(self) -> float:
+        """Megabytes this party sent and received so far (for its progress line)."""
+        n = sum(b for (_, src, dst), b in list(self._channel.stats.bytes.items()) if self.party in (src, dst))
+        return round(n / 1e6, 2)
+
     def recv(self, src: str, kind: str) -> bytes:
         return self._channel.recv(self.party, src, kind)
 
