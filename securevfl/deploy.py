@@ -27,7 +27,7 @@ Scope: every method whose :meth:`~securevfl.methods.base.Method.fit` is written 
 active party's program; each passive party runs :func:`securevfl.runtime.serve_passive` with the
 method's operations), with any defense, ``--he off|ckks|bfv|paillier`` and PSI or plain alignment.
 Refused with the reason: attacks (their adversary's view lives in another process, and their scoring
-needs the simulator's ground truth), regression, a label-only active party, ``--save``.
+needs the simulator's ground truth), a label-only active party, ``--save``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for, seeded_build
 from securevfl.lab.party_settings import PartySettings
-from securevfl.models import ModelConfig, build_head
+from securevfl.models import ModelConfig, build_head, for_head
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.roles import ACTIVE, passive_name
 from securevfl.runtime import ActiveOnlyCut, PassiveHandle, serve_passive
@@ -222,8 +222,6 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
     if not cfg.partition.active_features:
         raise UserError("a label-only active party (partition.active_features: false) cannot run across processes "
                         "yet: its file would need no feature columns; give it features, or run in the simulator")
-    if getattr(cfg.data, "task", "classification") == "regression":  # (a setting of later versions)
-        raise UserError("--task regression cannot run across processes yet (the deployed head is a classifier)")
 
 
 def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
@@ -241,7 +239,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     Returns:
         The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
-    from securevfl.lab.compose import check_compatibility, resolve_config, run_warnings
+    from securevfl.lab.compose import check_compatibility, check_task, resolve_config, run_warnings
     from securevfl.methods import METHODS, MethodContext
 
     check_deployable(cfg, peers, checkpoint, resume)
@@ -261,7 +259,9 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
                                                    hooks=defenses, record=cfg.record, progress=progress,
                                                    params=cfg.method_params, device=device))
     check_compatibility(cfg, method, defenses, [])
-    cut = make_cut_layer(cfg.he, interactive=method.interactive_layer, mixing=cfg.model.interactive_mixing,
+    # as the simulator: no first linear layer to split (the agg head, RISA's evidential heads): concatenation
+    interactive = method.interactive_layer and cfg.model.head == "split"
+    cut = make_cut_layer(cfg.he, interactive=interactive, mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
     names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
     ep = channel.endpoint(ACTIVE)
@@ -272,7 +272,12 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
                         f"{', '.join(map(str, df.columns))}; use --label-column)")
     id_col = cfg.data.id_columns[0] if cfg.data.id_columns else cfg.data.id_column
     own = _ids(df, path, id_col, cfg.data.numeric_ids)
-    y_all, has_label, classes = _labels(df[cfg.data.label_column], path, cfg.data.label_column)
+    y_all, has_label, classes = _labels(df[cfg.data.label_column], path, cfg.data.label_column, cfg.data.task)
+    regression = not classes
+    n_classes = 1 if regression else len(classes)
+    check_task(cfg, regression, method, defenses, [])
+    # the models every party builds (under the agg head each bottom outputs one value per class)
+    cfg.model = for_head(cfg.model, n_classes)
     t0 = time.perf_counter()
     channel.wait_ready()
     phases: dict[str, dict] = {}
@@ -280,7 +285,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     ck = None
     if checkpoint is not None:
-        ck = Checkpoints(checkpoint, run_key(run_description(cfg, 1, n_parties, method.interactive_layer), path))
+        ck = Checkpoints(checkpoint, run_key(run_description(cfg, 1, n_parties, interactive), path))
         if resume:
             ck.resume_epoch = ck.latest()
             if ck.resume_epoch is None:
@@ -290,7 +295,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     # 1. every passive party gets the run and reads its file
     for k, name in enumerate(names, start=1):
         ep.send_json(name, MessageKind.CONTROL,
-                     run_description(cfg, k, n_parties, method.interactive_layer) | resume_at)
+                     run_description(cfg, k, n_parties, interactive) | resume_at)
     for name in names:
         reply = _expect(ep.recv_json(name, MessageKind.CONTROL), "handshake")
         if "error" in reply:
@@ -319,12 +324,12 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     bottom = fresh_bottom(a_data, cfg.model, cfg.seed, 0)
     widths = [cut.out_dim(cfg.model.cut_dim)] * len(names)
     head = seeded_build(seed_for(cfg.seed, n_parties),
-                        lambda: build_head(cfg.model.cut_dim + sum(widths), len(classes), cfg.model))
+                        lambda: build_head(cfg.model.cut_dim + sum(widths), n_classes, cfg.model))
     active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
-                         passive_names=names, passive_widths=widths, n_classes=len(classes), seed=cfg.seed,
+                         passive_names=names, passive_widths=widths, n_classes=n_classes, seed=cfg.seed,
                          interactive_lr=cfg.optim.interactive_lr, device=device)
-    fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), len(classes),  # type: ignore[arg-type]
-                     checkpoints=ck)
+    fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
+                     regression=regression, checkpoints=ck)
     active.learn_alignment(split.train_aligned, a_data.test_ids)
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.train_aligned)

@@ -158,11 +158,12 @@ def test_formerly_cyclic_modules_import_first_in_a_fresh_interpreter():
 
 
 def test_extension_sketches_plug_into_a_run():
-    """The four sketches of docs/extending.md, run as written, give a method, attack, defense and dataset
-    that one training run uses end to end (a sketch that rots fails here)."""
+    """The sketches of docs/extending.md, run as written, give a method, attack, defense and dataset
+    that one training run uses end to end (a sketch that rots fails here; the per-role method sketch
+    runs in tests/test_roles.py too)."""
     page = (REPO / "docs" / "extending.md").read_text()
     blocks = [b.split("```")[0] for b in page.split("```python")[1:]]
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     script = "\n".join(blocks) + (
         "\nimport json, attacks, defenses\n"
         "from securevfl.config import RunConfig\n"

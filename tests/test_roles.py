@@ -121,6 +121,24 @@ def test_deployed_equals_in_process(files, method: str) -> None:
     _same_run(dep, sim)
 
 
+@pytest.mark.parametrize("setting", ["regression", "agg"])
+def test_regression_and_the_agg_head_deploy(files, setting: str) -> None:
+    def cfg(*party_files: str) -> RunConfig:
+        c = cfg_for(files, "splitnn", *party_files)
+        if setting == "regression":
+            c.data.task = "regression"
+        else:
+            c.model.head = "agg"
+        return c
+
+    dep, statuses = deployed(files, cfg("guest"), ["host"])
+    sim = execute(cfg("guest", "host"), progress=False).to_json()
+    assert statuses == [0]
+    _same_run(dep, sim)
+    if setting == "regression":
+        assert dep["utility"]["metric"] == "r2"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n_parties", [2, 3])
 @pytest.mark.parametrize("method", per_role_methods())
