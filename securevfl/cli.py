@@ -225,14 +225,15 @@ def _train_deployed(args: argparse.Namespace) -> dict:
         if name in peers:
             raise UserError(f"--peer {name} given twice")
         peers[name] = addr
-    if getattr(args, "save", None):  # each party would save its own part in its own process: not built yet
-        raise UserError("--save with --peer is not supported yet: save from a simulator run on the same files")
+    if args.save is not None:
+        _check_writable_dir(args.save, "--save")
     cfg = _build_config(args)
     _check_new_dir(args.record_view, "--record-view")
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record or args.record_view is not None)
     try:
-        r = train_deployed(cfg, channel, peers, progress=args.progress, checkpoint=args.checkpoint, resume=args.resume)
+        r = train_deployed(cfg, channel, peers, progress=args.progress, checkpoint=args.checkpoint, resume=args.resume,
+                           save=args.save)
     finally:
         if args.record_view is not None:  # also when the run failed: what this party saw up to then
             from securevfl.view import write_view
@@ -270,7 +271,7 @@ def cmd_party(args: argparse.Namespace) -> int:
           f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
     try:
         return serve(channel, args.party_file, args.id_column, args.serve_forever, own, args.record_view,
-                     args.checkpoint)
+                     args.checkpoint, args.save)
     finally:
         channel.close()
 
@@ -398,6 +399,8 @@ def make_parser() -> _Parser:
     pa.add_argument("--party-file", required=True, help="this party's CSV/Parquet file (no label column)")
     pa.add_argument("--id-column", default="id", help="entity-ID column of the file (default id)")
     pa.add_argument("--serve-forever", action="store_true", help="serve run after run (default: exit after one)")
+    pa.add_argument("--save", metavar="DIR", help="when the active party saves the trained federation (train --save), "
+                    "write this party's own part into DIR/<role>/")
     own = pa.add_argument_group("this party's own protection (it decides; the active party can only ask)")
     own.add_argument("--defense", metavar="SPEC", help="defenses this party runs itself (e.g. embedding-dp:noise=1); "
                      "default: those the active party asks for, said on stderr")

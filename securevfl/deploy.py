@@ -61,7 +61,7 @@ from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, build_head, for_head
 from securevfl.parties import ActiveParty, PassiveParty
 from securevfl.roles import ACTIVE, passive_name
-from securevfl.runtime import ActiveOnlyCut, PassiveHandle, serve_passive
+from securevfl.runtime import ActiveOnlyCut, PassiveHandle, handles, serve_passive
 from securevfl.view import write_view
 
 PROTOCOL = 2
@@ -99,7 +99,8 @@ def _expect(obj: object, what: str) -> dict:
 
 # ---------------------------------------------------------------------------------- passive side
 def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
-              settings: PartySettings | None = None, checkpoint_dir: str | None = None) -> dict:
+              settings: PartySettings | None = None, checkpoint_dir: str | None = None,
+              save_dir: str | None = None) -> dict:
     """One run as a passive party, from the active party's run description ``hello`` to its ``end``;
     ``settings``: this party's own privacy settings, which decide over what ``hello`` asks
     (:func:`securevfl.lab.party_settings.reconcile`); ``checkpoint_dir``: where this party keeps its
@@ -152,7 +153,19 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         party.load_checkpoint_state(checkpoints.load(checkpoints.resume_epoch)["party"])
         print(f"{name}: resumed from its checkpoint of epoch {checkpoints.resume_epoch}", file=sys.stderr, flush=True)
     # the method's passive program, the same as in the simulator (securevfl/runtime.py)
+    def save_own(party: PassiveParty, req: dict) -> dict:
+        """``--save``: this party writes its own part into the folder it chose (``party --save``)."""
+        if save_dir is None:
+            raise UserError("the active party saves the trained federation, but this party keeps no model: start it "
+                            "with --save DIR (its own folder)")
+        run = dict(req["run"])
+        run["config"] = {**run["config"], "data": {**run["config"]["data"], "party_files": [str(party_file)]}}
+        where = party.save_own(Path(save_dir) / party.name, run)
+        print(f"{party.name}: saved its part in {where}", file=sys.stderr, flush=True)
+        return {"saved": party.name}
+
     report = serve_passive(party, cut, method, progress=None, desc=f"{name} serving", checkpoints=checkpoints,
+                           own_ops={"save": save_own},
                            extra={"rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]})
     return report
 
@@ -190,7 +203,7 @@ def _method(hello: dict, model: ModelConfig, optim: OptimConfig, seed: int) -> A
 
 # ---------------------------------------------------------------------------------- active side
 def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | None = None,
-                     resume: bool = False) -> None:
+                     resume: bool = False, save: str | None = None) -> None:
     """What a deployed run cannot do (yet), refused before anything connects."""
     if resume and checkpoint is None:
         raise UserError("--resume continues from checkpoints: give the run's --checkpoint DIR")
@@ -210,6 +223,9 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
         raise UserError(f"method {cfg.method} cannot run across processes: {method.not_deployable}")
     if not method.uses_passives:
         raise UserError(f"method {cfg.method} trains the active party alone: there is nothing to deploy")
+    if save is not None and not method.savable:
+        raise UserError(f"--save: method {cfg.method} is not supported (it ends with other models or predicts another "
+                        "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
     if checkpoint is not None and not method.resumable:
         raise UserError(f"--checkpoint: method {cfg.method} cannot resume yet (its stages before the supervised "
                         "one keep state that is not checkpointed; resumable: splitnn)")
@@ -225,7 +241,7 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
 
 
 def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
-                 checkpoint: str | None = None, resume: bool = False) -> dict:
+                 checkpoint: str | None = None, resume: bool = False, save: str | None = None) -> dict:
     """Train and evaluate as the active party with every passive party in its own process.
 
     Args:
@@ -236,13 +252,15 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         checkpoint: a folder where this party keeps its checkpoints at each epoch end (each passive
             party keeps its own, securevfl/checkpoint.py).
         resume: continue the run from the newest checkpoint in ``checkpoint``.
+        save: this party writes its trained part into ``save/active``; each passive party writes its
+            own into its own ``securevfl party --save`` folder (for ``securevfl predict``).
 
     Returns:
         The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
     from securevfl.lab.compose import check_compatibility, check_task, resolve_config, run_warnings
     from securevfl.methods import METHODS, MethodContext
 
-    check_deployable(cfg, peers, checkpoint, resume)
+    check_deployable(cfg, peers, checkpoint, resume, save)
     defenses = _defenses(cfg)
     n_parties = len(peers) + 1
     if cfg.partition.n_parties not in (2, n_parties):  # 2: the default
@@ -344,6 +362,8 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     t_eval = time.perf_counter()
     utility = method.evaluate(fed)
     phases["evaluate"] = mark.take(seconds=time.perf_counter() - t_eval)
+    if save is not None:  # each party writes only its own part, in its own process
+        _save_deployed(cfg, fed, Path(save), classes, n_classes)
     # 4. end: every passive party reports
     for r in remotes:
         _expect(r.end(), "report")
@@ -353,13 +373,33 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     return out
 
 
+def _save_deployed(cfg: RunConfig, fed: Federation, folder: Path, classes: list, n_classes: int) -> None:
+    """``--save`` across processes: the public facts of the run to every party (as the simulator's
+    :func:`securevfl.lab.compose.save_run`); each writes its own folder where it chose."""
+    import uuid
+
+    config = cfg.to_dict()
+    config["data"]["party_files"] = list(cfg.data.party_files)
+    run_id = uuid.uuid4().hex
+    n = len(fed.parties)
+    common = {"n_parties": n, "run_id": run_id, "interactive": fed.cut.interactive}
+    task = "regression" if fed.regression else "binary" if n_classes == 2 else "multiclass"  # as Partition.task
+    active_run = {**common, "index": 0, "config": config, "task": task,
+                  "n_classes": n_classes, "classes": [str(c) for c in classes]}
+    fed.active.save_own(folder / fed.active.name, active_run)
+    passive_config = {**config, "data": {k: v for k, v in config["data"].items()
+                                         if k not in ("label_column", "task", "party_files")}}
+    for k, h in enumerate(handles(fed), start=1):
+        h.call("save", reply=True, run={**common, "index": k, "config": passive_config})
+
+
 def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
-                   checkpoint: str | None = None, resume: bool = False) -> dict:
+                   checkpoint: str | None = None, resume: bool = False, save: str | None = None) -> dict:
     """:func:`run_deployed`, with every failure one :class:`UserError` and the peers told why (an
     abort message), so that they end at once rather than at their timeout. Bytes a peer sent that do
     not decode as the protocol says (a malformed message) fail the run, never this process."""
     try:
-        return run_deployed(cfg, channel, peers, progress, checkpoint, resume)
+        return run_deployed(cfg, channel, peers, progress, checkpoint, resume, save)
     except UserError as e:
         channel.abort(str(e))
         raise
@@ -457,7 +497,8 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
 
 # ---------------------------------------------------------------------------------- the server
 def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False,
-          own: PartySettings | None = None, record_view: str | None = None, checkpoint: str | None = None) -> int:
+          own: PartySettings | None = None, record_view: str | None = None, checkpoint: str | None = None,
+          save: str | None = None) -> int:
     """``securevfl party``: answer runs of the active party on ``channel`` (a listening
     :class:`~securevfl.channel.grpc.GrpcChannel`); one run, or one after another with ``serve_forever``.
     A run that fails (bad bytes, a vanished or stalled peer, a bad file) ends with one ``error:``
@@ -476,7 +517,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
         print(f"{channel.party}: run started by the active party", file=sys.stderr, flush=True)
         try:
             desc = _expect(decode_json(hello), "run description")
-            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own, checkpoint)
+            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own, checkpoint, save)
             channel.drain(grace=min(10.0, channel.net.timeout))
             print(json.dumps({"party": channel.party, "steps": report["steps"], "bytes": channel.stats.as_dict()}))
             status = 0

@@ -171,7 +171,8 @@ STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "chec
 
 
 def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | None, progress: bool | None = False,
-                  desc: str | None = None, extra: dict | None = None, checkpoints: Any = None) -> dict:
+                  desc: str | None = None, extra: dict | None = None, checkpoints: Any = None,
+                  own_ops: Mapping[str, PassiveOp] | None = None) -> dict:
     """A passive party's program: answer the active party's requests until it says ``end``.
 
     Args:
@@ -183,10 +184,11 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
         extra: more of what this party says about itself in its report (e.g. the rows it read).
         checkpoints: this party's :class:`securevfl.checkpoint.Checkpoints` (None: it keeps none, and a
             request to write one is refused).
+        own_ops: operations of the process this party runs in (e.g. ``save`` into the folder it chose).
     Returns:
         The report sent to the active party at the end."""
     ep = party.endpoint
-    ops: dict[str, PassiveOp] = dict(method.passive_ops()) if method is not None else {}
+    ops: dict[str, PassiveOp] = {**(method.passive_ops() if method is not None else {}), **(own_ops or {})}
     snapshots: dict[int, dict] = {}
     label = desc or f"{party.name} serving"
     stage = {"per_epoch": 0, "done": 0}

@@ -413,3 +413,38 @@ def test_progress_lines_on_both_sides(files, monkeypatch, capfd) -> None:
         lines = [line for line in err.splitlines() if line.startswith(side)]
         assert lines, side
         assert all(k in lines[-1] for k in ("ETA", "epoch=1", "MB=")), lines[-1]
+
+
+def test_deployed_save_writes_each_partys_own_folder_and_predicts_as_in_process(files, tmp_path) -> None:
+    """train --peer --save: the active party writes DIR/active, the passive party its own folder where
+    it chose (party --save); together they score new rows exactly as the in-process run's saved model."""
+    import shutil
+
+    from securevfl.lab.predict import predict
+
+    certs = files["certs"]
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
+                     listen="127.0.0.1:0", client="active")
+    status: list = []
+    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id",
+                                                           save=str(tmp_path / "passive-side"))), daemon=True)
+    t.start()
+    peers = {"passive1": f"127.0.0.1:{ch.port}"}
+    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
+    try:
+        train_deployed(cfg_for(files, "splitnn", "guest"), active, peers, progress=False,
+                       save=str(tmp_path / "active-side"))
+    finally:
+        active.close()
+        t.join(timeout=WAIT)
+        ch.close()
+    assert status == [0]
+    assert sorted(p.name for p in (tmp_path / "active-side").iterdir()) == ["active"]  # only its own folder
+    assert sorted(p.name for p in (tmp_path / "passive-side").iterdir()) == ["passive1"]
+    together = tmp_path / "model"
+    shutil.copytree(tmp_path / "active-side" / "active", together / "active")
+    shutil.copytree(tmp_path / "passive-side" / "passive1", together / "passive1")
+    predict(together, [str(files["guest"]), str(files["host"])], tmp_path / "deployed.csv")
+    execute(cfg_for(files, "splitnn", "guest", "host"), progress=False, save=tmp_path / "sim")
+    predict(tmp_path / "sim", [str(files["guest"]), str(files["host"])], tmp_path / "sim.csv")
+    assert (tmp_path / "deployed.csv").read_text() == (tmp_path / "sim.csv").read_text()
