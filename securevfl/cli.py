@@ -215,16 +215,7 @@ def _train_deployed(args: argparse.Namespace) -> dict:
     from securevfl.deploy import train_deployed
     from securevfl.roles import ACTIVE
 
-    peers = {}
-    for spec in args.peer:
-        name, sep, addr = spec.partition("=")
-        if not sep or not name or ":" not in addr:
-            raise UserError(f"--peer {spec}: expected NAME=HOST:PORT (e.g. passive1=10.0.0.2:50051)")
-        if host_port(f"--peer {name}", addr)[1] == 0:
-            raise UserError(f"--peer {spec}: port 0 is not a peer's port (0 means 'any free port' only to --listen)")
-        if name in peers:
-            raise UserError(f"--peer {name} given twice")
-        peers[name] = addr
+    peers = _peers(args.peer)
     if args.save is not None:
         _check_writable_dir(args.save, "--save")
     cfg = _build_config(args)
@@ -241,6 +232,42 @@ def _train_deployed(args: argparse.Namespace) -> dict:
             write_view(args.record_view, ACTIVE, channel.transcript, {"method": cfg.method, "seed": cfg.seed})
         channel.close()
     return r
+
+
+def _peers(specs: list[str]) -> dict[str, str]:
+    """``--peer NAME=HOST:PORT`` flags, checked."""
+    peers: dict[str, str] = {}
+    for spec in specs:
+        name, sep, addr = spec.partition("=")
+        if not sep or not name or ":" not in addr:
+            raise UserError(f"--peer {spec}: expected NAME=HOST:PORT (e.g. passive1=10.0.0.2:50051)")
+        if host_port(f"--peer {name}", addr)[1] == 0:
+            raise UserError(f"--peer {spec}: port 0 is not a peer's port (0 means 'any free port' only to --listen)")
+        if name in peers:
+            raise UserError(f"--peer {name} given twice")
+        peers[name] = addr
+    return peers
+
+
+def _predict_deployed(args: argparse.Namespace) -> dict:
+    from securevfl.lab.predict import predict_deployed
+    from securevfl.roles import ACTIVE
+
+    peers = _peers(args.peer)
+    if args.checkpoint or args.record_view:
+        raise UserError("--checkpoint and --record-view are for training runs (train --peer), not predict")
+    if len(args.party_file) != 1:
+        raise UserError("with --peer, give only this (the active) party's new file: --party-file ACTIVE.csv")
+    grpc_mod, net = _net_config(args, ACTIVE)
+    channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers)
+    try:
+        try:
+            return predict_deployed(args.model, args.party_file[0], args.out, channel, peers)
+        except UserError as e:
+            channel.abort(str(e))
+            raise
+    finally:
+        channel.close()
 
 
 def _check_new_dir(path: str | None, flag: str) -> None:
@@ -271,7 +298,7 @@ def cmd_party(args: argparse.Namespace) -> int:
           f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
     try:
         return serve(channel, args.party_file, args.id_column, args.serve_forever, own, args.record_view,
-                     args.checkpoint, args.save)
+                     args.checkpoint, args.save, args.model)
     finally:
         channel.close()
 
@@ -393,6 +420,11 @@ def make_parser() -> _Parser:
                     help="one new file per party, in the training order (active party first)")
     pr.add_argument("--out", required=True, help="predictions file: .csv, or .parquet")
     pr.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    prn = pr.add_argument_group("passive parties in other processes (docs/deployment.md)")
+    prn.add_argument("--peer", action="append", default=[], metavar="NAME=HOST:PORT",
+                     help="a passive party serving its saved part (securevfl party --model); this process is then "
+                          "the active party, --party-file its own new file only, --model the folder with active/")
+    _net_flags(prn)
     pa = sub.add_parser("party", help="serve one passive party of a run driven by `train --peer` (docs/deployment.md)")
     pa.add_argument("--role", required=True, help="this party's name (passive1, passive2, ...)")
     pa.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to serve on (port 0: any free)")
@@ -401,6 +433,8 @@ def make_parser() -> _Parser:
     pa.add_argument("--serve-forever", action="store_true", help="serve run after run (default: exit after one)")
     pa.add_argument("--save", metavar="DIR", help="when the active party saves the trained federation (train --save), "
                     "write this party's own part into DIR/<role>/")
+    pa.add_argument("--model", metavar="DIR", help="serve `securevfl predict --peer` runs with this party's saved "
+                    "part, DIR/<role>/ (what party --save wrote), on --party-file's new rows")
     own = pa.add_argument_group("this party's own protection (it decides; the active party can only ask)")
     own.add_argument("--defense", metavar="SPEC", help="defenses this party runs itself (e.g. embedding-dp:noise=1); "
                      "default: those the active party asks for, said on stderr")
@@ -447,7 +481,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_predict(args: argparse.Namespace) -> int:
     from securevfl.lab.predict import predict
 
-    summary = predict(args.model, args.party_file, args.out)
+    if args.peer:
+        summary = _predict_deployed(args)
+    else:
+        given = [f for f, v in (("--tls", args.tls), ("--insecure", args.insecure), ("--timeout", args.timeout))
+                 if v]
+        if given:
+            raise UserError(f"{'/'.join(given)} go{'es' if len(given) == 1 else ''} with --peer")
+        summary = predict(args.model, args.party_file, args.out)
     if args.json:
         print(json.dumps(summary))
     else:

@@ -49,7 +49,7 @@ from securevfl.channel import MessageKind
 from securevfl.channel.base import Endpoint
 from securevfl.channel.codec import decode_json
 from securevfl.checkpoint import Checkpoints, run_key
-from securevfl.config import RunConfig
+from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
 from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, _read_table, _Split, _split
@@ -168,6 +168,56 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
                            own_ops={"save": save_own},
                            extra={"rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]})
     return report
+
+
+def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | None) -> dict:
+    """One ``securevfl predict --peer`` run as a passive party: this party reads its new rows through
+    the preprocessing it saved, aligns them by PSI with the active party's, loads its own saved part
+    (``party --model DIR``: ``DIR/<role>``), and answers the inference batches (its bottom model, its
+    half of the cut layer) until the active party ends the run.
+
+    Returns:
+        The report sent to the active party at the end."""
+    from securevfl.data.csvsource import encode_file_rows, read_party_file
+    from securevfl.lab.compose import defense_hooks
+    from securevfl.lab.predict import party_rows
+    from securevfl.saved import read_party_folder
+
+    try:
+        if hello.get("protocol") != PROTOCOL:
+            raise UserError(f"the active party speaks protocol {hello.get('protocol')!r}, this party {PROTOCOL}")
+        name = hello.get("party")
+        if name != ep.party:
+            raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
+        if model_dir is None:
+            raise UserError("the active party asks to score rows, but this party serves no saved model: start it "
+                            "with --model DIR (the folder its party --save wrote)")
+        folder = Path(model_dir) / ep.party
+        manifest, _, prep = read_party_folder(folder)
+        if manifest.get("run_id") != hello.get("run_id"):
+            raise UserError(f"--model {model_dir}: {ep.party}'s folder is from another training run than the active "
+                            "party's (the folders of one train --save belong together)")
+        cfg = RunConfig()
+        apply_dict(cfg, manifest["config"])
+        cfg.model = dataclasses.replace(cfg.model, cut_dim=int(hello.get("cut_dim", cfg.model.cut_dim)))
+        ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids)
+    except UserError as e:
+        ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
+        raise
+    ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(ids))})
+    if hello.get("alignment") == "plain":
+        ep.send_ids(ACTIVE, MessageKind.ALIGNMENT, ids)
+    else:
+        psi.psi_server_round(ep, ACTIVE, ids)
+    aligned = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    data = party_rows(manifest, prep, ids, X, aligned)
+    cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
+                         **cfg.he_params)
+    bottom = fresh_bottom(data, cfg.model, cfg.seed, int(manifest["index"]))
+    party = PassiveParty(data, ep, defense_hooks(cfg), bottom, functools.partial(make_optimizer, cfg=cfg.optim), cut,
+                         seed=cfg.seed, interactive_lr=cfg.optim.interactive_lr)
+    party.load_own(folder)
+    return serve_passive(party, cut, None, progress=None, desc=f"{name} scoring", extra={"rows": int(len(ids))})
 
 
 def _own_checkpoints(hello: dict, party_file: str, folder: str | None) -> Checkpoints | None:
@@ -498,7 +548,7 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
 # ---------------------------------------------------------------------------------- the server
 def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = False,
           own: PartySettings | None = None, record_view: str | None = None, checkpoint: str | None = None,
-          save: str | None = None) -> int:
+          save: str | None = None, model: str | None = None) -> int:
     """``securevfl party``: answer runs of the active party on ``channel`` (a listening
     :class:`~securevfl.channel.grpc.GrpcChannel`); one run, or one after another with ``serve_forever``.
     A run that fails (bad bytes, a vanished or stalled peer, a bad file) ends with one ``error:``
@@ -517,7 +567,10 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
         print(f"{channel.party}: run started by the active party", file=sys.stderr, flush=True)
         try:
             desc = _expect(decode_json(hello), "run description")
-            report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own, checkpoint, save)
+            if desc.get("op") == "predict":
+                report = serve_predict(channel.endpoint(channel.party), desc, party_file, model)
+            else:
+                report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own, checkpoint, save)
             channel.drain(grace=min(10.0, channel.net.timeout))
             print(json.dumps({"party": channel.party, "steps": report["steps"], "bytes": channel.stats.as_dict()}))
             status = 0

@@ -415,7 +415,7 @@ def test_progress_lines_on_both_sides(files, monkeypatch, capfd) -> None:
         assert all(k in lines[-1] for k in ("ETA", "epoch=1", "MB=")), lines[-1]
 
 
-def test_deployed_save_writes_each_partys_own_folder_and_predicts_as_in_process(files, tmp_path) -> None:
+def test_deployed_save_and_predict_each_party_with_its_own_folder(files, tmp_path) -> None:
     """train --peer --save: the active party writes DIR/active, the passive party its own folder where
     it chose (party --save); together they score new rows exactly as the in-process run's saved model."""
     import shutil
@@ -448,3 +448,22 @@ def test_deployed_save_writes_each_partys_own_folder_and_predicts_as_in_process(
     execute(cfg_for(files, "splitnn", "guest", "host"), progress=False, save=tmp_path / "sim")
     predict(tmp_path / "sim", [str(files["guest"]), str(files["host"])], tmp_path / "sim.csv")
     assert (tmp_path / "deployed.csv").read_text() == (tmp_path / "sim.csv").read_text()
+    # and across processes: the active party scores its new rows while the passive party serves its own part
+    from securevfl.lab.predict import predict_deployed
+
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
+                     listen="127.0.0.1:0", client="active")
+    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id",
+                                                           model=str(tmp_path / "passive-side"))), daemon=True)
+    t.start()
+    peers = {"passive1": f"127.0.0.1:{ch.port}"}
+    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
+    try:
+        summary = predict_deployed(tmp_path / "active-side", str(files["guest"]), tmp_path / "remote.csv", active,
+                                   peers)
+    finally:
+        active.close()
+        t.join(timeout=WAIT)
+        ch.close()
+    assert status == [0, 0] and summary["rows_scored"] > 0
+    assert (tmp_path / "remote.csv").read_text() == (tmp_path / "sim.csv").read_text()

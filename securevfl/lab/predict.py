@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -81,7 +82,7 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
     aligned, _ = _align(id_sets, "plain" if cfg.partition.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError("the party files share no IDs")
-    parties = [_party_data(manifest, prep, ids, X, aligned)
+    parties = [party_rows(manifest, prep, ids, X, aligned)
                for (manifest, _, prep), ids, X in zip(loaded, id_sets, rows, strict=True)]
     regression = active_manifest["task"] == "regression"
     partition = Partition("csv", cfg.partition, cfg.seed, int(active_manifest["n_classes"]), "tabular", parties,
@@ -102,7 +103,7 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
     return {"rows_read": [len(i) for i in id_sets], "rows_scored": len(order), "out": str(out)}
 
 
-def _party_data(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray) -> PartyData:
+def party_rows(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray) -> PartyData:
     """One party's new rows: the aligned ones, as its test split (what evaluation reads)."""
     pos = pd.Index(ids).get_indexer(aligned)
     scale = manifest.get("label_scale")
@@ -110,6 +111,90 @@ def _party_data(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, alig
                      n_numeric=int(manifest["model"]["n_numeric"]),
                      cardinalities=tuple(manifest["model"]["cardinalities"]),
                      label_scale=None if scale is None else (float(scale[0]), float(scale[1])), preprocessing=prep)
+
+
+def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, channel: Any,
+                     peers: dict[str, str]) -> dict:
+    """``securevfl predict --peer``: score new rows as the active party while each passive party, in its
+    own process (``securevfl party --model``), reads its own new file and serves its own saved part.
+
+    Args:
+        model_dir: the folder holding this (the active) party's saved part, ``model_dir/active``.
+        party_file: this party's new file.
+        out: the predictions file.
+        channel: a connected :class:`~securevfl.channel.grpc.GrpcChannel` for party ``active``.
+        peers: passive party name → address.
+    Returns:
+        A summary (rows read, scored, output path)."""
+    from securevfl.channel import MessageKind
+    from securevfl.data import psi
+    from securevfl.deploy import PROTOCOL
+    from securevfl.federation import Federation, fresh_bottom, make_optimizer, seed_for, seeded_build
+    from securevfl.models import build_head, for_head
+    from securevfl.parties import ActiveParty
+    from securevfl.roles import ACTIVE
+    from securevfl.runtime import ActiveOnlyCut, PassiveHandle
+
+    check_out(out)
+    folder = Path(model_dir) / ACTIVE
+    if not (folder / MANIFEST).is_file():
+        raise UserError(f"--model {model_dir}: no saved active party's folder ({folder}); the active party's "
+                        "train --save writes it")
+    manifest, _, prep = read_party_folder(folder)
+    names = list(manifest["passives"])
+    if sorted(peers) != sorted(names):
+        raise UserError(f"--model {model_dir} was trained with {', '.join(names)}: give one --peer for each")
+    cfg = RunConfig()
+    apply_dict(cfg, manifest["config"])
+    n_classes = int(manifest["n_classes"])
+    cfg.model = for_head(cfg.model, n_classes)  # the models as training built them (agg: logits per party)
+    ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids)
+    ep = channel.endpoint(ACTIVE)
+    channel.wait_ready()
+    mode = "plain" if cfg.partition.alignment == "plain" else "psi"
+    for name in names:
+        ep.send_json(name, MessageKind.CONTROL, {"op": "predict", "protocol": PROTOCOL, "party": name,
+                                                 "run_id": manifest["run_id"], "alignment": mode,
+                                                 "cut_dim": cfg.model.cut_dim})
+    for name in names:
+        reply = ep.recv_json(name, MessageKind.CONTROL)
+        if not isinstance(reply, dict) or "error" in reply:
+            raise UserError(f"{name}: {reply.get('error') if isinstance(reply, dict) else reply!r}")
+    theirs = []
+    for name in names:
+        if mode == "plain":
+            theirs.append(ep.recv_ids(name, MessageKind.ALIGNMENT))
+        else:
+            client = psi.psi_client_start(ep, name, ids)
+            theirs.append(psi.psi_client_finish(ep, name, client, ids))
+    aligned = psi.plain_intersection([ids, *theirs])
+    if len(aligned) == 0:
+        raise UserError("the party files share no IDs")
+    for name in names:
+        ep.send_ids(name, MessageKind.ALIGNMENT, aligned)
+    data = party_rows(manifest, prep, ids, X, aligned)
+    cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
+                         **cfg.he_params)
+    widths = [int(w) for w in manifest["passive_widths"]]
+    bottom = fresh_bottom(data, cfg.model, cfg.seed, 0)
+    head = seeded_build(seed_for(cfg.seed, len(names) + 1),
+                        lambda: build_head(cfg.model.cut_dim + sum(widths), n_classes, cfg.model))
+    active = ActiveParty(data, ep, defense_hooks(cfg), bottom, head, lambda params: make_optimizer(params, cfg.optim),
+                         cut, passive_names=names, passive_widths=widths, n_classes=n_classes, seed=cfg.seed,
+                         interactive_lr=cfg.optim.interactive_lr)
+    active.load_own(folder)
+    handles = [PassiveHandle(n, ep) for n in names]
+    fed = Federation(channel, active, handles, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
+                     regression=manifest["task"] == "regression")
+    order = aligned[np.argsort(pd.Index(ids).get_indexer(aligned))]  # this file's row order
+    scores = SplitTrainer(fed, cfg.train, cfg.seed, progress=False).predict_proba(order, "test")
+    for h in handles:
+        h.end()
+    _write(_predictions(manifest, prep["id_column"], order, scores), Path(out))
+    if len(ids) > len(order):
+        print(f"note: {len(ids) - len(order)} rows of {party_file} are not in every party's file and were not scored",
+              file=sys.stderr)
+    return {"rows_read": int(len(ids)), "rows_scored": int(len(order)), "out": str(out)}
 
 
 def _predictions(manifest: dict, id_column: str, ids: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
