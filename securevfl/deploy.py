@@ -132,11 +132,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own))})
-    if hello["alignment"] == "psi":
-        psi.psi_server_round(ep, ACTIVE, own)
-    else:
-        ep.send_ids(ACTIVE, MessageKind.ALIGNMENT, own)
-    aligned = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    aligned = psi.align_to(ep, ACTIVE, own, hello["alignment"])
     test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
     split = _Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
     data, ingest = _party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
@@ -205,11 +201,7 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(ids))})
-    if hello.get("alignment") == "plain":
-        ep.send_ids(ACTIVE, MessageKind.ALIGNMENT, ids)
-    else:
-        psi.psi_server_round(ep, ACTIVE, ids)
-    aligned = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    aligned = psi.align_to(ep, ACTIVE, ids, "plain" if hello.get("alignment") == "plain" else "psi")
     data = party_rows(manifest, prep, ids, X, aligned)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
@@ -370,19 +362,11 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
             raise UserError(f"{name}: {reply['error']}")
     # 2. alignment
     channel.netstats.phase = "alignment"
-    per_party = []
-    for name in names:
-        if cfg.partition.alignment == "plain":
-            per_party.append(ep.recv_ids(name, MessageKind.ALIGNMENT))
-        else:
-            client = psi.psi_client_start(ep, name, own)
-            per_party.append(psi.psi_client_finish(ep, name, client, own))
-    aligned = psi.plain_intersection([own, *per_party])
+    aligned = psi.align_with(ep, names, own, "plain" if cfg.partition.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids is set")
     split = _split(aligned, own, has_label, cfg.partition, cfg.seed)
     for name in names:
-        ep.send_ids(name, MessageKind.ALIGNMENT, aligned)
         ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
     labels = _ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
     a_data, ingest = _party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels)

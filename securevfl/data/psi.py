@@ -55,3 +55,30 @@ def plain_intersection(id_sets: list[np.ndarray]) -> np.ndarray:
     for ids in id_sets[1:]:
         out = intersect(out, ids)
     return np.sort(out)
+
+
+def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: str) -> np.ndarray:
+    """The active party's side of aligning with passive parties in other processes: ECDH PSI with each
+    (``mode`` ``psi``; ``plain``: each sends its ID list in the clear), then the intersection of all,
+    which it announces to each (kind ``alignment``)."""
+    theirs = []
+    for name in peers:
+        if mode == "plain":
+            theirs.append(endpoint.recv_ids(name, MessageKind.ALIGNMENT))
+        else:
+            client = psi_client_start(endpoint, name, own_ids)
+            theirs.append(psi_client_finish(endpoint, name, client, own_ids))
+    aligned = plain_intersection([own_ids, *theirs])
+    if len(aligned):
+        for name in peers:
+            endpoint.send_ids(name, MessageKind.ALIGNMENT, aligned)
+    return aligned
+
+
+def align_to(endpoint: Endpoint, active: str, own_ids: np.ndarray, mode: str) -> np.ndarray:
+    """A passive party's side of :func:`align_with`: its PSI round (or its ID list), then the aligned IDs."""
+    if mode == "plain":
+        endpoint.send_ids(active, MessageKind.ALIGNMENT, own_ids)
+    else:
+        psi_server_round(endpoint, active, own_ids)
+    return endpoint.recv_ids(active, MessageKind.ALIGNMENT)

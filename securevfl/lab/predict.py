@@ -160,18 +160,9 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
         reply = ep.recv_json(name, MessageKind.CONTROL)
         if not isinstance(reply, dict) or "error" in reply:
             raise UserError(f"{name}: {reply.get('error') if isinstance(reply, dict) else reply!r}")
-    theirs = []
-    for name in names:
-        if mode == "plain":
-            theirs.append(ep.recv_ids(name, MessageKind.ALIGNMENT))
-        else:
-            client = psi.psi_client_start(ep, name, ids)
-            theirs.append(psi.psi_client_finish(ep, name, client, ids))
-    aligned = psi.plain_intersection([ids, *theirs])
+    aligned = psi.align_with(ep, names, ids, mode)
     if len(aligned) == 0:
         raise UserError("the party files share no IDs")
-    for name in names:
-        ep.send_ids(name, MessageKind.ALIGNMENT, aligned)
     data = party_rows(manifest, prep, ids, X, aligned)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
