@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import struct
 import sys
@@ -56,10 +55,10 @@ from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, 
 from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
-from securevfl.federation import Federation, OptimConfig, fresh_bottom, make_optimizer, seed_for, seeded_build
+from securevfl.federation import Federation, OptimConfig, build_active, build_passive
 from securevfl.lab.party_settings import PartySettings
-from securevfl.models import ModelConfig, build_head, for_head
-from securevfl.parties import ActiveParty, PassiveParty
+from securevfl.models import ModelConfig, for_head
+from securevfl.parties import PassiveParty
 from securevfl.roles import ACTIVE, passive_name
 from securevfl.runtime import ActiveOnlyCut, PassiveHandle, handles, serve_passive
 from securevfl.view import write_view
@@ -140,9 +139,8 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     optim = OptimConfig(**hello["optim"])
     cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]),
                          mixing=_model_config(hello["model"]).interactive_mixing, **hello["he_params"])
-    bottom = fresh_bottom(data, _model_config(hello["model"]), cfg.seed, int(hello["index"]))
-    party = PassiveParty(data, ep, _defenses(cfg), bottom, functools.partial(make_optimizer, cfg=optim), cut,
-                         seed=cfg.seed, interactive_lr=optim.interactive_lr)
+    party = build_passive(data, ep, _defenses(cfg), _model_config(hello["model"]), optim, cut, int(hello["index"]),
+                          cfg.seed)
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
     party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
     if checkpoints is not None and checkpoints.resume_epoch is not None:
@@ -205,9 +203,7 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
     data = party_rows(manifest, prep, ids, X, aligned)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
-    bottom = fresh_bottom(data, cfg.model, cfg.seed, int(manifest["index"]))
-    party = PassiveParty(data, ep, defense_hooks(cfg), bottom, functools.partial(make_optimizer, cfg=cfg.optim), cut,
-                         seed=cfg.seed, interactive_lr=cfg.optim.interactive_lr)
+    party = build_passive(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, int(manifest["index"]), cfg.seed)
     party.load_own(folder)
     return serve_passive(party, cut, None, progress=None, desc=f"{name} scoring", extra={"rows": int(len(ids))})
 
@@ -373,13 +369,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
                for n in names]
     # the active party's models from the same seed streams as the simulator's standard_models
-    bottom = fresh_bottom(a_data, cfg.model, cfg.seed, 0)
-    widths = [cut.out_dim(cfg.model.cut_dim)] * len(names)
-    head = seeded_build(seed_for(cfg.seed, n_parties),
-                        lambda: build_head(cfg.model.cut_dim + sum(widths), n_classes, cfg.model))
-    active = ActiveParty(a_data, ep, defenses, bottom, head, functools.partial(make_optimizer, cfg=cfg.optim), cut,
-                         passive_names=names, passive_widths=widths, n_classes=n_classes, seed=cfg.seed,
-                         interactive_lr=cfg.optim.interactive_lr, device=device)
+    active = build_active(a_data, ep, defenses, cfg.model, cfg.optim, cut, names, n_classes, cfg.seed, device)
     fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
                      regression=regression, checkpoints=ck)
     active.learn_alignment(split.train_aligned, a_data.test_ids)

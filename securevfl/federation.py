@@ -156,6 +156,28 @@ def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, see
     return PartyModels(bottoms, fresh_head(partition, model, seed, model.cut_dim + sum(widths)), widths)
 
 
+def build_active(data: PartyData, endpoint, hooks: list[PartyHook], model: ModelConfig, optim: OptimConfig,
+                 cut: CutLayer, passive_names: list[str], n_classes: int, seed: int,
+                 device: torch.device | None = None) -> ActiveParty:
+    """The active party with the standard models (:func:`standard_models`), built by itself in its own
+    process: its bottom model from party 0's seed stream, the head from the last one."""
+    widths = [cut.out_dim(model.cut_dim)] * len(passive_names)
+    head = seeded_build(seed_for(seed, len(passive_names) + 1),
+                        lambda: build_head(model.cut_dim + sum(widths), n_classes, model))
+    return ActiveParty(data, endpoint, hooks, fresh_bottom(data, model, seed, 0), head,
+                       functools.partial(make_optimizer, cfg=optim), cut, passive_names=passive_names,
+                       passive_widths=widths, n_classes=n_classes, seed=seed, interactive_lr=optim.interactive_lr,
+                       device=device)
+
+
+def build_passive(data: PartyData, endpoint, hooks: list[PartyHook], model: ModelConfig, optim: OptimConfig,
+                  cut: CutLayer, index: int, seed: int) -> PassiveParty:
+    """Passive party ``index`` with its standard bottom model, built by itself in its own process."""
+    return PassiveParty(data, endpoint, hooks, fresh_bottom(data, model, seed, index),
+                        functools.partial(make_optimizer, cfg=optim), cut, seed=seed,
+                        interactive_lr=optim.interactive_lr)
+
+
 def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
                      cut: CutLayer | None = None, hooks: list[PartyHook] | None = None,
                      with_passives: bool = True, record: bool = False,

@@ -129,9 +129,8 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     from securevfl.channel import MessageKind
     from securevfl.data import psi
     from securevfl.deploy import PROTOCOL
-    from securevfl.federation import Federation, fresh_bottom, make_optimizer, seed_for, seeded_build
-    from securevfl.models import build_head, for_head
-    from securevfl.parties import ActiveParty
+    from securevfl.federation import Federation, build_active
+    from securevfl.models import for_head
     from securevfl.roles import ACTIVE
     from securevfl.runtime import ActiveOnlyCut, PassiveHandle
 
@@ -166,13 +165,7 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     data = party_rows(manifest, prep, ids, X, aligned)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
-    widths = [int(w) for w in manifest["passive_widths"]]
-    bottom = fresh_bottom(data, cfg.model, cfg.seed, 0)
-    head = seeded_build(seed_for(cfg.seed, len(names) + 1),
-                        lambda: build_head(cfg.model.cut_dim + sum(widths), n_classes, cfg.model))
-    active = ActiveParty(data, ep, defense_hooks(cfg), bottom, head, lambda params: make_optimizer(params, cfg.optim),
-                         cut, passive_names=names, passive_widths=widths, n_classes=n_classes, seed=cfg.seed,
-                         interactive_lr=cfg.optim.interactive_lr)
+    active = build_active(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, names, n_classes, cfg.seed)
     active.load_own(folder)
     handles = [PassiveHandle(n, ep) for n in names]
     fed = Federation(channel, active, handles, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
