@@ -205,7 +205,7 @@ class CutLayer(ABC):
     def complete_backward(self, p_end: PassiveEnd, a_end: ActiveEnd) -> torch.Tensor:
         return self.passive_backward(p_end)
 
-    # The two halves of the scripts above, for parties in separate processes (securevfl/deploy.py):
+    # The two halves of the scripts above, for parties running their own programs (securevfl/runtime.py):
     # each side runs its own half and blocks on the network where the script interleaves them.
     def active_forward(self, a_end: ActiveEnd, training: bool) -> torch.Tensor:
         """The active party's part of the forward exchange (after the passive party's send_forward)."""
