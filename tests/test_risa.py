@@ -168,6 +168,10 @@ def test_risa_end_to_end_and_what_each_party_saw(risa_cfg):
     n_active_only = len(part.active.train_ids) - len(part.aligned_ids)
     assert st["candidates"] == n_passive_only and 0 < st["pseudo_labeled"] <= st["candidates"]
     assert info["training_rows"] == len(part.labeled_ids) + n_active_only + st["pseudo_labeled"]
+    # the lab scores the pseudo-labels against the truth no party holds (issue 42)
+    truth = r["method_info"]["against_truth"]
+    assert truth["pseudo_labels_scored"] == st["pseudo_labeled"] and 0.0 <= truth["pseudo_label_accuracy"] <= 1.0
+    assert truth["dropped_pseudo_labeled"] + truth["kept_pseudo_labeled"] == st["pseudo_labeled"]
     assert info["evidential"] and isinstance(fed.active.head, EvidentialHeads)
     # rows dropped on the decreasing schedule; labeled aligned rows are never dropped
     assert len(info["drops"]) == 3 and [d["tau"] for d in info["drops"]] == sorted(

@@ -123,6 +123,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     attacks = prepare_attacks(attack_specs, fed, cfg.seed, partition)
     utility = train_and_evaluate(method, fed)
     seconds = time.perf_counter() - t0
+    if facts := method.truth_facts(partition):  # the lab's own scoring, with ground truth no party held
+        fed.meta["against_truth"] = facts
     if device.type != "cpu":  # the adversary's analyses, the audit and --save run on the CPU (devices.py)
         for party in fed.parties:
             party.use_device(CPU)

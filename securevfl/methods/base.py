@@ -110,6 +110,12 @@ class Method(ABC):
         ``handle.call(name, ...)``."""
         return {}
 
+    def truth_facts(self, partition: Partition) -> dict:
+        """What only the lab can say about this run: its steps scored against ground truth no party
+        holds (e.g. how many of RISA's pseudo-labels were right). Added to ``method_info["against_truth"]``
+        after training; never seen by a party."""
+        return {}
+
     def attach(self, fed: Federation) -> None:
         """After the run, one program drives the trained federation (the lab's attacks and audit
         queries): the trainer now talks to the parties themselves, not to their handles."""

@@ -72,7 +72,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.channel import MessageKind
-from securevfl.data.partition import IdIndex, PartyData
+from securevfl.data.partition import IdIndex, Partition, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
 from securevfl.ids import difference, intersect, member
@@ -457,7 +457,27 @@ class RISA(Method):
         for party in fed.parties:
             party.restore(start[party.name])
         summary = {"candidates": int(len(candidates)), "pseudo_labeled": int(keep.sum())}
-        return candidates[keep], probs.argmax(1)[keep].astype(np.int64), summary
+        self._pseudo = (candidates[keep], probs.argmax(1)[keep].astype(np.int64))
+        return self._pseudo[0], self._pseudo[1], summary
+
+    def truth_facts(self, partition: Partition) -> dict:
+        """How right the pseudo-labels were, overall and among the rows the selection dropped or kept
+        (the selection is for wrong labels and bad imputations: dropped rows should be the wronger)."""
+        pseudo = getattr(self, "_pseudo", None)
+        if pseudo is None or not len(pseudo[0]):
+            return {}
+        ids, y = pseudo
+        truth = partition.true_labels(ids)
+        known = truth >= 0
+        right = (truth == y) & known
+        out: dict = {"pseudo_labels_scored": int(known.sum()),
+                     "pseudo_label_accuracy": round(float(right[known].mean()), 4) if known.any() else None}
+        if isinstance(self.trainer, RisaTrainer):
+            dropped = np.isin(ids, self.trainer.dropped_ids())
+            for name, mask in (("dropped", dropped & known), ("kept", ~dropped & known)):
+                out[f"{name}_pseudo_labeled"] = int(mask.sum())
+                out[f"{name}_pseudo_label_accuracy"] = round(float(right[mask].mean()), 4) if mask.any() else None
+        return out
 
 
 @METHODS.register
