@@ -79,6 +79,11 @@ def test_augmented_beats_aligned_only_draws(ea_cfg):
     aligned = execute(ea_cfg).to_json()
     assert aligned["method_info"]["entity_aug"]["steps"] < aug["method_info"]["entity_aug"]["steps"]
     assert aug["utility"]["test"] > aligned["utility"]["test"]
+    # the augmentation acted (issue 42): independent draws mix entities in most rows, and the soft label
+    # mixes classes where they differ; the aligned-only draws never do
+    a, b = aug["method_info"]["entity_aug"], aligned["method_info"]["entity_aug"]
+    assert a["rows_of_different_entities"] > 0.5 * a["rows_trained"] and a["rows_with_mixed_labels"] > 0
+    assert b["rows_of_different_entities"] == 0 and b["rows_with_mixed_labels"] == 0 and b["rows_trained"] > 0
 
 
 def test_feature_holding_host_with_two_guests(ea_cfg):

@@ -56,9 +56,23 @@ def test_vflhlp_variants_run(method):
     cfg.partition.aligned_fraction = 0.2
     cfg.train.epochs = 3
     cfg.optim.optimizer, cfg.optim.lr = "sgd", 0.01
-    cfg.method_params = {"ssl_epochs": 1, "pretrain_epochs": 2}
+    cfg.method_params = {"ssl_epochs": 3, "ssl_batch_size": 64, "pretrain_epochs": 2}
     r = execute(cfg).to_json()
     assert r["utility"]["metric"] == "auc" and r["utility"]["test"] > 0.8
+    # each step's counters show it acted (issue 42): the active party pre-trained on its labeled rows,
+    # unaligned ones included; each passive party's SCARF loss fell
+    info = r["method_info"].get("vflhlp", {})
+    if method != "vflhlp-p":
+        pre = info["active_pretraining"]
+        assert pre["rows"] + pre["validation_rows"] > r["partition"]["labeled"]
+        assert len(pre["validation_loss"]) == 2 and pre["kept_epoch"] in (0, 1)
+    else:
+        assert "active_pretraining" not in info
+    if method != "vflhlp-a":
+        scarf = info["passive_pretraining"]["passive1"]
+        assert scarf["rows"] > 0 and scarf["loss_last_step"] < scarf["loss_first_step"]
+    else:
+        assert "passive_pretraining" not in info
 
 
 def test_vflhlp_needs_unaligned_labels(capsys):

@@ -164,6 +164,7 @@ class EntityAugTrainer(SplitTrainer):
         self.queue, self.host_sampler = queue, host_sampler
         self.stale: dict[str, tuple[torch.Tensor, np.ndarray]] = {}  # Q_i, Q_label,i: last activation + IDs
         self.reused: list[tuple[int, str]] = []  # (host step, guest) pairs served from the queue
+        self.rows = self.rows_of_different_entities = self.rows_with_mixed_labels = 0
         self._soft: torch.Tensor | None = None
 
     def _host_collect(self, name: str, b: int) -> tuple[torch.Tensor, np.ndarray, bool]:
@@ -208,6 +209,13 @@ class EntityAugTrainer(SplitTrainer):
             raise UserError("entity-aug: a guest sent entities the host has no label for; the host must know every "
                             "entity's label (partition.active_labels_all and active_labels_unaligned: true)") from None
         self._soft = soft_labels(labels, weights, fed.n_classes).to(a.device)
+        # the augmentation's counters (issue 42): rows whose parts are different entities, rows whose
+        # soft label mixes classes
+        same = np.all([np.asarray(p) == np.asarray(parts[0]) for p in parts[1:]], axis=0) if len(parts) > 1 \
+            else np.ones(b, dtype=bool)
+        self.rows += b
+        self.rows_of_different_entities += int((~same).sum())
+        self.rows_with_mixed_labels += int((self._soft.max(1).values < 1.0).sum())
         a.receive(reps, training=True)
         # each guest's gradient carries its own IDs; queued guests get none
         loss = a.backward(self.objective(a.logits(own, "train", True), own), live)  # each live guest applies its own
@@ -293,5 +301,8 @@ class EntityAugmentation(Method):
         else:
             n_rows = max(counts)
         self.trainer.fit(np.arange(n_rows))
-        fed.meta["entity_aug"] = {"rows_per_party": counts, "steps": a.step, "queue_reuses": len(self.trainer.reused)}
+        t = self.trainer
+        fed.meta["entity_aug"] = {"rows_per_party": counts, "steps": a.step, "queue_reuses": len(t.reused),
+                                  "rows_trained": t.rows, "rows_of_different_entities": t.rows_of_different_entities,
+                                  "rows_with_mixed_labels": t.rows_with_mixed_labels}
 

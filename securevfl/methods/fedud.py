@@ -83,6 +83,7 @@ class UnalignedTerm(LabelTerm):
         self.rng = np.random.default_rng(seed)
         self.chunks: list[np.ndarray] = []
         self.k = 0
+        self.rows_seen = 0  # unaligned rows the term trained on, over all steps (counted once per use)
 
     def begin_epoch(self, steps: int) -> None:
         self.chunks, self.k = np.array_split(self.rng.permutation(self.ids), steps), 0
@@ -91,6 +92,7 @@ class UnalignedTerm(LabelTerm):
     def _losses(self) -> tuple[torch.Tensor, np.ndarray]:
         ids = self.chunks[self.k % len(self.chunks)]
         self.k += 1
+        self.rows_seen += len(ids)
         logits = self.host.logits_alone(ids, "train", True, passive_stand_in=self.rep)
         y = torch.from_numpy(self.host.data.labels(ids)).to(logits.device)
         return F.cross_entropy(logits, y, reduction="none"), ids
@@ -162,7 +164,17 @@ class FedUD(Method):
         a.install(modules={"rep": rep})  # the host owns Rep from here on (and a fresh optimizer)
 
         # step 1: VFL on aligned rows + α·MSE distillation into Rep
-        step1 = self.finetune(fed, aligned, loss_terms=[lambda: alpha * distillation_loss(rep, a)])
+        r2: list[float] = []  # how much of the guest's representation Rep explains, per step (issue 42)
+
+        def distill() -> torch.Tensor:
+            loss = distillation_loss(rep, a)
+            with torch.no_grad():  # R² = 1 − MSE / the batch's total variance of h_G (the target moves as G trains)
+                target = torch.cat([r.detach() for r in a.received], dim=1)
+                spread = float(((target - target.mean(0)) ** 2).sum(1).mean())
+                r2.append(1.0 - float(loss.detach()) / spread if spread > 0 else 0.0)
+            return alpha * loss
+
+        step1 = self.finetune(fed, aligned, loss_terms=[distill])
 
         # step 2: Rep frozen; aligned CE + β·CE on the host's unaligned rows
         rep.requires_grad_(False)
@@ -177,4 +189,7 @@ class FedUD(Method):
         self.trainer = self.finetune(fed, aligned, label_terms=[term], passive_stand_in=rep)
         fed.meta["fedud"] = {"aligned_rows": int(len(aligned)), "unaligned_rows": int(len(unaligned)),
                              "unaligned_rows_per_step": round(term.rows_per_step, 2), "alpha": alpha, "beta": beta,
-                             "step1_final_loss": step1.losses[-1] if step1.losses else None}
+                             "step1_final_loss": step1.losses[-1] if step1.losses else None,
+                             "distillation_r2_first_step": round(r2[0], 4) if r2 else None,
+                             "distillation_r2_last_step": round(r2[-1], 4) if r2 else None,
+                             "unaligned_rows_trained": term.rows_seen}

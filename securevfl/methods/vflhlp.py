@@ -59,7 +59,7 @@ def consistency_loss(encoder: nn.Module, head: nn.Module, theta1: list[torch.Ten
 
 
 def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int, batch_size: int, lr: float,
-                    seed: int) -> tuple[list[torch.Tensor], nn.Linear, nn.Module]:
+                    seed: int, record: dict | None = None) -> tuple[list[torch.Tensor], nn.Linear, nn.Module]:
     """Step 1 at the active party alone: encoder + local head on all its labeled rows. Returns the
     frozen Θ^1 (encoder parameters), Θ^0 (the local head's first layer) and the trained encoder.
 
@@ -79,7 +79,7 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
     val, ids = ids[:n_val], ids[n_val:]
     y, y_val = (torch.from_numpy(active.data.labels(i)).to(active.device) for i in (ids, val))
     X, X_val = active.features(ids, "train"), active.features(val, "train")
-    best, best_state = float("inf"), None
+    best, best_state, val_losses = float("inf"), None, []
     for _ in range(epochs):
         encoder.train()
         local_head.train()
@@ -94,10 +94,14 @@ def active_pretrain(active: ActiveParty, model_cfg, n_classes: int, epochs: int,
         local_head.eval()
         with torch.no_grad():
             val_loss = float(F.cross_entropy(local_head(encoder(X_val)), y_val))
+        val_losses.append(round(val_loss, 6))
         if val_loss < best:
             best, best_state = val_loss, (copy.deepcopy(encoder.state_dict()), copy.deepcopy(local_head.state_dict()))
     # None only when no epoch ran or no validation loss was finite: there is no model to keep
     assert best_state is not None, "VFL-HLP pre-training gave no finite validation loss"
+    if record is not None:  # the step's counters (issue 42): rows it trained on, the epoch it kept
+        record.update(rows=int(len(ids)), validation_rows=int(n_val), validation_loss=val_losses,
+                      kept_epoch=int(val_losses.index(round(best, 6))))
     encoder.load_state_dict(best_state[0])
     local_head.load_state_dict(best_state[1])
     theta1 = [w.detach().clone() for w in encoder.parameters()]
@@ -127,10 +131,14 @@ class VFLHLP(Method):
 
     per_role = True
 
-    def passive_scarf(self, party: Party, req: dict) -> None:
-        """Step 2 at a passive party: SCARF pre-training of its encoder on its own rows (Θ^k)."""
+    def passive_scarf(self, party: Party, req: dict) -> dict:
+        """Step 2 at a passive party: SCARF pre-training of its encoder on its own rows (Θ^k); it reports
+        its rows and its InfoNCE loss at the first and last step."""
         cfg = ssl_config(self.params, "scarf")
-        pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, party_index(party.name)) + STREAM_VFLHLP_PASSIVE)
+        losses = pretrain_party_locally(party, cfg,
+                                        seed_for(self.ctx.seed, party_index(party.name)) + STREAM_VFLHLP_PASSIVE)
+        return {"rows": int(len(party.data.train_ids)), "loss_first_step": losses[0] if losses else None,
+                "loss_last_step": losses[-1] if losses else None}
 
     def passive_ops(self) -> dict:
         return {OP_SCARF: self.passive_scarf}
@@ -147,9 +155,11 @@ class VFLHLP(Method):
             if len(a.data.label_ids) <= len(labeled_aligned_ids(fed)):
                 raise UserError(f"{self.name} needs the active party's labels on its unaligned rows "
                                 "(partition.active_labels_unaligned: true)")
+            record: dict = {}
             theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(params["pretrain_epochs"]),
                                                       int(params["pretrain_batch_size"]), float(params["pretrain_lr"]),
-                                                      seed_for(self.ctx.seed, 0) + STREAM_VFLHLP_ACTIVE)
+                                                      seed_for(self.ctx.seed, 0) + STREAM_VFLHLP_ACTIVE, record)
+            fed.meta.setdefault("vflhlp", {})["active_pretraining"] = record
             if params["init_active"]:
                 # start at the pre-trained point: encoder Θ^1, head slice Θ^0, and zero weights on the
                 # passive parties' columns, so federated training starts from the local model's function
@@ -161,9 +171,9 @@ class VFLHLP(Method):
                     layer.bias.copy_(theta0.bias)
             beta, own_dim = float(params["beta"]), cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
             terms.append(lambda: beta * consistency_loss(a.bottom, a.head, theta1, theta0, own_dim))
-        if self.use_passive:
-            for p in handles(fed):
-                p.call(OP_SCARF)
+        if self.use_passive:  # each passive party's SCARF losses, first and last epoch (its own report)
+            fed.meta.setdefault("vflhlp", {})["passive_pretraining"] = {
+                p.name: p.call(OP_SCARF, reply=True) for p in handles(fed)}
         self.reset_optimizers(fed)
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed), loss_terms=terms)
 
