@@ -60,10 +60,9 @@ from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, for_head
 from securevfl.parties import PassiveParty
 from securevfl.roles import ACTIVE, passive_name
-from securevfl.runtime import ActiveOnlyCut, PassiveHandle, handles, serve_passive
+from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle, handles, serve_passive
 from securevfl.view import write_view
 
-PROTOCOL = 2
 _DATA_OPTIONS = ("numeric_ids", "label_column", "drop_columns", "categorical", "numeric", "min_freq", "hash_buckets")
 
 

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+PROTOCOL = 2
+"""The version of the parties' protocol (a run description names it; a party refuses another)."""
+
 PassiveOp = Callable[["PassiveParty", dict], object]
 """A method's operation at a passive party: it gets the party and the request's arguments (JSON),
 acts on what the party holds (and may exchange messages through the party's endpoint), and returns

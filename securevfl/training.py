@@ -180,7 +180,8 @@ class SplitTrainer:
         for p in self._handles():  # each passive party's progress line knows the stage's size
             p.call("progress", desc=desc, total=n_steps, per_epoch=per_epoch, done=first * per_epoch)
         with progress_bar(n_steps, desc, self.progress, leave=False) as bar:
-            bar.update(first * -(-len(ids) // bs))
+            if first:  # a resumed run starts where its checkpoint was
+                bar.update(first * -(-len(ids) // bs))
             for epoch in range(first, epochs):
                 self.epoch = epoch
                 rows = self.epoch_ids(epoch, ids)

@@ -128,11 +128,10 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
         A summary (rows read, scored, output path)."""
     from securevfl.channel import MessageKind
     from securevfl.data import psi
-    from securevfl.deploy import PROTOCOL
     from securevfl.federation import Federation, build_active
     from securevfl.models import for_head
     from securevfl.roles import ACTIVE
-    from securevfl.runtime import ActiveOnlyCut, PassiveHandle
+    from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle
 
     check_out(out)
     folder = Path(model_dir) / ACTIVE
