@@ -142,9 +142,6 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
                           cfg.seed)
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
     party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
-    if checkpoints is not None and checkpoints.resume_epoch is not None:
-        party.load_checkpoint_state(checkpoints.load(checkpoints.resume_epoch)["party"])
-        print(f"{name}: resumed from its checkpoint of epoch {checkpoints.resume_epoch}", file=sys.stderr, flush=True)
     # the method's passive program, the same as in the simulator (securevfl/runtime.py)
     def save_own(party: PassiveParty, req: dict) -> dict:
         """``--save``: this party writes its own part into the folder it chose (``party --save``)."""
@@ -264,8 +261,9 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
         raise UserError(f"--save: method {cfg.method} is not supported (it ends with other models or predicts another "
                         "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
     if checkpoint is not None and not method.resumable:
+        resumable = ", ".join(m for m in METHODS.names() if METHODS.get(m).resumable)
         raise UserError(f"--checkpoint: method {cfg.method} cannot resume yet (its stages before the supervised "
-                        "one keep state that is not checkpointed; resumable: splitnn)")
+                        f"one keep state that is not checkpointed; resumable: {resumable})")
     if checkpoint is not None and len(cfg.train.lr_grid) > 1:
         raise UserError("--checkpoint with several --lr-grid rates is not supported (each rate is a run of its own)")
     for a in cfg.attacks:

@@ -16,6 +16,7 @@ deterministic, a deadlock is an error naming each party's wait), or one role per
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -170,7 +171,7 @@ def active_view(fed: Federation, handles: list[PassiveHandle] | None = None) -> 
 
 
 # ---------------------------------------------------------------------------------- passive side
-STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "checkpoint", "progress")
+STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "checkpoint", "resume", "progress")
 
 
 def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | None, progress: bool | None = False,
@@ -237,6 +238,14 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 stage = {"per_epoch": int(req["per_epoch"]), "done": int(req["done"])}
                 bar = progress_bar(int(req["total"]), f"{label} ({req['desc']})", progress, unit="step",
                                    initial=int(req["done"]))
+            elif op == "resume":  # the supervised stage resumes: this party's own state of that epoch
+                if checkpoints is None:
+                    raise UserError("the active party resumes from checkpoints, but this party keeps none (start it "
+                                    "with its --checkpoint DIR)")
+                party.load_checkpoint_state(checkpoints.load(int(req["epoch"]))["party"])
+                print(f"{party.name}: resumed from its checkpoint of epoch {int(req['epoch'])}", file=sys.stderr,
+                      flush=True)
+                answer = {"resumed": int(req["epoch"])}
             elif op == "checkpoint":
                 if checkpoints is None:
                     raise UserError("the active party asks for checkpoints, but this party keeps none (start it "

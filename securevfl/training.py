@@ -214,12 +214,14 @@ class SplitTrainer:
                         "rng": self.rng.bit_generator.state, "meta": dict(self.fed.meta)})
 
     def _resume(self) -> int:
-        """The first epoch to run: after the checkpoint being resumed (each passive party loaded its own
-        before the run started), with this party's state and the batch order's generator restored."""
+        """The first epoch to run: after the checkpoint being resumed, with every party's own state of
+        that epoch (each passive party loads its own on request) and the batch order's generator restored."""
         ck = self.fed.checkpoints
         if ck is None or ck.resume_epoch is None:
             return 0
         state = ck.load(ck.resume_epoch)
+        for p in self._handles():  # each passive party loads its own state of that epoch, now (after the
+            p.call("resume", reply=True, epoch=ck.resume_epoch)  # program's earlier requests, e.g. a reset)
         ck.resume_epoch = None  # taken once
         self.fed.active.load_checkpoint_state(state["party"])
         self.rng.bit_generator.state = state["rng"]

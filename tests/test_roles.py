@@ -362,14 +362,16 @@ def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
 
 
 @pytest.mark.slow
-def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path) -> None:
+@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam"])
+def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, method: str) -> None:
     """kill -9 the passive party's process mid-run; restarted with the same --checkpoint folder, and
-    the active party run again with --resume, training ends exactly as an uninterrupted run."""
+    the active party run again with --resume, training ends exactly as an uninterrupted run (for a
+    method with pre-training too: the resumed run skips it, its result being in the checkpoints)."""
     import time
 
-    cfg = cfg_for(files, "splitnn", "guest")
+    cfg = cfg_for(files, method, "guest")
     cfg.train.epochs = 40
-    sim = execute(_with_epochs(cfg_for(files, "splitnn", "guest", "host"), 40), progress=False).to_json()
+    sim = execute(_with_epochs(cfg_for(files, method, "guest", "host"), 40), progress=False).to_json()
     ck_a, ck_p = tmp_path / "ck-active", tmp_path / "ck-passive"
     proc, addr = _passive_process(files, tmp_path / "p1.log", ck_p)
     certs = files["certs"]
@@ -409,6 +411,7 @@ def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path) -> No
     assert "resumed from its checkpoint" in (tmp_path / "p2.log").read_text()
     assert r["utility"] == sim["utility"]  # the same final model as the uninterrupted run
     assert r["cost"]["train_steps"] == sim["cost"]["train_steps"]
+    assert r["method_info"].get("pretrain_final_loss") == sim["method_info"].get("pretrain_final_loss")
 
 
 def _with_epochs(cfg: RunConfig, epochs: int) -> RunConfig:

@@ -100,7 +100,13 @@ class Method(ABC):
 
     resumable: ClassVar[bool] = False
     """Whether a deployed run can resume from checkpoints (``--checkpoint``, ``--resume``): the program
-    is one supervised stage, whose state the checkpoints hold whole."""
+    ends with one supervised stage, the checkpoints of whose epochs hold the run's whole state, and
+    what comes before it only sets the parties' parameters (so a resumed run skips it, :meth:`resuming`)."""
+
+    def resuming(self, fed: Federation) -> bool:
+        """Whether this run resumes from a checkpoint of its supervised stage: the stages before it
+        already happened, and their result is in every party's checkpoint."""
+        return fed.checkpoints is not None and fed.checkpoints.resume_epoch is not None
     not_deployable: ClassVar[str] = "its stages outside the supervised loop are not yet written per role"
     """Why a method that is not :attr:`per_role` cannot run across processes (the one-line error)."""
 

@@ -30,12 +30,15 @@ class FedLocalSSL(Method):
     def passive_ops(self) -> dict:
         return {"local_ssl.pretrain": self.pretrain}
 
+    resumable = True  # pre-training only sets each party's bottom model, which the checkpoints hold
+
     def fit(self, fed: Federation) -> None:
-        losses = {fed.active.name: self.pretrain(fed.active)}
-        for p in handles(fed):
-            losses[p.name] = cast(list, p.call("local_ssl.pretrain", reply=True))
+        if not self.resuming(fed):  # a resumed run's pre-trained models come with its checkpoints
+            losses = {fed.active.name: self.pretrain(fed.active)}
+            for p in handles(fed):
+                losses[p.name] = cast(list, p.call("local_ssl.pretrain", reply=True))
+            fed.meta["pretrain_final_loss"] = {n: (v[-1] if v else None) for n, v in losses.items()}
         self.reset_optimizers(fed)
-        fed.meta["pretrain_final_loss"] = {n: (v[-1] if v else None) for n, v in losses.items()}
         self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
 
 

@@ -171,7 +171,7 @@ class VFLHLP(Method):
                     layer.bias.copy_(theta0.bias)
             beta, own_dim = float(params["beta"]), cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
             terms.append(lambda: beta * consistency_loss(a.bottom, a.head, theta1, theta0, own_dim))
-        if self.use_passive:  # each passive party's SCARF losses, first and last epoch (its own report)
+        if self.use_passive and not self.resuming(fed):  # each passive party's SCARF losses (its own report)
             fed.meta.setdefault("vflhlp", {})["passive_pretraining"] = {
                 p.name: p.call(OP_SCARF, reply=True) for p in handles(fed)}
         self.reset_optimizers(fed)
@@ -191,3 +191,4 @@ class VFLHLPPassive(VFLHLP):
     name = "vflhlp-p"
     summary = "VFLHLP ablation: only the passive parties' SCARF initialisation"
     use_active = False
+    resumable = True  # SCARF only sets the passive parties' encoders, which the checkpoints hold
