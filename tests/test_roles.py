@@ -4,6 +4,7 @@ a stuck protocol is an error that names every party's wait, never a hang."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -429,25 +430,33 @@ def test_resume_is_refused_where_it_cannot_hold(files) -> None:
         check_deployable(cfg_for(files, "fedhssl", "guest"), peers, "ck", False)
 
 
+@contextlib.contextmanager
+def one_passive(files: dict[str, Path], status: list, **serve_kw):
+    """passive1 serving its host file in a thread (``serve_kw``: its own flags, e.g. ``save``, ``model``);
+    yields the active party's connected channel and peers; ``status`` gets the passive's exit status."""
+    certs = files["certs"]
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
+                     listen="127.0.0.1:0", client="active")
+    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id", **serve_kw)), daemon=True)
+    t.start()
+    peers = {"passive1": f"127.0.0.1:{ch.port}"}
+    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
+    try:
+        yield active, peers
+    finally:
+        active.close()
+        t.join(timeout=WAIT)
+        ch.close()
+
+
 def test_progress_lines_on_both_sides(files, monkeypatch, capfd) -> None:
     """Plain progress lines (stderr not a terminal) on the active and the passive side: step of the
     total, epoch, ETA and the bytes that party moved."""
     monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0")  # a line at every step
     cfg = cfg_for(files, "splitnn", "guest")
     cfg.train.epochs = 2
-    certs = files["certs"]
-    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
-                     listen="127.0.0.1:0", client="active")
-    t = threading.Thread(target=serve, args=(ch, str(files["host"]), "id"), daemon=True)
-    t.start()
-    peers = {"passive1": f"127.0.0.1:{ch.port}"}
-    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
-    try:
+    with one_passive(files, []) as (active, peers):
         train_deployed(cfg, active, peers, progress=None)
-    finally:
-        active.close()
-        t.join(timeout=WAIT)
-        ch.close()
     err = capfd.readouterr().err
     for side in ("train: step ", "passive1 serving (train): step "):
         lines = [line for line in err.splitlines() if line.startswith(side)]
@@ -462,22 +471,10 @@ def test_deployed_save_and_predict_each_party_with_its_own_folder(files, tmp_pat
 
     from securevfl.lab.predict import predict
 
-    certs = files["certs"]
-    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
-                     listen="127.0.0.1:0", client="active")
     status: list = []
-    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id",
-                                                           save=str(tmp_path / "passive-side"))), daemon=True)
-    t.start()
-    peers = {"passive1": f"127.0.0.1:{ch.port}"}
-    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
-    try:
+    with one_passive(files, status, save=str(tmp_path / "passive-side")) as (active, peers):
         train_deployed(cfg_for(files, "splitnn", "guest"), active, peers, progress=False,
                        save=str(tmp_path / "active-side"))
-    finally:
-        active.close()
-        t.join(timeout=WAIT)
-        ch.close()
     assert status == [0]
     assert sorted(p.name for p in (tmp_path / "active-side").iterdir()) == ["active"]  # only its own folder
     assert sorted(p.name for p in (tmp_path / "passive-side").iterdir()) == ["passive1"]
@@ -491,19 +488,8 @@ def test_deployed_save_and_predict_each_party_with_its_own_folder(files, tmp_pat
     # and across processes: the active party scores its new rows while the passive party serves its own part
     from securevfl.lab.predict import predict_deployed
 
-    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
-                     listen="127.0.0.1:0", client="active")
-    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id",
-                                                           model=str(tmp_path / "passive-side"))), daemon=True)
-    t.start()
-    peers = {"passive1": f"127.0.0.1:{ch.port}"}
-    active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=WAIT), peers=peers)
-    try:
+    with one_passive(files, status, model=str(tmp_path / "passive-side")) as (active, peers):
         summary = predict_deployed(tmp_path / "active-side", str(files["guest"]), tmp_path / "remote.csv", active,
                                    peers)
-    finally:
-        active.close()
-        t.join(timeout=WAIT)
-        ch.close()
     assert status == [0, 0] and summary["rows_scored"] > 0
     assert (tmp_path / "remote.csv").read_text() == (tmp_path / "sim.csv").read_text()
