@@ -34,6 +34,13 @@ T = 3.0  # seconds: every network wait of the fault tests
 OK_T = 30.0  # seconds: the waits of runs that should succeed (a loaded CI machine; Paillier key generation)
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread(monkeypatch):
+    """Equality across runtimes is bit for bit only at a fixed thread count: the thread policy picks a
+    share of the cores from the machine's load, and another reduction order is another float."""
+    monkeypatch.setenv("SECUREVFL_THREADS", "1")
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     """A small pair (and a third party) of per-party files in FATE's convention, plus two CAs."""

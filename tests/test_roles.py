@@ -28,6 +28,13 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "deploy-example"
 WAIT = 60.0
 
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(monkeypatch):
+    """Equality across runtimes is bit for bit only at a fixed thread count: the thread policy picks a
+    share of the cores from the machine's load, and another reduction order is another float."""
+    monkeypatch.setenv("SECUREVFL_THREADS", "1")
+
 # small settings per method, so that every method's stages run in seconds
 SMALL = {"ssl_epochs": 1, "ssl_batch_size": 64, "proj_dim": 8, "pred_hidden": 4, "queue": 64}
 PARAMS: dict[str, dict] = {
