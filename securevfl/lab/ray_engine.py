@@ -11,6 +11,7 @@ from typing import Any
 
 import ray
 
+from securevfl.errors import UserError
 from securevfl.lab.engine import Engine, OnResult, run_cell
 from securevfl.lab.sweep import Cell
 from securevfl.threads import idle_cores, share_for
@@ -24,15 +25,37 @@ def _ray_cell(cell: Cell, sweep: str, threads: int) -> dict:
     return run_cell(cell, sweep)
 
 
+START_TRIES = 2
+
+
+def start_ray(workers: int) -> None:
+    """Join ``RAY_ADDRESS``'s cluster, or start a local instance with ``workers`` CPUs.
+
+    A local head's GCS server sometimes never publishes its port on a loaded machine (Ray waits 30 s
+    by default, then raises): we wait 90 s unless the operator set ``RAY_gcs_server_port_wait_time_s``,
+    and try a second time from a clean shutdown before giving up with one ``error:`` line."""
+    address = os.environ.get("RAY_ADDRESS")
+    kw: dict[str, Any] = {} if address else {"num_cpus": workers}  # ray.init keywords
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", "90")
+    for attempt in range(1, START_TRIES + 1):
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+                     **kw)
+            return
+        except (RuntimeError, ConnectionError) as e:
+            ray.shutdown()
+            if attempt == START_TRIES:
+                where = f"join the Ray cluster at {address}" if address else "start a local Ray instance"
+                raise UserError(f"--engine ray could not {where} ({START_TRIES} tries): "
+                                f"{str(e).splitlines()[0]}") from e
+
+
 class RayEngine(Engine):
     name = "ray"
 
     def run(self, cells: Iterable[Cell], sweep: str, on_result: OnResult) -> None:
         if not ray.is_initialized():
-            address = os.environ.get("RAY_ADDRESS")
-            kw: dict[str, Any] = {} if address else {"num_cpus": self.workers}  # ray.init keywords
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
-                     **kw)
+            start_ray(self.workers)
         threads = share_for(self.workers, idle=idle_cores())
         todo = iter(cells)  # pulled lazily, so store claims follow free workers
         pending = [_ray_cell.remote(c, sweep, threads) for c in islice(todo, self.workers)]
