@@ -29,10 +29,12 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
     """The manifest's entries, each checked for its keys (the test reads it through this too)."""
     entries = yaml.safe_load(path.read_text())
     for name, entry in entries.items():
-        unknown = set(entry) - {"sweeps", "workers", "data"}
+        unknown = set(entry) - {"sweeps", "workers", "data", "claims"}
         if unknown or not entry.get("sweeps"):
             raise SystemExit(f"error: {path.name}: entry {name!r} needs `sweeps` and knows only "
-                             f"sweeps/workers/data (got {sorted(entry)})")
+                             f"sweeps/workers/data/claims (got {sorted(entry)})")
+        if isinstance(entry.get("data"), str):
+            entry["data"] = [entry["data"]]
     return entries
 
 
@@ -42,7 +44,8 @@ def commands(name: str, entry: dict) -> list[list[str]]:
     cli = [sys.executable, "-m", "securevfl"]
     runs = [cli + ["sweep", s, "--store", store, "--workers", str(entry.get("workers", 1))]
             for s in entry["sweeps"]]
-    return runs + [cli + ["report", store, "--out", f"reports/{name}"]]
+    claims = ["--claims", entry["claims"]] if entry.get("claims") else []
+    return runs + [cli + ["report", store, "--out", f"reports/{name}", *claims]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     chosen = args.names or list(entries)
-    missing = [(n, entries[n]["data"]) for n in chosen
-               if "data" in entries[n] and not (ROOT / entries[n]["data"]).exists()]
+    missing = [(n, d) for n in chosen for d in entries[n].get("data", []) if not (ROOT / d).exists()]
     if missing:
-        print(f"error: report {missing[0][0]} needs {missing[0][1]}, which is not there", file=sys.stderr)
+        hint = " (python scripts/fetch_ctr_samples.py fetches it)" if missing[0][1].startswith("runs/data/") else ""
+        print(f"error: report {missing[0][0]} needs {missing[0][1]}, which is not there{hint}", file=sys.stderr)
         return 2
     for name in chosen:
         cmds = commands(name, entries[name])

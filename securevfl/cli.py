@@ -457,6 +457,9 @@ def make_parser() -> _Parser:
                     help="C-DCS weight per attack type, e.g. LI=2,FR=1 (LI label inference, FR feature "
                          "reconstruction, TB targeted backdoor, NTB untargeted; unnamed types weigh 0); "
                          "default: equal weights, as VFLAIR")
+    rp.add_argument("--claims", metavar="FILE",
+                    help="write the methods report instead: each claim of FILE (e.g. sweeps/methods/claims.yaml) "
+                         "re-measured, paired by seed (docs/methods.md)")
     return parser
 
 
@@ -503,6 +506,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     weights = parse_weights(args.weights) if args.weights is not None else None  # refused before any work
     Store.open_existing(args.store).close()  # a missing or foreign store: refused before --out is created
+    if args.claims is not None:
+        from securevfl.lab.report.methods import load_claims, write_methods_report
+
+        if args.weights is not None:
+            raise UserError("--weights applies to the sweep report, not to --claims")
+        load_claims(args.claims)
+        _check_writable_dir(args.out, "report --out")
+        paths = write_methods_report(args.store, args.out, args.claims, command=_command_line(args))
+        print("report: " + ", ".join(str(p) for p in paths))
+        return 0
     _check_writable_dir(args.out, "report --out")
     paths = write_report(args.store, args.out, command=_command_line(args), weights=weights)
     print("report: " + ", ".join(str(p) for p in paths))

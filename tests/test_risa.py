@@ -94,7 +94,7 @@ def test_schedules():
     assert [uncertainty_threshold(t, 10, 0.5, 2) for t in (2, 4, 6, 8)] == pytest.approx([0.875, 0.75, 0.625, 0.5])
 
 
-def _risa_with_flipped_labels(tau_final: float, flip_share: float = 0.4):
+def _risa_with_flipped_labels(tau_final: float, flip_share: float = 0.4, tau_scale: str = "absolute"):
     """breast-cancer, 10 % aligned, the active party's own rows imputed, ``flip_share`` of their labels
     wrong (the label noise RISA's selection is for); returns (drops, dropped IDs, flipped IDs, candidates)."""
     from securevfl.cutlayer import make_cut_layer
@@ -106,7 +106,7 @@ def _risa_with_flipped_labels(tau_final: float, flip_share: float = 0.4):
     cfg.dataset, cfg.method, cfg.seed = "breast-cancer", "risa", 0
     cfg.partition.aligned_fraction = 0.1
     cfg.train.epochs, cfg.train.batch_size = 20, 32
-    cfg.method_params = {"self_training": False, "tau_final": tau_final}
+    cfg.method_params = {"self_training": False, "tau_final": tau_final, "tau_scale": tau_scale}
     cfg = compose.resolve_config(cfg)
     part = compose.build_partition(cfg)
     a = part.active
@@ -132,9 +132,29 @@ def test_selection_drops_noisy_imputed_rows():
     assert share > len(flipped) / len(own)  # wrong labels are over-represented among the dropped
     for d in drops:  # the scales the threshold met are reported
         assert d["u_droppable_q10_50_90"] is not None and d["u_labeled_aligned_q10_50_90"] is not None
-    # control: a threshold no uncertainty reaches drops nothing (the test can fail)
+    # control: a threshold no uncertainty reaches (u ≤ 1) drops nothing (the test can fail)
     drops_off, _, _, _ = _risa_with_flipped_labels(1.0)
     assert sum(d["dropped"] for d in drops_off) == 0
+
+
+def test_rank_selection_keeps_the_tau_share_of_droppable_rows():
+    from securevfl.methods.risa import selection_cut
+
+    u = np.array([0.1, 0.2, 0.3, 0.4])
+    assert selection_cut(0.5, u, 4, "absolute") == 0.5
+    assert selection_cut(1.0, u, 4, "rank") == float("inf")  # τ = 1 keeps every row
+    cut = selection_cut(0.5, u, 4, "rank")
+    assert list(u > cut) == [False, False, True, True]  # the more uncertain half leaves
+    # 1 of 4 already gone: τ = 0.5 of the 4 leaves one more, the most uncertain of those left
+    assert list(u[:3] > selection_cut(0.5, u[:3], 4, "rank")) == [False, False, True]
+
+
+def test_rank_selection_acts_where_the_absolute_threshold_does_not():
+    """``rank`` ends with ⌈τ_final · n⌉ of the n imputed rows kept, whatever the scale of u (on real
+    Criteo rows the absolute reading drops none: reports/methods)."""
+    drops, dropped, _, own = _risa_with_flipped_labels(0.5, flip_share=0.0, tau_scale="rank")
+    assert len(dropped) == len(own) - int(np.ceil(0.5 * len(own)))
+    assert set(dropped) <= set(own)
 
 
 def test_evidential_heads_split_blocks_and_are_nonnegative():

@@ -39,12 +39,20 @@ AVAZU_HEADER = ["id", "click", *AVAZU_FIELDS]
 CRITEO_PRESETS = {
     # VFLHLP Table 1: active = 26 categorical fields, passive = 13 numeric fields
     "vflhlp": [CRITEO_CAT, CRITEO_INT],
+    # RISA §IV-A: "Party 1 has all numerical fields and Party 2 has categorical fields" (party 1 = active)
+    "risa": [CRITEO_INT, CRITEO_CAT],
 }
 AVAZU_PRESETS = {
     # VFLHLP Table 1: 3 parties with 7 | 7 | 8 fields — ad/context | site+app (publisher) | device
     "vflhlp": [["hour", "C1", "banner_pos", "C14", "C15", "C16", "C17"],
                ["site_id", "site_domain", "site_category", "app_id", "app_domain", "app_category", "C18"],
                ["device_id", "device_ip", "device_model", "device_type", "device_conn_type", "C19", "C20", "C21"]],
+    # FedHSSL §5.1: both kinds of fields divided equally, so each party holds a mixture (our reading:
+    # ad/site/context with C14–C17 | app/device with C18–C21)
+    "fedhssl": [["hour", "C1", "banner_pos", "site_id", "site_domain", "site_category", "app_category",
+                 "C14", "C15", "C16", "C17"],
+                ["app_id", "app_domain", "device_id", "device_ip", "device_model", "device_type", "device_conn_type",
+                 "C18", "C19", "C20", "C21"]],
     # FedUD §4.1: host (ad platform) 10 slots, guest (media platform) 12 slots
     "fedud": [["C1", "banner_pos", "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21"],
               ["hour", "site_id", "site_domain", "site_category", "app_id", "app_domain", "app_category",

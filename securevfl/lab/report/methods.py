@@ -1,0 +1,363 @@
+"""The methods report (issue 42): each paper's headline comparison beside ours, from one store.
+
+A *claims file* (``sweeps/methods/claims.yaml``) lists, per method, the paper's comparison (its
+baselines and their published differences), the sweep that re-runs it, the swept key whose values
+form the regime map and the value that is the paper's own setting. For each comparison we pair the
+runs by seed (the same partition, initialisation and batches for both arms) and report the mean
+paired difference with its 95 % t-interval. A comparison *holds* when the interval lies above zero,
+*fails* when it lies below, and is *unresolved* when it covers zero. A method's verdict is
+``holds`` (every comparison holds at the paper's setting), ``holds in regime X`` (it fails there but
+holds at other swept values, named) or ``does not hold`` (nowhere in the map). The claims file can add
+a ``why`` sentence whose ``{fields}`` are filled from the measured step counters, so the explanation
+quotes the run and never a typed-in number.
+
+Flow as in the sweep report: store → tidy frame (one row per run with its counters) → paired table
+→ figure and sentences → ``report.md`` + ``report.html``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from securevfl.errors import UserError  # noqa: E402
+from securevfl.lab.report import render  # noqa: E402
+from securevfl.lab.report.frame import load_frames  # noqa: E402
+from securevfl.lab.store import Store  # noqa: E402
+
+CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "arms", "why",
+              "subset"}
+
+
+def load_claims(path: str | Path) -> list[dict]:
+    """The claims file's entries, each checked for its keys."""
+    try:
+        claims = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"--claims {path}: {e}") from e
+    if not isinstance(claims, list) or not claims:
+        raise UserError(f"--claims {path}: expected a list of claims")
+    for c in claims:
+        unknown = set(c) - CLAIM_KEYS
+        missing = {"method", "title", "paper", "sweep", "comparisons"} - set(c)
+        if unknown or missing:
+            raise UserError(f"--claims {path}: claim {c.get('method')!r}: unknown keys {sorted(unknown)}, "
+                            f"missing {sorted(missing)}")
+    return claims
+
+
+# --- store → frame -------------------------------------------------------------------------------
+
+def _flat(prefix: str, value: Any, out: dict[str, float]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, bool):
+        out[prefix] = float(value)
+    elif isinstance(value, int | float):
+        out[prefix] = float(value)
+
+
+def counters(method_info: dict, truth: dict | None = None) -> dict[str, float]:
+    """The numeric step counters of one run, flattened (``risa.self_training.pseudo_labeled``), plus
+    totals of the per-check lists a reader wants in one number (RISA's rows dropped over all checks,
+    the last check's τ and uncertainty quantiles)."""
+    out: dict[str, float] = {}
+    info = {k: v for k, v in method_info.items() if k != "lr_search"}
+    _flat("", info, out)
+    risa = info.get("risa") if isinstance(info.get("risa"), dict) else None
+    if risa and isinstance(risa.get("drops"), list) and risa["drops"]:
+        drops = risa["drops"]
+        out["risa.dropped_total"] = float(sum(d.get("dropped", 0) for d in drops))
+        last = drops[-1]
+        out["risa.last_check.tau"] = float(last.get("tau", math.nan))
+        for key in ("u_droppable_q10_50_90", "u_labeled_aligned_q10_50_90"):
+            q = last.get(key) or []
+            for name, v in zip(("q10", "q50", "q90"), q, strict=False):
+                out[f"risa.last_check.{key.removesuffix('_q10_50_90')}_{name}"] = float(v)
+    hist = info.get("pretrain_history")
+    if isinstance(hist, list) and hist:  # FedHSSL: the SSL losses before and after pre-training
+        for key in hist[0]:
+            if isinstance(hist[0][key], int | float) and isinstance(hist[-1].get(key), int | float):
+                out[f"ssl.{key}.first_epoch"] = float(hist[0][key])
+                out[f"ssl.{key}.last_epoch"] = float(hist[-1][key])
+    _flat("against_truth", truth or {}, out)
+    return out
+
+
+def method_frame(store_path: str | Path) -> pd.DataFrame:
+    """One row per ok run: sweep, method, seed, swept keys, utility overall / on aligned / on
+    unaligned test rows, and every counter (``c:`` columns)."""
+    runs, _ = load_frames(store_path)
+    store = Store.open_existing(store_path)
+    try:
+        results = {r["run_id"]: r["result_json"] for r in store.rows()}
+    finally:
+        store.close()
+    rows = []
+    for _, r in runs[runs.status == "ok"].iterrows():
+        try:
+            res = json.loads(results.get(r.run_id) or "{}")
+        except json.JSONDecodeError:
+            res = {}
+        u = res.get("utility") if isinstance(res.get("utility"), dict) else {}
+        info = res.get("method_info") if isinstance(res.get("method_info"), dict) else {}
+        truth = info.get("against_truth") if isinstance(info.get("against_truth"), dict) else None
+        row = {"sweep": r.sweep, "method": arm(r.method, r.config), "seed": int(r.seed), "metric": r.metric,
+               "utility": r.utility, "utility_aligned": _sub(u.get("aligned")),
+               "utility_unaligned": _sub(u.get("unaligned")), "seconds": r.seconds,
+               **{c: r[c] for c in runs.columns if c.startswith("swept_")},
+               **{f"c:{k}": v for k, v in counters(info, truth).items()}}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def arm(method: str, config_json: str | None) -> str:
+    """The arm's name: the method, with its parameters when the sweep set any (two ``entity-aug``
+    entries with ``draw: aligned`` / ``independent`` are two arms): ``entity-aug{draw=aligned}``."""
+    try:
+        params = json.loads(config_json or "{}").get("method_params") or {}
+    except (json.JSONDecodeError, AttributeError):
+        params = {}
+    if not isinstance(params, dict) or not params:
+        return method
+    return method + "{" + ",".join(f"{k}={params[k]}" for k in sorted(params)) + "}"
+
+
+def _sub(v: Any) -> float | None:
+    """A subset's utility: a number, or a dict with the metric's value under ``test``/``auc``."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, dict):
+        for key in ("test", "auc", "accuracy"):
+            if isinstance(v.get(key), int | float):
+                return float(v[key])
+    return None
+
+
+# --- paired differences ----------------------------------------------------------------------------
+
+def paired(a: pd.Series, b: pd.Series) -> dict[str, float]:
+    """Mean of a − b over the seeds both have, its sd and 95 % t-interval, and how many seeds a wins."""
+    both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+    d = (both.a - both.b).to_numpy(dtype=float)
+    n = len(d)
+    if n == 0:
+        return {"n": 0, "mean": math.nan, "sd": math.nan, "low": math.nan, "high": math.nan, "wins": 0}
+    mean, sd = float(d.mean()), float(d.std(ddof=1)) if n > 1 else math.nan
+    half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)) if n > 1 else math.nan
+    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half, "wins": int((d > 0).sum())}
+
+
+def verdict(p: dict[str, float]) -> str:
+    if p["n"] < 2 or math.isnan(p["low"]):
+        return "too few seeds"
+    return "holds" if p["low"] > 0 else "fails" if p["high"] < 0 else "unresolved"
+
+
+def comparison_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """One row per (comparison, regime value): the paired difference of the method against the baseline."""
+    sub = frame[frame.sweep == claim["sweep"]]
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    values = sorted(sub[key].dropna().unique()) if key and key in sub else [None]
+    column = {"unaligned": "utility_unaligned", "aligned": "utility_aligned"}
+    rows = []
+    for comp in claim["comparisons"]:
+        col = column.get(comp.get("subset", claim.get("subset", "")), "utility")
+        for v in values:
+            at = sub if v is None else sub[sub[key] == v]
+            arm = at[at.method == claim["method"]].set_index("seed")[col]
+            base = at[at.method == comp["baseline"]].set_index("seed")[col]
+            p = paired(arm, base)
+            rows.append({"baseline": comp["baseline"], "rows": comp.get("subset", claim.get("subset", "all")),
+                         "regime": v, "headline": _is_headline(claim, v),
+                         "paper": comp.get("paper") if _is_headline(claim, v) else None,
+                         "method_mean": float(arm.mean()) if len(arm) else math.nan,
+                         "baseline_mean": float(base.mean()) if len(base) else math.nan, **p,
+                         "verdict": verdict(p)})
+    return pd.DataFrame(rows)
+
+
+def _is_headline(claim: dict, value: Any) -> bool:
+    if value is None or "headline" not in claim:
+        return True
+    return bool(np.isclose(float(value), float(claim["headline"])))
+
+
+def method_verdict(table: pd.DataFrame, claim: dict) -> str:
+    """``holds`` / ``holds in regime …`` / ``does not hold`` / ``unresolved`` for one claim."""
+    head = table[table.headline]
+    if (head.verdict == "too few seeds").any():
+        return "too few seeds to tell"
+    if (head.verdict == "holds").all():
+        return "holds"
+    good = [v for v, g in table.groupby("regime", dropna=False) if (g.verdict == "holds").all()]
+    if good and claim.get("regime"):
+        return f"holds in regime {claim['regime']} ∈ {{{', '.join(_fmt(v) for v in good)}}}"
+    if (head.verdict == "fails").any():
+        return "does not hold"
+    return "unresolved (within seed noise)"
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, int | float | np.integer | np.floating) else str(v)
+
+
+# --- text, figure, report --------------------------------------------------------------------------
+
+def _diff(p: pd.Series) -> str:
+    return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
+
+
+def sentence(claim: dict, table: pd.DataFrame, frame: pd.DataFrame, verdict_text: str) -> str:
+    """The claim's one-sentence answer at the paper's setting, with the ``why`` filled from counters."""
+    head = table[table.headline]
+    parts = [f"{_diff(r)} vs {r.baseline}" + (f" on {r.rows} test rows" if r.rows != "all" else "")
+             + (f" (paper {r.paper:+g})" if isinstance(r.paper, int | float) else "")
+             for _, r in head.iterrows()]
+    n = int(head.n.min()) if len(head) else 0
+    text = f"**{claim['title']}: {verdict_text}.** At the paper's setting: {'; '.join(parts)} ({n} seeds, paired)."
+    if claim.get("why"):
+        text += " " + fill(claim["why"], headline_counters(frame, claim))
+    return text
+
+
+def headline_counters(frame: pd.DataFrame, claim: dict) -> dict[str, float]:
+    """The method's counters at the paper's setting, averaged over seeds (names without ``c:``)."""
+    sub = frame[(frame.sweep == claim["sweep"]) & (frame.method == claim["method"])]
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    if key and key in sub and "headline" in claim:
+        sub = sub[np.isclose(sub[key].astype(float), float(claim["headline"]))]
+    cols = [c for c in sub.columns if c.startswith("c:")]
+    return {c[2:]: float(sub[c].mean()) for c in cols if sub[c].notna().any()}
+
+
+class _Counters(dict):
+    def __missing__(self, key: str) -> str:
+        return f"{{{key}: not measured}}"
+
+
+def fill(template: str, values: dict[str, float]) -> str:
+    """``why`` with each ``{counter}`` or ``{counter:fmt}`` replaced by its measured mean."""
+    return template.format_map(_Counters(values))
+
+
+def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """Mean ± sd over seeds of every counter of the method, at each regime value."""
+    sub = frame[(frame.sweep == claim["sweep"]) & (frame.method == claim["method"])]
+    cols = [c for c in sub.columns if c.startswith("c:") and sub[c].notna().any()]
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    groups = sub.groupby(key) if key and key in sub else [("all", sub)]
+    out = {}
+    for v, g in groups:
+        out[f"{claim.get('regime', '')} {_fmt(v)}".strip()] = [
+            f"{g[c].mean():.4g} ± {g[c].std():.2g}" if g[c].notna().sum() > 1 else f"{g[c].mean():.4g}"
+            for c in cols]
+    return pd.DataFrame({"counter": [c[2:] for c in cols], **out})
+
+
+def regime_figure(claim: dict, table: pd.DataFrame, path: Path) -> Path:
+    """Paired difference (method − baseline) against the regime key, 95 % intervals, paper's value marked."""
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    for i, (base, g) in enumerate(table.groupby("baseline", sort=False)):
+        g = g.sort_values("regime")
+        x = np.arange(len(g)) if g.regime.isna().all() else g.regime.astype(float).to_numpy()
+        shift = (i - 0.5) * 0.03 * (x.max() - x.min() if len(x) > 1 else 1)
+        ax.errorbar(x + shift, g["mean"], yerr=[g["mean"] - g["low"], g["high"] - g["mean"]], marker="o",
+                    capsize=3, label=f"vs {base}")
+        head = g[g.headline]
+        if len(head) and isinstance(head.paper.iloc[0], int | float):
+            hx = x[np.flatnonzero(g.headline.to_numpy())[0]]
+            ax.scatter([hx + shift], [head.paper.iloc[0]], marker="*", s=140, color=ax.lines[-1].get_color(),
+                       zorder=5, label=f"paper vs {base}")
+    ax.axhline(0, color="black", lw=0.8)
+    if claim.get("regime") and table.regime.notna().all():
+        vals = table.regime.astype(float)
+        if vals.min() > 0 and vals.max() / vals.min() > 8:
+            ax.set_xscale("log")
+        ax.set_xlabel(claim["regime"] + " (the paper's setting: " + _fmt(claim.get("headline", "–")) + ")")
+    ax.set_ylabel(f"{claim['method']} − baseline (paired, 95 % CI)")
+    ax.set_title(claim["title"])
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+Fmt = Callable[[float], str]
+
+
+def _shown(table: pd.DataFrame) -> pd.DataFrame:
+    t = table.copy()
+    num = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.3f}"  # noqa: E731
+    return pd.DataFrame({
+        "vs": t.baseline, "test rows": t.rows, "regime": [_fmt(v) if v is not None else "–" for v in t.regime],
+        "paper's setting": ["yes" if h else "" for h in t.headline],
+        "ours (method)": [f"{v:.3f}" for v in t.method_mean], "ours (baseline)": [f"{v:.3f}" for v in t.baseline_mean],
+        "paired diff": [num(v) for v in t["mean"]], "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in
+                                                               zip(t.low, t.high, strict=True)],
+        "seeds won": [f"{w}/{n}" for w, n in zip(t.wins, t.n, strict=True)],
+        "paper's diff": [num(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict})
+
+
+def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_path: str | Path,
+                         command: str | None = None) -> list[Path]:
+    """``report.md`` + ``report.html`` + one regime figure per claim."""
+    claims = load_claims(claims_path)
+    frame = method_frame(store_path)
+    if frame.empty:
+        raise UserError(f"store {store_path} has no finished runs")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    answers, sections, figures = [], [], []
+    for claim in claims:
+        table = comparison_table(frame, claim)
+        if table.n.max() == 0:
+            answers.append(f"**{claim['title']}**: no runs of sweep {claim['sweep']} in this store.")
+            continue
+        v = method_verdict(table, claim)
+        answers.append(sentence(claim, table, frame, v))
+        fig = regime_figure(claim, table, render._figure_path(out, "methods", claim["sweep"]))
+        figures.append(fig)
+        arms = claim.get("arms") or []
+        extra = frame[(frame.sweep == claim["sweep"]) & frame.method.isin([claim["method"], *arms,
+                                                                         *[c["baseline"] for c in claim["comparisons"]]])]
+        key = f"swept_{claim['regime']}" if claim.get("regime") else None
+        means = (extra.groupby(["method", key] if key and key in extra else ["method"]).utility
+                 .agg(["mean", "std", "count"]).reset_index())
+        means["utility"] = [f"{m:.3f} ± {s:.3f} ({int(c)})" for m, s, c in zip(means["mean"], means["std"],
+                                                                                 means["count"], strict=True)]
+        means = means.drop(columns=["mean", "std", "count"]).rename(columns={key: claim.get("regime")} if key else {})
+        sections.append((claim["title"], [
+            ("p", f"Paper: {claim['paper']}. Sweep `{claim['sweep']}`; the regime map varies "
+                  f"`{claim.get('regime', '–')}` (the paper's setting: {_fmt(claim.get('headline', '–'))})."),
+            ("p", sentence(claim, table, frame, v)), ("img", fig),
+            ("h3", "Paired differences (method − baseline; a seed's runs share partition, initialisation and batches)"),
+            ("table", _shown(table)),
+            ("h3", "Test utility per arm (mean ± sd over seeds, seeds in brackets)"), ("table", means),
+            ("h3", "What each step did: the method's counters (mean ± sd over seeds)"),
+            ("table", counter_table(frame, claim))]))
+    runs, _ = load_frames(store_path)
+    intro = ("Each paper's headline comparison re-run with the current code on real rows. A comparison **holds** "
+             "when the 95 % interval of the seed-paired difference lies above zero, **fails** when below, and is "
+             "**unresolved** when it covers zero.")
+    all_sections = [("The answer", [("ul", answers)]), *sections,
+                    ("Provenance", render._provenance_blocks(runs, store_path, command))]
+    md = render._render_md(intro, all_sections, out).replace("# securevfl report", "# securevfl methods report", 1)
+    render._write_new(out / "report.md", md)
+    render._write_new(out / "report.html", render._render_html(intro, all_sections))
+    return [out / "report.md", out / "report.html", *figures]
