@@ -252,7 +252,8 @@ class RisaTrainer(SplitTrainer):
             self._kept &= ~drop
             # the uncertainty scale the threshold meets: droppable (imputed or pseudo-labeled) rows
             # against the labeled aligned ones (a threshold above every droppable row drops nothing)
-            self.drops.append({"epoch": epoch, "tau": round(tau, 4), "u_cut": round(cut, 4) if np.isfinite(cut) else None, "dropped": int(drop.sum()),
+            self.drops.append({"epoch": epoch, "tau": round(tau, 4),
+                               "u_cut": round(cut, 4) if np.isfinite(cut) else None, "dropped": int(drop.sum()),
                                "kept": int(self._kept.sum()), "mean_u": float(mean_u[seen].mean()),
                                "u_droppable_q10_50_90": _quantiles(mean_u[candidates]),
                                "u_labeled_aligned_q10_50_90": _quantiles(mean_u[seen & ~self._drop_mask])})

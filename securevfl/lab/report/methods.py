@@ -37,8 +37,7 @@ from securevfl.lab.report import render  # noqa: E402
 from securevfl.lab.report.frame import load_frames  # noqa: E402
 from securevfl.lab.store import Store  # noqa: E402
 
-CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "arms", "why",
-              "subset"}
+CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "why", "subset"}
 
 
 def load_claims(path: str | Path) -> list[dict]:
@@ -333,9 +332,7 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
         answers.append(sentence(claim, table, frame, v))
         fig = regime_figure(claim, table, render._figure_path(out, "methods", claim["sweep"]))
         figures.append(fig)
-        arms = claim.get("arms") or []
-        extra = frame[(frame.sweep == claim["sweep"]) & frame.method.isin([claim["method"], *arms,
-                                                                         *[c["baseline"] for c in claim["comparisons"]]])]
+        extra = frame[frame.sweep == claim["sweep"]]  # every arm of the sweep, the claim's and any other
         key = f"swept_{claim['regime']}" if claim.get("regime") else None
         means = (extra.groupby(["method", key] if key and key in extra else ["method"]).utility
                  .agg(["mean", "std", "count"]).reset_index())
