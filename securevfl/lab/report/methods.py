@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -243,14 +244,17 @@ def headline_counters(frame: pd.DataFrame, claim: dict) -> dict[str, float]:
     return {c[2:]: float(sub[c].mean()) for c in cols if sub[c].notna().any()}
 
 
-class _Counters(dict):
-    def __missing__(self, key: str) -> str:
-        return f"{{{key}: not measured}}"
+_FIELD = re.compile(r"\{([\w.\-]+)(?::([^}]*))?\}")
 
 
 def fill(template: str, values: dict[str, float]) -> str:
-    """``why`` with each ``{counter}`` or ``{counter:fmt}`` replaced by its measured mean."""
-    return template.format_map(_Counters(values))
+    """``why`` with each ``{counter}`` or ``{counter:fmt}`` replaced by its measured mean; a counter the
+    runs lack reads ``{name: not measured}``."""
+    def one(m: re.Match) -> str:
+        name, fmt = m.group(1), m.group(2) or ".3g"
+        return format(values[name], fmt) if name in values else f"{{{name}: not measured}}"
+
+    return _FIELD.sub(one, template)
 
 
 def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:

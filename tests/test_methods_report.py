@@ -1,0 +1,87 @@
+"""The methods report (issue 42): paired differences, verdicts, counters, and the command."""
+
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from securevfl.cli import main
+from securevfl.lab.engine import run_sweep
+from securevfl.lab.report.methods import (
+    comparison_table,
+    counters,
+    fill,
+    method_frame,
+    method_verdict,
+    paired,
+    verdict,
+)
+
+
+def test_paired_difference_and_its_interval():
+    a = pd.Series([0.70, 0.72, 0.74], index=[0, 1, 2])
+    b = pd.Series([0.60, 0.63, 0.66, 0.9], index=[0, 1, 2, 3])  # seed 3 has no partner: left out
+    p = paired(a, b)
+    assert p["n"] == 3 and p["mean"] == pytest.approx(0.09) and p["wins"] == 3
+    # sd of (0.10, 0.09, 0.08) = 0.01; t(0.975, 2) = 4.303
+    assert p["high"] - p["mean"] == pytest.approx(4.303 * 0.01 / math.sqrt(3), rel=1e-3)
+    assert verdict(p) == "holds"
+    assert verdict(paired(b.iloc[:3], a)) == "fails"
+    assert verdict(paired(a, a)) == "unresolved"  # control: an arm against itself never "holds"
+    assert verdict(paired(a.iloc[:1], b)) == "too few seeds"
+
+
+def test_counters_flatten_method_info_and_sum_risa_checks():
+    info = {"lr_search": {"chosen": 0.01}, "risa": {"self_training": {"pseudo_labeled": 5},
+                                                    "drops": [{"dropped": 2, "tau": 0.75,
+                                                               "u_droppable_q10_50_90": [0.1, 0.2, 0.3]},
+                                                              {"dropped": 3, "tau": 0.5}]}}
+    c = counters(info, {"pseudo_label_accuracy": 0.8})
+    assert c["risa.self_training.pseudo_labeled"] == 5 and c["risa.dropped_total"] == 5
+    assert c["risa.last_check.tau"] == 0.5 and c["against_truth.pseudo_label_accuracy"] == 0.8
+    assert not any(k.startswith("lr_search") for k in c)
+    assert fill("dropped {risa.dropped_total:.0f}, {nope}", c) == "dropped 5, {nope: not measured}"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    d = tmp_path_factory.mktemp("methods")
+    sweep = {"name": "m", "dataset": {"name": "breast-cancer", "aligned_fraction": [0.2, 1.0],
+                                      "active_labels_unaligned": True},
+             "methods": ["local", "splitnn", {"splitnn": {}}], "seeds": [0, 1, 2],
+             "train": {"epochs": 2, "batch_size": 64}}
+    (d / "m.yaml").write_text(yaml.safe_dump(sweep))
+    assert run_sweep(str(d / "m.yaml"), str(d / "s.sqlite"), progress=False)["failed"] == 0
+    claims = [{"method": "splitnn", "title": "Split vs local", "paper": "a made-up paper", "sweep": "m",
+               "regime": "aligned_fraction", "headline": 1.0,
+               "comparisons": [{"baseline": "local", "paper": 0.01}, {"baseline": "splitnn"}],
+               "why": "it ran {seconds_never_measured}."}]
+    (d / "claims.yaml").write_text(yaml.safe_dump(claims))
+    return d
+
+
+def test_report_pairs_by_seed_across_the_regime(store):
+    frame = method_frame(store / "s.sqlite")
+    claim = yaml.safe_load((store / "claims.yaml").read_text())[0]
+    table = comparison_table(frame, claim)
+    assert len(table) == 4 and set(table.regime) == {0.2, 1.0} and (table.n == 3).all()
+    self_vs_self = table[table.baseline == "splitnn"]
+    assert (self_vs_self["mean"] == 0).all() and (self_vs_self.verdict == "unresolved").all()
+    assert table[table.headline & (table.baseline == "local")].paper.iloc[0] == 0.01
+    assert table[~table.headline].paper.isna().all()  # the paper's number belongs to its own setting
+    assert method_verdict(table, claim).startswith(("unresolved", "does not hold"))
+
+
+def test_report_command_writes_the_methods_report(store, capsys):
+    out = store / "rep"
+    assert main(["report", str(store / "s.sqlite"), "--out", str(out), "--claims", str(store / "claims.yaml")]) == 0
+    md = (out / "report.md").read_text()
+    assert md.startswith("# securevfl methods report")
+    assert "**Split vs local:" in md and "(paper +0.01)" in md and "3 seeds, paired" in md
+    assert "{seconds_never_measured: not measured}" in md  # a counter the runs lack is said, not invented
+    assert "Sweep **m** from" in md and (out / "methods_m.png").exists()
+    bad = store / "bad.yaml"
+    bad.write_text("- {method: splitnn}\n")
+    assert main(["report", str(store / "s.sqlite"), "--out", str(out), "--claims", str(bad)]) == 2
+    assert "error: --claims" in capsys.readouterr().err
