@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -274,24 +275,33 @@ def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
 def regime_figure(claim: dict, table: pd.DataFrame, path: Path) -> Path:
     """Paired difference (method − baseline) against the regime key, 95 % intervals, paper's value marked."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    for i, (base, g) in enumerate(table.groupby("baseline", sort=False)):
+    numeric = bool(claim.get("regime")) and table.regime.notna().all()
+    vals = table.regime.astype(float) if numeric else pd.Series([0.0])
+    log = numeric and vals.min() > 0 and vals.max() / vals.min() > 8
+    table = table.assign(vs=[b if r == "all" else f"{b}, {r} test rows" for b, r in zip(table.baseline, table.rows,
+                                                                                       strict=True)])
+    n_base = table.vs.nunique()
+    for i, (base, g) in enumerate(table.groupby("vs", sort=False)):
         g = g.sort_values("regime")
-        x = np.arange(len(g)) if g.regime.isna().all() else g.regime.astype(float).to_numpy()
-        shift = (i - 0.5) * 0.03 * (x.max() - x.min() if len(x) > 1 else 1)
-        ax.errorbar(x + shift, g["mean"], yerr=[g["mean"] - g["low"], g["high"] - g["mean"]], marker="o",
-                    capsize=3, label=f"vs {base}")
-        head = g[g.headline]
-        if len(head) and isinstance(head.paper.iloc[0], int | float):
-            hx = x[np.flatnonzero(g.headline.to_numpy())[0]]
-            ax.scatter([hx + shift], [head.paper.iloc[0]], marker="*", s=140, color=ax.lines[-1].get_color(),
-                       zorder=5, label=f"paper vs {base}")
+        x = g.regime.astype(float).to_numpy() if numeric else np.arange(len(g), dtype=float)
+        off = (i - (n_base - 1) / 2) * 0.04  # side by side, so the intervals do not hide each other
+        span = (x.max() - x.min()) if len(x) > 1 else 1.0
+        xs = x * (1 + off) if log else x + off * span
+        bars = ax.errorbar(xs, g["mean"], yerr=[g["mean"] - g["low"], g["high"] - g["mean"]], marker="o",
+                           capsize=3, label=f"vs {base}")
+        head = np.flatnonzero(g.headline.to_numpy())
+        if len(head) and isinstance(g.paper.iloc[head[0]], int | float):
+            ax.scatter([xs[head[0]]], [g.paper.iloc[head[0]]], marker="*", s=140, zorder=5,
+                       color=bars.lines[0].get_color(), label=f"paper vs {base}")
     ax.axhline(0, color="black", lw=0.8)
-    if claim.get("regime") and table.regime.notna().all():
-        vals = table.regime.astype(float)
-        if vals.min() > 0 and vals.max() / vals.min() > 8:
+    if numeric:
+        if log:
             ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xticks(sorted(vals.unique()))
         ax.set_xlabel(claim["regime"] + " (the paper's setting: " + _fmt(claim.get("headline", "–")) + ")")
-    ax.set_ylabel(f"{claim['method']} − baseline (paired, 95 % CI)")
+    ax.set_ylabel(f"{claim['method']} − baseline\n(paired by seed, 95 % CI)")
     ax.set_title(claim["title"])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -329,7 +339,7 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
     answers, sections, figures = [], [], []
     for claim in claims:
         table = comparison_table(frame, claim)
-        if table.n.max() == 0:
+        if table.empty or table.n.max() == 0:
             answers.append(f"**{claim['title']}**: no runs of sweep {claim['sweep']} in this store.")
             continue
         v = method_verdict(table, claim)
