@@ -27,7 +27,11 @@ def test_paired_difference_and_its_interval():
     # sd of (0.10, 0.09, 0.08) = 0.01; t(0.975, 2) = 4.303
     assert p["high"] - p["mean"] == pytest.approx(4.303 * 0.01 / math.sqrt(3), rel=1e-3)
     assert verdict(p) == "holds"
-    assert verdict(paired(b.iloc[:3], a)) == "fails"
+    assert verdict(paired(b.iloc[:3], a)) == "does not hold"
+    assert verdict(paired(a, b), paper=0.5) == "holds"  # above 0: the direction reproduces
+    lo = pd.Series([0.60, 0.64, 0.62], index=[0, 1, 2])
+    assert verdict(paired(lo, b.iloc[:3])) == "unresolved"
+    assert verdict(paired(lo, b.iloc[:3]), paper=0.2) == "does not hold"  # the paper's +0.2 is excluded
     assert verdict(paired(a, a)) == "unresolved"  # control: an arm against itself never "holds"
     assert verdict(paired(a.iloc[:1], b)) == "too few seeds"
 
@@ -40,6 +44,10 @@ def test_counters_flatten_method_info_and_sum_risa_checks():
     c = counters(info, {"pseudo_label_accuracy": 0.8})
     assert c["risa.self_training.pseudo_labeled"] == 5 and c["risa.dropped_total"] == 5
     assert c["risa.last_check.tau"] == 0.5 and c["against_truth.pseudo_label_accuracy"] == 0.8
+    ssl = counters({"pretrain_history": [{"cross": -0.1, "local": {"active": -0.2}},
+                                         {"cross": -0.9, "local": {"active": -1.0}}]})
+    assert ssl == {"ssl_loss.first_epoch.cross": -0.1, "ssl_loss.first_epoch.local.active": -0.2,
+                   "ssl_loss.last_epoch.cross": -0.9, "ssl_loss.last_epoch.local.active": -1.0}
     assert not any(k.startswith("lr_search") for k in c)
     assert fill("dropped {risa.dropped_total:.0f}, {nope}", c) == "dropped 5, {nope: not measured}"
 
@@ -70,7 +78,8 @@ def test_report_pairs_by_seed_across_the_regime(store):
     assert (self_vs_self["mean"] == 0).all() and (self_vs_self.verdict == "unresolved").all()
     assert table[table.headline & (table.baseline == "local")].paper.iloc[0] == 0.01
     assert table[~table.headline].paper.isna().all()  # the paper's number belongs to its own setting
-    assert method_verdict(table, claim).startswith(("unresolved", "does not hold"))
+    v = method_verdict(table, claim)  # the arm-vs-itself comparison never holds, so neither does the claim
+    assert v != "holds" and not v.startswith("holds in regime") and "vs splitnn" not in v
 
 
 def test_report_command_writes_the_methods_report(store, capsys):
