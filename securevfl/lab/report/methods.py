@@ -379,8 +379,9 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
             ("table", counter_table(frame, claim))]))
     runs, _ = load_frames(store_path)
     intro = ("Each paper's headline comparison re-run with the current code on real rows. A comparison **holds** "
-             "when the 95 % interval of the seed-paired difference lies above zero, **does not hold** when it lies below zero or below the paper's "
-             "difference (our seeds exclude the effect the paper reports), and is **unresolved** otherwise.")
+             "when the 95 % interval of the seed-paired difference lies above zero, **does not hold** when it lies "
+             "below zero or below the paper's difference (our seeds exclude the effect the paper reports), and is "
+             "**unresolved** otherwise.")
     all_sections = [("The answer", [("ul", answers)]), *sections,
                     ("Provenance", render._provenance_blocks(runs, store_path, command))]
     md = render._render_md(intro, all_sections, out).replace("# securevfl report", "# securevfl methods report", 1)
