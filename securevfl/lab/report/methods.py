@@ -257,10 +257,18 @@ def headline_counters(frame: pd.DataFrame, claim: dict) -> dict[str, float]:
     if key and key in sub and "headline" in claim:
         sub = sub[np.isclose(sub[key].astype(float), float(claim["headline"]))]
     cols = [c for c in sub.columns if c.startswith("c:")]
-    return {c[2:]: float(sub[c].mean()) for c in cols if sub[c].notna().any()}
+    values = {c[2:]: float(sub[c].mean()) for c in cols if sub[c].notna().any()}
+    # every arm's mean utility at every regime value: {utility.splitnn@0.5}
+    arms = frame[frame.sweep == claim["sweep"]]
+    groups = arms.groupby(["method", key]) if key and key in arms else arms.groupby(["method"])
+    for k, g in groups:
+        arm_name, at = (k[0], f"@{_fmt(k[1])}") if key and key in arms else (k[0], "")
+        arm_name = re.sub(r"[{}=,]+", "_", arm_name).strip("_")  # fedhssl{ssl_epochs=40} → fedhssl_ssl_epochs_40
+        values[f"utility.{arm_name}{at}"] = float(g.utility.mean())
+    return values
 
 
-_FIELD = re.compile(r"\{([\w.\-]+)(?::([^}]*))?\}")
+_FIELD = re.compile(r"\{([\w.\-@]+)(?::([^}]*))?\}")
 
 
 def fill(template: str, values: dict[str, float]) -> str:
