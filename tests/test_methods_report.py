@@ -88,6 +88,8 @@ def test_report_command_writes_the_methods_report(store, capsys):
     md = (out / "report.md").read_text()
     assert md.startswith("# securevfl methods report")
     assert "**Split vs local:" in md and "(paper +0.01)" in md and "3 seeds, paired" in md
+    answer = md.split("## The answer")[1].split("## ")[0]  # the first screen: one row per claim
+    assert "| Split vs local " in answer and "aligned_fraction 1 " in answer and "+0.010 vs local" in answer
     assert "{seconds_never_measured: not measured}" in md  # a counter the runs lack is said, not invented
     assert "Sweep **m** from" in md and (out / "methods_m.png").exists()
     bad = store / "bad.yaml"

@@ -233,6 +233,10 @@ def _fmt(v: Any) -> str:
 
 # --- text, figure, report --------------------------------------------------------------------------
 
+def _vs(r: pd.Series) -> str:
+    return r.baseline + ("" if r.rows == "all" else f" ({r.rows} rows)")
+
+
 def _diff(p: pd.Series) -> str:
     return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
 
@@ -363,10 +367,20 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
     for claim in claims:
         table = comparison_table(frame, claim)
         if table.empty or table.n.max() == 0:
-            answers.append(f"**{claim['title']}**: no runs of sweep {claim['sweep']} in this store.")
+            answers.append({"claim": claim["title"], "paper's setting": _fmt(claim.get("headline", "–")),
+                            "paper": "–", "ours (paired, 95 % CI)": f"no runs of sweep {claim['sweep']}",
+                            "verdict": "not measured"})
             continue
         v = method_verdict(table, claim)
-        answers.append(sentence(claim, table, frame, v))
+        head = table[table.headline]
+        answers.append({
+            "claim": claim["title"],
+            "paper's setting": f"{claim['regime']} {_fmt(claim['headline'])}" if claim.get("regime") else "–",
+            "paper": "; ".join(f"{r.paper:+.3f} vs {_vs(r)}" for _, r in head.iterrows()
+                               if isinstance(r.paper, int | float)) or "–",
+            "ours (paired, 95 % CI)": "; ".join(f"{_diff(r)} vs {_vs(r)}" for _, r in head.iterrows())
+                                      + f" ({int(head.n.min())} seeds)",
+            "verdict": v})
         fig = regime_figure(claim, table, render._figure_path(out, "methods", claim["sweep"]))
         figures.append(fig)
         extra = frame[frame.sweep == claim["sweep"]]  # every arm of the sweep, the claim's and any other
@@ -390,9 +404,12 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
              "when the 95 % interval of the seed-paired difference lies above zero, **does not hold** when it lies "
              "below zero or below the paper's difference (our seeds exclude the effect the paper reports), and is "
              "**unresolved** otherwise.")
-    all_sections = [("The answer", [("ul", answers)]), *sections,
+    all_sections = [("The answer", [("table", pd.DataFrame(answers)),
+                                    ("p", "Each claim's section below gives the measured reason, the regime map and "
+                                          "the step counters.")]), *sections,
                     ("Provenance", render._provenance_blocks(runs, store_path, command))]
     md = render._render_md(intro, all_sections, out).replace("# securevfl report", "# securevfl methods report", 1)
     render._write_new(out / "report.md", md)
-    render._write_new(out / "report.html", render._render_html(intro, all_sections))
+    html = render._render_html(intro, all_sections).replace("securevfl report<", "securevfl methods report<")
+    render._write_new(out / "report.html", html)
     return [out / "report.md", out / "report.html", *figures]
