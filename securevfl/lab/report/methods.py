@@ -254,21 +254,36 @@ def sentence(claim: dict, table: pd.DataFrame, frame: pd.DataFrame, verdict_text
     return text
 
 
+def _key(name: str) -> str:
+    """An arm's name as a template field: fedhssl{ssl_epochs=40} → fedhssl_ssl_epochs_40."""
+    return re.sub(r"[{}=,]+", "_", name).strip("_")
+
+
+def _family(frame: pd.DataFrame, claim: dict) -> list[str]:
+    """The claim's arm and its variants in the sweep (risa and risa{tau_scale=rank}), claim's first."""
+    base = claim["method"].split("{")[0]
+    arms = sorted(set(frame[frame.sweep == claim["sweep"]].method))
+    return [claim["method"]] + [a for a in arms if a.split("{")[0] == base and a != claim["method"]]
+
+
 def headline_counters(frame: pd.DataFrame, claim: dict) -> dict[str, float]:
-    """The method's counters at the paper's setting, averaged over seeds (names without ``c:``)."""
-    sub = frame[(frame.sweep == claim["sweep"]) & (frame.method == claim["method"])]
+    """Template values: the method's counters at the paper's setting averaged over seeds (names
+    without ``c:``), a variant arm's as ``<arm>.<counter>``, and every arm's mean utility at every
+    regime value as ``utility.<arm>@<value>``."""
     key = f"swept_{claim['regime']}" if claim.get("regime") else None
-    if key and key in sub and "headline" in claim:
-        sub = sub[np.isclose(sub[key].astype(float), float(claim["headline"]))]
-    cols = [c for c in sub.columns if c.startswith("c:")]
-    values = {c[2:]: float(sub[c].mean()) for c in cols if sub[c].notna().any()}
-    # every arm's mean utility at every regime value: {utility.splitnn@0.5}
+    values: dict[str, float] = {}
+    for i, arm_name in enumerate(_family(frame, claim)):
+        sub = frame[(frame.sweep == claim["sweep"]) & (frame.method == arm_name)]
+        if key and key in sub and "headline" in claim:
+            sub = sub[np.isclose(sub[key].astype(float), float(claim["headline"]))]
+        prefix = "" if i == 0 else _key(arm_name) + "."
+        values |= {prefix + c[2:]: float(sub[c].mean()) for c in sub.columns
+                   if c.startswith("c:") and sub[c].notna().any()}
     arms = frame[frame.sweep == claim["sweep"]]
     groups = arms.groupby(["method", key]) if key and key in arms else arms.groupby(["method"])
     for k, g in groups:
-        arm_name, at = (k[0], f"@{_fmt(k[1])}") if key and key in arms else (k[0], "")
-        arm_name = re.sub(r"[{}=,]+", "_", arm_name).strip("_")  # fedhssl{ssl_epochs=40} → fedhssl_ssl_epochs_40
-        values[f"utility.{arm_name}{at}"] = float(g.utility.mean())
+        at = f"@{_fmt(k[1])}" if key and key in arms else ""
+        values[f"utility.{_key(k[0])}{at}"] = float(g.utility.mean())
     return values
 
 
@@ -286,16 +301,21 @@ def fill(template: str, values: dict[str, float]) -> str:
 
 
 def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
-    """Mean ± sd over seeds of every counter of the method, at each regime value."""
-    sub = frame[(frame.sweep == claim["sweep"]) & (frame.method == claim["method"])]
-    cols = [c for c in sub.columns if c.startswith("c:") and sub[c].notna().any()]
+    """Mean ± sd over seeds of every counter of the method and its variant arms, at each regime value."""
     key = f"swept_{claim['regime']}" if claim.get("regime") else None
-    groups = sub.groupby(key) if key and key in sub else [("all", sub)]
+    family = _family(frame, claim)
+    sub = frame[(frame.sweep == claim["sweep"]) & frame.method.isin(family)]
+    cols = [c for c in sub.columns if c.startswith("c:") and sub[c].notna().any()]
     out = {}
-    for v, g in groups:
-        out[f"{claim.get('regime', '')} {_fmt(v)}".strip()] = [
-            f"{g[c].mean():.4g} ± {g[c].std():.2g}" if g[c].notna().sum() > 1 else f"{g[c].mean():.4g}"
-            for c in cols]
+    for arm_name in family:
+        at = sub[sub.method == arm_name]
+        groups = at.groupby(key) if key and key in at else [("all", at)]
+        for v, g in groups:
+            label = f"{claim.get('regime', '')} {_fmt(v)}".strip()
+            out[label if len(family) == 1 else f"{arm_name}, {label}"] = [
+                "–" if g[c].isna().all() else
+                f"{g[c].mean():.4g} ± {g[c].std():.2g}" if g[c].notna().sum() > 1 else f"{g[c].mean():.4g}"
+                for c in cols]
     return pd.DataFrame({"counter": [c[2:] for c in cols], **out})
 
 
