@@ -61,6 +61,10 @@ def store(tmp_path_factory):
              "train": {"epochs": 2, "batch_size": 64}}
     (d / "m.yaml").write_text(yaml.safe_dump(sweep))
     assert run_sweep(str(d / "m.yaml"), str(d / "s.sqlite"), progress=False)["failed"] == 0
+    # a second sweep whose cells the first already ran: stored once, a member of both
+    shared = {**sweep, "name": "m2", "methods": ["local"], "dataset": {**sweep["dataset"], "aligned_fraction": 1.0}}
+    (d / "m2.yaml").write_text(yaml.safe_dump(shared))
+    assert run_sweep(str(d / "m2.yaml"), str(d / "s.sqlite"), progress=False)["skipped"] == 3
     claims = [{"method": "splitnn", "title": "Split vs local", "paper": "a made-up paper", "sweep": "m",
                "regime": "aligned_fraction", "headline": 1.0,
                "comparisons": [{"baseline": "local", "paper": 0.01}, {"baseline": "splitnn"}],
@@ -73,6 +77,7 @@ def test_report_pairs_by_seed_across_the_regime(store):
     frame = method_frame(store / "s.sqlite")
     claim = yaml.safe_load((store / "claims.yaml").read_text())[0]
     table = comparison_table(frame, claim)
+    assert len(frame[frame.sweep == "m2"]) == 3  # the shared cells count for the sweep that did not run them
     assert len(table) == 4 and set(table.regime) == {0.2, 1.0} and (table.n == 3).all()
     self_vs_self = table[table.baseline == "splitnn"]
     assert (self_vs_self["mean"] == 0).all() and (self_vs_self.verdict == "unresolved").all()

@@ -1,6 +1,7 @@
-"""Reduced FedHSSL Table-2 reproduction (the full one is benchmarks/ssl_table2.py): at 200 labeled
-aligned rows and 20 % aligned rows, FedHSSL should beat FedVanilla (splitnn) on Fashion-MNIST, as the
-paper reports (FedHSSL > FedSimSiam > FedVanilla at 200 labels)."""
+"""Reduced FedHSSL Table-2 setting on Fashion-MNIST (200 labeled aligned rows, 20 % aligned): the paper
+reports FedHSSL > FedSimSiam > FedVanilla at 200 labels. What we measure instead (issue 42; on real
+Avazu rows in reports/methods, here on the image stand-in) is asserted as the truth, so a change that
+moves it fails here and the docs are updated with it."""
 
 import statistics
 
@@ -21,7 +22,7 @@ pytestmark = [pytest.mark.slow,
 def accuracy() -> dict[str, list[float]]:
     """Test accuracy per method over seeds 0 and 1 (≈ 2 minutes on one core; shared by both tests)."""
     acc: dict[str, list[float]] = {}
-    for method in ("splitnn", "fedhssl"):
+    for method in ("splitnn", "fedlocal-simsiam", "fedhssl"):
         acc[method] = []
         for seed in (0, 1):
             cfg = RunConfig(dataset="fashion-mnist", method=method, seed=seed)
@@ -29,7 +30,7 @@ def accuracy() -> dict[str, list[float]]:
             cfg.train.epochs, cfg.train.batch_size = 40, 64
             cfg.train.lr_grid = [0.005, 0.01, 0.03]
             cfg.optim.optimizer, cfg.model.bottom = "sgd", "mlp"
-            if method == "fedhssl":
+            if method != "splitnn":
                 cfg.method_params = {"ssl_epochs": 3}
             acc[method].append(execute(cfg).to_json()["utility"]["test"])
     return acc

@@ -40,6 +40,7 @@ from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab.report import render  # noqa: E402
 from securevfl.lab.report.frame import load_frames  # noqa: E402
 from securevfl.lab.store import Store  # noqa: E402
+from securevfl.lab.sweep import parse_sweep  # noqa: E402
 
 CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "why", "subset"}
 
@@ -104,24 +105,48 @@ def method_frame(store_path: str | Path) -> pd.DataFrame:
     store = Store.open_existing(store_path)
     try:
         results = {r["run_id"]: r["result_json"] for r in store.rows()}
+        members = sweep_members(store.sweeps())
     finally:
         store.close()
     rows = []
     for _, r in runs[runs.status == "ok"].iterrows():
-        try:
-            res = json.loads(results.get(r.run_id) or "{}")
-        except json.JSONDecodeError:
-            res = {}
-        u = res.get("utility") if isinstance(res.get("utility"), dict) else {}
-        info = res.get("method_info") if isinstance(res.get("method_info"), dict) else {}
-        truth = info.get("against_truth") if isinstance(info.get("against_truth"), dict) else None
-        row = {"sweep": r.sweep, "method": arm(r.method, r.config), "seed": int(r.seed), "metric": r.metric,
-               "utility": r.utility, "utility_aligned": _sub(u.get("aligned")),
-               "utility_unaligned": _sub(u.get("unaligned")), "seconds": r.seconds,
-               **{c: r[c] for c in runs.columns if c.startswith("swept_")},
-               **{f"c:{k}": v for k, v in counters(info, truth).items()}}
-        rows.append(row)
+        for sweep, swept in members.get(r.run_id, [(r.sweep, None)]):
+            rows.append(_row(r, runs, results, sweep, swept))
     return pd.DataFrame(rows)
+
+
+def sweep_members(recorded: list[dict]) -> dict[str, list[tuple[str, dict]]]:
+    """run id → every recorded sweep whose grid holds that cell, with the cell's swept values there.
+    A cell two sweeps share is stored once, under the sweep that ran it first (the store skips done
+    cells); it belongs to both, with the swept values of each."""
+    out: dict[str, list[tuple[str, dict]]] = {}
+    for sw in recorded:
+        try:
+            parsed = parse_sweep(yaml.safe_load(sw["text"]), sw.get("path") or "sweep")
+        except (UserError, yaml.YAMLError, TypeError, ValueError):
+            continue  # a sweep this version cannot expand: its rows keep the stored sweep name
+        for cell in parsed.cells:
+            entry = (parsed.name, {k: v for k, v in cell.swept.items() if k != "search:try"})
+            if entry not in out.setdefault(cell.run_id, []):
+                out[cell.run_id].append(entry)
+    return out
+
+
+def _row(r: pd.Series, runs: pd.DataFrame, results: dict, sweep: str, swept: dict | None) -> dict:
+    """One run as a row of ``sweep``, with that sweep's swept values (None: as stored)."""
+    try:
+        res = json.loads(results.get(r.run_id) or "{}")
+    except json.JSONDecodeError:
+        res = {}
+    u = res.get("utility") if isinstance(res.get("utility"), dict) else {}
+    info = res.get("method_info") if isinstance(res.get("method_info"), dict) else {}
+    truth = info.get("against_truth") if isinstance(info.get("against_truth"), dict) else None
+    given = ({c: r[c] for c in runs.columns if c.startswith("swept_")} if swept is None
+             else {f"swept_{k}": v for k, v in swept.items()})
+    return {"sweep": sweep, "method": arm(r.method, r.config), "seed": int(r.seed), "metric": r.metric,
+            "utility": r.utility, "utility_aligned": _sub(u.get("aligned")),
+            "utility_unaligned": _sub(u.get("unaligned")), "seconds": r.seconds, **given,
+            **{f"c:{k}": v for k, v in counters(info, truth).items()}}
 
 
 def arm(method: str, config_json: str | None) -> str:
