@@ -412,20 +412,19 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
     for claim in claims:
         table = comparison_table(frame, claim)
         if table.empty or table.n.max() == 0:
-            answers.append({"claim": claim["title"], "paper's setting": _fmt(claim.get("headline", "–")),
-                            "paper": "–", "ours (paired, 95 % CI)": f"no runs of sweep {claim['sweep']}",
-                            "verdict": "not measured"})
+            answers.append({"claim": claim["title"], "verdict": "not measured",
+                            "ours (paired, 95 % CI)": f"no runs of sweep {claim['sweep']}", "paper": "–",
+                            "paper's setting": _fmt(claim.get("headline", "–"))})
             continue
         v = method_verdict(table, claim)
         head = table[table.headline]
-        answers.append({
-            "claim": claim["title"],
-            "paper's setting": f"{claim['regime']} {_fmt(claim['headline'])}" if claim.get("regime") else "–",
-            "paper": "; ".join(f"{r.paper:+.3f} vs {_vs(r)}" for _, r in head.iterrows()
-                               if isinstance(r.paper, int | float)) or "–",
+        answers.append({  # the verdict first: a wide table scrolls, and the first screen must show it
+            "claim": claim["title"], "verdict": v,
             "ours (paired, 95 % CI)": "; ".join(f"{_diff(r)} vs {_vs(r)}" for _, r in head.iterrows())
                                       + f" ({int(head.n.min())} seeds)",
-            "verdict": v})
+            "paper": "; ".join(f"{r.paper:+.3f} vs {_vs(r)}" for _, r in head.iterrows()
+                               if isinstance(r.paper, int | float)) or "–",
+            "paper's setting": f"{claim['regime']} {_fmt(claim['headline'])}" if claim.get("regime") else "–"})
         fig = regime_figure(claim, table, render._figure_path(out, "methods", claim["sweep"]))
         figures.append(fig)
         extra = frame[frame.sweep == claim["sweep"]]  # every arm of the sweep, the claim's and any other
