@@ -101,6 +101,19 @@ def test_regenerate_commands(capsys):
     assert "error: no report nope" in capsys.readouterr().err
 
 
+def test_the_methods_report_is_made_from_its_claims_and_needs_the_fetched_rows(capsys, monkeypatch, tmp_path):
+    script = _script()
+    assert script.main(["--dry-run", "methods"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == ("securevfl report runs/methods.sqlite --out reports/methods "
+                       "--claims sweeps/methods/claims.yaml")
+    assert len(out) == len(MANIFEST["methods"]["sweeps"]) + 1
+    monkeypatch.setattr(script, "ROOT", tmp_path)  # a clone without runs/data/
+    assert script.main(["methods"]) == 2
+    err = capsys.readouterr().err
+    assert "needs runs/data/criteo_sample10k.txt" in err and "fetch_ctr_samples.py" in err
+
+
 FOLD_PROBE = """<script>window.addEventListener('load', () => {
   const r = s => document.querySelector(s).getBoundingClientRect();
   document.body.setAttribute('data-fold', JSON.stringify({answer: r('ul.headline').bottom, img: r('img').bottom,
@@ -144,3 +157,18 @@ def test_first_viewport_probe_can_fail(tmp_path):
                     + "<img src='data:image/png;base64,iVBORw0KGgo=' width=100 height=100></body></html>")
     fold = first_viewport(page, tmp_path)
     assert fold["img"] > fold["height"]
+
+
+def test_ctr_samples_are_checked_against_their_pinned_hashes(tmp_path, capsys):
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fetch_ctr_samples", ROOT / "scripts" / "fetch_ctr_samples.py")
+    fetch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fetch)
+    good = hashlib.sha256(b"a\nb\n").hexdigest()
+    assert fetch.assemble([b"a", b"b\n"], good, "x") == b"a\nb\n"  # each part ends with a newline
+    with pytest.raises(ValueError, match="is not the pinned"):
+        fetch.assemble([b"a\n", b"c\n"], good, "x")  # other bytes: refused
+    assert fetch.main(["--out", str(tmp_path), "--from-mirror", str(tmp_path / "no-clone")]) == 2
+    assert capsys.readouterr().err.startswith("error: criteo_sample10k.txt:")
