@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,7 +36,7 @@ def _attack(defense: str, attack: str) -> dict:
     return _run(defense, (attack,)).to_json()["attacks"][attack.split(":")[0]]
 
 
-@pytest.mark.parametrize("zero", ["mid:0", "cae:0", "dcae:0", "dcor:0"])
+@pytest.mark.parametrize("zero", ["mid:0", "cae:0", "dcae:0", "dcor:0", "kdk:0"])
 def test_zero_strength_is_bit_identical_to_no_defense(zero):
     base, run = _run("none", (), 1), _run(zero, (), 1)
     assert run.to_json()["utility"] == base.to_json()["utility"]
@@ -45,7 +46,7 @@ def test_zero_strength_is_bit_identical_to_no_defense(zero):
             assert torch.equal(p, q)
 
 
-@pytest.mark.parametrize("defense", ["mid:1", "cae:1", "dcae:1"])
+@pytest.mark.parametrize("defense", ["mid:1", "cae:1", "dcae:1", "kdk:0.3"])
 def test_label_defenses_lower_direction_scoring(defense):
     undefended = _attack("none", "direction")
     # the attack leaks undefended (the case where lowering it means something) ...
@@ -155,3 +156,46 @@ def test_cut_at_its_default_keeps_existing_run_ids():
     before = {**cfg, "model": {k: v for k, v in cfg["model"].items() if k != "cut"}}  # a store from before --cut
     assert run_id(cfg) == run_id(before)
     assert run_id({**cfg, "model": {**cfg["model"], "cut": 1}}) != run_id(before)  # control: a set cut is hashed
+
+
+def test_kdk_soft_labels_spread_epsilon_over_the_teachers_top_k():
+    from defenses.encoding.kdk import k_anonymous_labels
+
+    probs = np.array([[0.5, 0.3, 0.1, 0.1], [0.1, 0.2, 0.3, 0.4]])
+    soft = k_anonymous_labels(probs, np.array([0, 0]), k=3, epsilon=0.6)
+    # row 0: the true class is the teacher's first; the two others of its top 3 share ε
+    assert soft[0].tolist() == pytest.approx([0.4, 0.3, 0.3, 0.0])
+    # row 1: the true class is outside the top 3 (classes 3, 2, 1): 1 − ε on it, ε/2 on each, renormalised
+    assert soft[1].tolist() == pytest.approx(np.array([0.4, 0.3, 0.3, 0.3]) / 1.3)
+    assert soft.dtype == np.float32 and np.allclose(soft.sum(1), 1)
+    assert (soft.argmax(1) == 0).all()  # below (k − 1)/k the true class keeps the largest share
+
+
+def test_kdk_refuses_what_it_cannot_do():
+    with pytest.raises(UserError, match="below \\(k − 1\\)/k"):
+        parse_defense("kdk:0.7", 0)  # k = 3: the true class would lose its lead
+    cfg = _cfg("kdk:0.3")
+    cfg.dataset, cfg.partition.n_parties, cfg.partition.active_features = "digits", 3, False
+    with pytest.raises(UserError, match="label-only host"):
+        execute(cfg, progress=False)
+
+
+@functools.cache
+def _digits(defense: str) -> dict:
+    cfg = RunConfig(dataset="digits", method="splitnn", seed=0, defense=defense)
+    cfg.train.epochs, cfg.attacks, cfg.mechanism_seed = 10, ["mc"], 0
+    return execute(cfg, progress=False).to_json()
+
+
+def test_kdk_lowers_model_completion_on_ten_classes():
+    """KDk's case (the paper: model completion on multi-class data): on digits, mc leaks undefended
+    (0.789 against its control 0.677, measured); with ε 0.5 and k 3 the teacher's soft labels take
+    most of that away while the task is still learned."""
+    undefended, defended = _digits("none"), _digits("kdk:0.5")
+    mc, mc_kdk = undefended["attacks"]["mc"], defended["attacks"]["mc"]
+    assert mc["value"] > mc["control"] + 0.05  # the attack leaks without the defense
+    assert mc_kdk["value"] <= mc["value"] - 0.05
+    assert defended["utility"]["test"] > 0.8
+    report = defended["privacy"]
+    assert report["k"] == 3 and report["mean_true_label_share"] == pytest.approx(0.5, abs=0.01)
+    assert report["teacher_accuracy"] > 0.5 and report["true_label_in_top_k"] > 0.9
