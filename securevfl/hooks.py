@@ -349,6 +349,10 @@ class StepView:
     """Its bottom model's output on them."""
     received: list[torch.Tensor] = field(default_factory=list)
     """Active party only: the cut layer's deliveries."""
+    labels: torch.Tensor | None = None
+    """Active party, only for a loss term that declares :attr:`ExtraLoss.uses_labels`: the batch's
+    training labels as class indices (soft labels by their largest class); None where the batch's
+    rows carry none in the party's table."""
 
 
 class ModelWrap(PartyHook):
@@ -375,10 +379,15 @@ class ExtraLoss(PartyHook):
     """Hook point (d): a term added to the party's objective at every training step."""
 
     observes = frozenset({"own_features", "own_output"})
+    uses_labels: ClassVar[bool] = False
+    """The term reads the batch's labels (:attr:`StepView.labels`). Extra terms join the objective
+    outside a DP step rule's per-example clipping, so such a term cannot compose with one (``dp``):
+    the composition check refuses it."""
 
     @abstractmethod
     def loss_term(self, view: StepView) -> torch.Tensor:
-        """A scalar added to the party's objective (at the active party: label-free)."""
+        """A scalar added to the party's objective (at the active party: label-free unless the hook
+        declares :attr:`uses_labels`)."""
 
 
 def find_hook(hooks: list[PartyHook], kind: type) -> object | None:

@@ -500,8 +500,17 @@ class ActiveParty(Party):
             own = self.bottom(x)
             self.own_output = own  # r^1 of this step, for methods' extra loss terms (FedUD's Rep)
             if training and self._losses:
-                self._view = StepView(np.asarray(ids), x, own, self.received)
+                labels = self._view_labels(ids) if any(h.uses_labels for h in self._losses) else None
+                self._view = StepView(np.asarray(ids), x, own, self.received, labels)
             return self.combine(self.head, own, self._delivered(self.received))
+
+    def _view_labels(self, ids: np.ndarray) -> torch.Tensor | None:
+        """The batch's training labels for a label-reading loss term (class indices), or None."""
+        try:
+            y = np.asarray(self.data.labels(np.asarray(ids)))
+        except KeyError:  # rows without a label in this party's table (a method's own label source)
+            return None
+        return torch.from_numpy(y.argmax(1) if y.ndim == 2 else y.astype(np.int64)).to(self.device)
 
     def logits_alone(self, ids: np.ndarray, split: str, training: bool, passive_stand_in=None) -> torch.Tensor:
         """Logits for rows only this party holds: each passive party's input is ``passive_stand_in(r^1)`` (a

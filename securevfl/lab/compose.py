@@ -25,7 +25,7 @@ from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.devices import CPU, device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
-from securevfl.hooks import LabelTransform, PartyHook
+from securevfl.hooks import ActiveStep, LabelTransform, PartyHook
 from securevfl.lab.audit import (
     AuditPlan,
     audit_config,
@@ -272,7 +272,11 @@ def check_compatibility(cfg: RunConfig, method: Method, defenses: Sequence[Party
                             "to encrypt")
         if not m.supports_he:
             raise UserError(f"--he {cfg.he}: method {cfg.method} {m.he_refusal}")
+    rules = [h.name for h in defenses if isinstance(h, ActiveStep)]
     for hook in defenses:
+        if getattr(hook, "uses_labels", False) and rules:
+            raise UserError(f"defense {hook.name} adds a loss term that reads the labels, outside {rules[0]}'s "
+                            f"per-example clipping, so {rules[0]}'s ε would not bound it; use one of them")
         if not hook.acts_on & m.sends:
             sent = ", ".join(sorted(m.sends)) or "no cut-layer messages"
             raise UserError(f"defense {hook.name} acts on {', '.join(sorted(hook.acts_on))} messages, but method "
