@@ -167,6 +167,11 @@ def size_figure(summary: pd.DataFrame, runs: pd.DataFrame, dataset: str, key: st
     ax.set_xlabel(key)
     ax.set_ylabel(f"test {ok.metric.iloc[0]}")
     ax.set_title(f"{dataset}: utility vs {key} (no defense)")
+    return finish_line_plot(fig, ax, path)
+
+
+def finish_line_plot(fig, ax, path: Path) -> Path:
+    """A one-panel line plot's grid, legend and layout; written to ``path`` and closed."""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

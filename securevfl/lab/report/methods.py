@@ -38,6 +38,7 @@ from scipy import stats  # noqa: E402
 
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab.report import render  # noqa: E402
+from securevfl.lab.report.figures import finish_line_plot  # noqa: E402
 from securevfl.lab.report.frame import load_frames  # noqa: E402
 from securevfl.lab.store import Store  # noqa: E402
 from securevfl.lab.sweep import parse_sweep  # noqa: E402
@@ -375,12 +376,7 @@ def regime_figure(claim: dict, table: pd.DataFrame, path: Path) -> Path:
         ax.set_xlabel(claim["regime"] + " (the paper's setting: " + _fmt(claim.get("headline", "–")) + ")")
     ax.set_ylabel(f"{claim['method']} − baseline\n(paired by seed, 95 % CI)")
     ax.set_title(claim["title"])
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return finish_line_plot(fig, ax, path)
 
 
 Fmt = Callable[[float], str]
