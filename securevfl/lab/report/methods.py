@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -379,20 +378,20 @@ def regime_figure(claim: dict, table: pd.DataFrame, path: Path) -> Path:
     return finish_line_plot(fig, ax, path)
 
 
-Fmt = Callable[[float], str]
+def _signed(v: float | None) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.3f}"
 
 
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
     t = table.copy()
-    num = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.3f}"  # noqa: E731
     return pd.DataFrame({
         "vs": t.baseline, "test rows": t.rows, "regime": [_fmt(v) if v is not None else "–" for v in t.regime],
         "paper's setting": ["yes" if h else "" for h in t.headline],
         "ours (method)": [f"{v:.3f}" for v in t.method_mean], "ours (baseline)": [f"{v:.3f}" for v in t.baseline_mean],
-        "paired diff": [num(v) for v in t["mean"]], "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in
+        "paired diff": [_signed(v) for v in t["mean"]], "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in
                                                                zip(t.low, t.high, strict=True)],
         "seeds won": [f"{w}/{n}" for w, n in zip(t.wins, t.n, strict=True)],
-        "paper's diff": [num(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict})
+        "paper's diff": [_signed(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict})
 
 
 def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_path: str | Path,
