@@ -108,8 +108,11 @@ def fit_to_work(work: float) -> int:
     global _share
     import torch
 
-    if _explicit() is not None:
-        return torch.get_num_threads()
+    explicit = _explicit()
+    if explicit is not None:  # the environment wins, also when it changed since configure() (tests)
+        if explicit != torch.get_num_threads():
+            torch.set_num_threads(explicit)
+        return explicit
     if _share is None:  # never configured (library use): the count torch started with is the share
         _share = torch.get_num_threads()
     n = threads_for_work(work, _share)

@@ -370,7 +370,7 @@ def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam"])
+@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam", "fedhssl", "vflhlp"])
 def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, method: str) -> None:
     """kill -9 the passive party's process mid-run; restarted with the same --checkpoint folder, and
     the active party run again with --resume, training ends exactly as an uninterrupted run (for a
@@ -433,8 +433,8 @@ def test_resume_is_refused_where_it_cannot_hold(files) -> None:
     peers = {"passive1": "127.0.0.1:1"}
     with pytest.raises(UserError, match="--resume continues from checkpoints"):
         check_deployable(cfg_for(files, "splitnn", "guest"), peers, None, True)
-    with pytest.raises(UserError, match="method fedhssl cannot resume yet"):
-        check_deployable(cfg_for(files, "fedhssl", "guest"), peers, "ck", False)
+    with pytest.raises(UserError, match="method fedud cannot resume yet"):
+        check_deployable(cfg_for(files, "fedud", "guest"), peers, "ck", False)
 
 
 @contextlib.contextmanager

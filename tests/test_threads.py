@@ -41,6 +41,8 @@ def test_explicit_environment_wins(monkeypatch):
         assert threads.configure(1, load_aware=False) == 2
         assert threads.fit_to_work(1_000) == 1 and torch.get_num_threads() == 1  # small work: fewer threads
         assert threads.fit_to_work(1e12) == 2  # back up to the share, never past it
+        monkeypatch.setenv("SECUREVFL_THREADS", "1")  # set after configure (a test's fixture): it still wins
+        assert threads.fit_to_work(1e12) == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 

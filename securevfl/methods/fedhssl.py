@@ -224,6 +224,9 @@ class FedHSSL(Method):
                   "pre-training, which --he would not protect")
 
     per_role = True
+    # pre-training only sets the parties' encoders (f_c, f_l and the PMA average), which the
+    # checkpoints hold; a resumed run builds the same modules, installs them and skips it
+    resumable = True
 
     def _init_party(self, party: Party) -> None:
         """This party's cross-party encoder f_c and SimSiam heads, from its own seed stream."""
@@ -259,6 +262,17 @@ class FedHSSL(Method):
         self._init_party(fed.active)
         for p in handles(fed):
             p.call(OP_INIT)
+        if not self.resuming(fed):  # a resumed run's pre-trained encoders come with its checkpoints
+            fed.meta["pretrain_history"] = self._pretrain(fed, cfg)
+        for p in handles(fed):  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
+            p.call(OP_INSTALL)
+        self._install(fed.active)
+        fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"
+        self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
+
+    def _pretrain(self, fed: Federation, cfg: SSLConfig) -> list[dict]:
+        """Cross-party SSL, then (FedHSSL, FedGSSL) each party's guided local epoch and (FedHSSL) a PMA
+        round, per pre-training epoch; the per-epoch losses."""
         aligned = fed.active.aligned_ids
         assert aligned is not None  # pre-training runs after alignment
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
@@ -279,12 +293,7 @@ class FedHSSL(Method):
                 if self.use_pma:
                     pma_round(fed)
             history.append(record)
-        fed.meta["pretrain_history"] = history
-        for p in handles(fed):  # each party fine-tunes its pre-trained encoder (a fresh optimizer)
-            p.call(OP_INSTALL)
-        self._install(fed.active)
-        fed.meta["attacked_encoder"] = "½(f_c + f_l)" if self.use_local else "f_c"
-        self.trainer = self.finetune(fed, labeled_aligned_ids(fed))
+        return history
 
 
 @METHODS.register

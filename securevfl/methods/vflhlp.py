@@ -130,6 +130,10 @@ class VFLHLP(Method):
         return super().privacy_plan(fed)
 
     per_role = True
+    # a resumed run skips the passive parties' SCARF (it only set their encoders, which the checkpoints
+    # hold) and re-runs the active party's pre-training: alone, from its own seed, so Θ^1 and Θ^0 of
+    # the consistency term come out as before; the checkpoint then loads the trained models
+    resumable = True
 
     def passive_scarf(self, party: Party, req: dict) -> dict:
         """Step 2 at a passive party: SCARF pre-training of its encoder on its own rows (Θ^k); it reports
@@ -191,4 +195,3 @@ class VFLHLPPassive(VFLHLP):
     name = "vflhlp-p"
     summary = "VFLHLP ablation: only the passive parties' SCARF initialisation"
     use_active = False
-    resumable = True  # SCARF only sets the passive parties' encoders, which the checkpoints hold
