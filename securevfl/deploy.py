@@ -51,7 +51,7 @@ from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
-from securevfl.data.csvsource import _ActiveLabels, _ids, _labels, _party_data, _read_table, _Split, _split
+from securevfl.data.csvsource import ActiveLabels, Split, party_data, read_ids, read_labels, read_table, split_rows
 from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
@@ -121,19 +121,19 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         method = _method(hello, _model_config(hello["model"]), OptimConfig(**hello["optim"]), int(hello["seed"]))
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
-        df = _read_table(path)
+        df = read_table(path)
         if data_cfg.label_column in df.columns:
             raise UserError(f"party file {path} (passive party) has the label column {data_cfg.label_column!r}; "
                             "labels belong to the active party only")
-        own = _ids(df, path, id_column, data_cfg.numeric_ids)
+        own = read_ids(df, path, id_column, data_cfg.numeric_ids)
     except UserError as e:
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own))})
     aligned = psi.align_to(ep, ACTIVE, own, hello["alignment"])
     test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
-    split = _Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
-    data, ingest = _party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
+    split = Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
+    data, ingest = party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
     cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
     optim = OptimConfig(**hello["optim"])
     cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]),
@@ -292,8 +292,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     Returns:
         The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
-    from securevfl.lab.compose import check_compatibility, check_task, resolve_config, run_warnings
-    from securevfl.methods import METHODS, MethodContext
+    from securevfl.lab.compose import check_task, prepare_method, resolve_config, run_warnings
 
     check_deployable(cfg, peers, checkpoint, resume, save)
     defenses = _defenses(cfg)
@@ -308,24 +307,18 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     cfg = resolve_config(given)
     cfg.partition.n_parties = n_parties
     device = resolve_device(cfg.device)  # this process's own parties: the active one (each passive runs on its CPU)
-    method = METHODS.get(cfg.method)(MethodContext(train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed,
-                                                   hooks=defenses, record=cfg.record, progress=progress,
-                                                   params=cfg.method_params, device=device))
-    check_compatibility(cfg, method, defenses, [])
-    # as the simulator: no first linear layer to split (the agg head, RISA's evidential heads): concatenation
-    interactive = method.interactive_layer and cfg.model.head == "split"
-    cut = make_cut_layer(cfg.he, interactive=interactive, mixing=cfg.model.interactive_mixing,
-                         **cfg.he_params)
+    method, cut = prepare_method(cfg, defenses, [], record=cfg.record, progress=progress, device=device)
+    interactive = cut.interactive
     names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
     ep = channel.endpoint(ACTIVE)
     path = Path(cfg.data.party_files[0])
-    df = _read_table(path)
+    df = read_table(path)
     if cfg.data.label_column not in df.columns:
         raise UserError(f"party file {path} (active party): no label column {cfg.data.label_column!r} (columns: "
                         f"{', '.join(map(str, df.columns))}; use --label-column)")
     id_col = cfg.data.id_columns[0] if cfg.data.id_columns else cfg.data.id_column
-    own = _ids(df, path, id_col, cfg.data.numeric_ids)
-    y_all, has_label, classes = _labels(df[cfg.data.label_column], path, cfg.data.label_column, cfg.data.task)
+    own = read_ids(df, path, id_col, cfg.data.numeric_ids)
+    y_all, has_label, classes = read_labels(df[cfg.data.label_column], path, cfg.data.label_column, cfg.data.task)
     regression = not classes
     n_classes = 1 if regression else len(classes)
     check_task(cfg, regression, method, defenses, [])
@@ -358,11 +351,11 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     aligned = psi.align_with(ep, names, own, "plain" if cfg.partition.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids is set")
-    split = _split(aligned, own, has_label, cfg.partition, cfg.seed)
+    split = split_rows(aligned, own, has_label, cfg.partition, cfg.seed)
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
-    labels = _ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
-    a_data, ingest = _party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels)
+    labels = ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
+    a_data, ingest = party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels)
     remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
                for n in names]
     # the active party's models from the same seed streams as the simulator's standard_models
@@ -480,7 +473,7 @@ class _Marks:
 
 
 def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, seconds: float, channel: Any,
-            peers: dict[str, str], classes: list, ingest: dict, split: _Split, aligned: np.ndarray) -> dict:
+            peers: dict[str, str], classes: list, ingest: dict, split: Split, aligned: np.ndarray) -> dict:
     from securevfl import __version__
     from securevfl.result import feature_privacy, json_safe, privacy_report, randomness_report
 

@@ -25,6 +25,21 @@ except ImportError:  # hypothesis comes with the test extra; without it the fuzz
 
 
 @pytest.fixture
+def one_torch_thread(monkeypatch):
+    """Equality across runtimes is bit for bit only at a fixed thread count: the thread policy picks a
+    share of the cores from the machine's load, and another reduction order is another float. The
+    count is set before any party thread starts: torch's OpenMP pool reads it once per thread."""
+    import torch
+
+    before, share = torch.get_num_threads(), threads._share
+    monkeypatch.setenv("SECUREVFL_THREADS", "1")  # subprocesses (a passive party's process) inherit it
+    threads.configure()
+    yield
+    threads._share = share
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def digits_cfg() -> RunConfig:
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0)
     cfg.train.epochs = 2

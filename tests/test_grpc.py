@@ -34,11 +34,7 @@ T = 3.0  # seconds: every network wait of the fault tests
 OK_T = 30.0  # seconds: the waits of runs that should succeed (a loaded CI machine; Paillier key generation)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """Equality across runtimes is bit for bit only at a fixed thread count: the thread policy picks a
-    share of the cores from the machine's load, and another reduction order is another float."""
-    monkeypatch.setenv("SECUREVFL_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # equality across runtimes (conftest.py)
 
 
 @pytest.fixture(scope="module")

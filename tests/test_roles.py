@@ -29,11 +29,7 @@ EXAMPLE = ROOT / "docs" / "deploy-example"
 WAIT = 60.0
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread(monkeypatch):
-    """Equality across runtimes is bit for bit only at a fixed thread count: the thread policy picks a
-    share of the cores from the machine's load, and another reduction order is another float."""
-    monkeypatch.setenv("SECUREVFL_THREADS", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # equality across runtimes (conftest.py)
 
 # small settings per method, so that every method's stages run in seconds
 SMALL = {"ssl_epochs": 1, "ssl_batch_size": 64, "proj_dim": 8, "pred_hidden": 4, "queue": 64}

@@ -46,7 +46,7 @@ from securevfl.ids import difference, member
 from securevfl.limits import brief, env_limit
 
 
-def _read_table(path: Path) -> pd.DataFrame:
+def read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UserError(f"party file {path}: no such file")
     # bounded before reading: a party file is read whole into memory (the streaming readers serve Criteo/Avazu)
@@ -132,7 +132,7 @@ def _missing(values: pd.Series) -> np.ndarray:
     return (values.isna() | values.astype(str).str.strip().str.lower().isin(MISSING)).to_numpy(dtype=bool)
 
 
-def _ids(df: pd.DataFrame, path: Path, column: str, numeric: bool) -> np.ndarray:
+def read_ids(df: pd.DataFrame, path: Path, column: str, numeric: bool) -> np.ndarray:
     if column not in df.columns:
         raise UserError(f"party file {path}: no ID column {column!r} (columns: {', '.join(map(str, df.columns))}; "
                         "use --id-column, once per party file if they differ)")
@@ -214,7 +214,7 @@ def _looks_like_row_counter(values: np.ndarray) -> bool:
         and v.max() - v.min() + 1 == len(v)
 
 
-def _labels(raw: pd.Series, path: Path, column: str, task: str = "classification"
+def read_labels(raw: pd.Series, path: Path, column: str, task: str = "classification"
             ) -> tuple[np.ndarray, np.ndarray, list]:
     """Class index per row (−1 where unlabeled), the labeled mask and the class values; for a
     regression (``task``, or ``auto`` with a fractional label) the float target (NaN where unlabeled)
@@ -286,7 +286,7 @@ def _locate(cfg: DataConfig) -> str:
     return ", ".join(cfg.party_files)
 
 
-def _align(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
+def align_ids(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
     ch = InMemoryChannel()
     names = party_names(len(id_sets))
     active = ch.endpoint(names[0])
@@ -304,7 +304,7 @@ def _align(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Split:
+class Split:
     """Which aligned entities are for testing, training, and training with a label."""
 
     test_ids: np.ndarray
@@ -313,7 +313,7 @@ class _Split:
 
 
 @dataclasses.dataclass(frozen=True)
-class _ActiveLabels:
+class ActiveLabels:
     """The active party's label column: class index per row (−1 unlabeled), which rows have one, and
     whether its labels on rows outside the aligned set are used (``active_labels_unaligned``)."""
 
@@ -328,21 +328,21 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     _check_request(cfg, spec)
     paths = [Path(p) for p in cfg.party_files]
     id_cols = _id_columns(cfg, len(paths))
-    frames = [_index_as_column(_read_table(p), p, col) for p, col in zip(paths, id_cols, strict=True)]
+    frames = [_index_as_column(read_table(p), p, col) for p, col in zip(paths, id_cols, strict=True)]
     _check_columns(cfg, paths, frames)
-    ids = [_ids(df, p, col, cfg.numeric_ids) for df, p, col in zip(frames, paths, id_cols, strict=True)]
-    aligned, psi_bytes = _align(ids, "plain" if spec.alignment == "plain" else "psi")
+    ids = [read_ids(df, p, col, cfg.numeric_ids) for df, p, col in zip(frames, paths, id_cols, strict=True)]
+    aligned, psi_bytes = align_ids(ids, "plain" if spec.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError(f"the party files share no IDs (columns {', '.join(dict.fromkeys(id_cols))}); IDs are "
                         "compared as exact strings unless numeric_ids is set")
-    y_all, has_label, classes = _labels(frames[0][cfg.label_column], paths[0], cfg.label_column, cfg.task)
+    y_all, has_label, classes = read_labels(frames[0][cfg.label_column], paths[0], cfg.label_column, cfg.task)
     regression = not classes
-    split = _split(aligned, ids[0], has_label, spec, seed)
+    split = split_rows(aligned, ids[0], has_label, spec, seed)
     names = party_names(len(paths))
     parties, ingest = [], []
     for k, (df, own) in enumerate(zip(frames, ids, strict=True)):
-        labels = _ActiveLabels(y_all, has_label, spec.active_labels_unaligned) if k == 0 else None
-        party, info = _party_data(names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, labels)
+        labels = ActiveLabels(y_all, has_label, spec.active_labels_unaligned) if k == 0 else None
+        party, info = party_data(names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, labels)
         parties.append(party)
         ingest.append(info)
     # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
@@ -394,8 +394,8 @@ def _check_columns(cfg: DataConfig, paths: list[Path], frames: list[pd.DataFrame
         raise UserError(f"column {sorted(unknown)[0]!r} (--drop-columns/--categorical/--numeric) is in no party file")
 
 
-def _split(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarray, spec: PartitionSpec,
-           seed: int) -> _Split:
+def split_rows(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarray, spec: PartitionSpec,
+           seed: int) -> Split:
     """A seeded ``test_fraction`` of the aligned labeled entities is the test set; the first
     ``n_labeled`` of the rest (all by default) are the labeled training rows."""
     aligned_labeled = aligned[has_label[pd.Index(active_ids).get_indexer(aligned)]]
@@ -409,11 +409,11 @@ def _split(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarray, s
     n_labeled = len(candidates) if spec.n_labeled is None else spec.n_labeled
     if n_labeled > len(candidates):
         raise UserError(f"--labeled {n_labeled} exceeds the {len(candidates)} aligned labeled training rows")
-    return _Split(test_ids, aligned[~member(aligned, test_ids)], candidates[:n_labeled])
+    return Split(test_ids, aligned[~member(aligned, test_ids)], candidates[:n_labeled])
 
 
-def _party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray, aligned: np.ndarray,
-                split: _Split, cfg: DataConfig, labels: _ActiveLabels | None) -> tuple[PartyData, dict]:
+def party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray, aligned: np.ndarray,
+                split: Split, cfg: DataConfig, labels: ActiveLabels | None) -> tuple[PartyData, dict]:
     """One party's encoded rows (with ``labels``: the active party's, labeled) and what was read."""
     index = pd.Index(own)
     train_ids = own[~member(own, split.test_ids)]
@@ -464,7 +464,7 @@ def _print_ingest(names: list[str], ingest: list[dict]) -> None:
 
 def read_party_file(path: str | Path) -> pd.DataFrame:
     """One party's file, read as training reads it (CSV cells as text; Parquet as stored)."""
-    return _read_table(Path(path))
+    return read_table(Path(path))
 
 
 def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids: bool = False
@@ -484,7 +484,7 @@ def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids
         what = "; ".join(s for s in (f"missing {', '.join(map(repr, missing))}" if missing else "",
                                      f"unexpected {', '.join(map(repr, extra))}" if extra else "") if s)
         raise UserError(f"party file {path}: columns do not match the saved model's manifest ({what})")
-    ids = _ids(df, path, prep["id_column"], numeric_ids)
+    ids = read_ids(df, path, prep["id_column"], numeric_ids)
     num_values = []
     for c in prep["numeric_columns"]:
         parsed, bad = _numbers(df[c])

@@ -19,7 +19,7 @@ import attacks as attack_lib  # noqa: I001  (composition layer: the one place co
 import defenses as defense_lib
 from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
-from securevfl.cutlayer import CUT_LAYERS, make_cut_layer
+from securevfl.cutlayer import CUT_LAYERS, CutLayer, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.devices import CPU, device_name, resolve_device
@@ -96,16 +96,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     # is built recording then (recording is chosen here, never switched on a live federation)
     record = cfg.record or any("passive_messages" in cls.requires for cls, _ in attack_specs)
     device = resolve_device(cfg.device)  # once per run; a device this machine lacks is named before any data is read
-    method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters before any data is read
-        train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=defenses,
-        record=record, progress=progress, params=cfg.method_params, device=device))
-    check_compatibility(cfg, method, defenses, attack_specs, audit=str(audit["side"]) if audit["canaries"] else None)
-    # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
-    interactive = method.interactive_layer and cfg.model.head == "split"
-    if cfg.model.interactive_mixing == "on" and not interactive:
-        raise UserError(f"--interactive-mixing on: {cfg.method} with the {cfg.model.head} head has no interactive "
-                        "layer to mix")
-    cut = make_cut_layer(cfg.he, interactive=interactive, mixing=cfg.model.interactive_mixing, **cfg.he_params)
+    method, cut = prepare_method(cfg, defenses, attack_specs, record=record, progress=progress, device=device,
+                                 audit=str(audit["side"]) if audit["canaries"] else None)
     partition = build_partition(cfg)
     check_task(cfg, partition.regression, method, defenses, attack_specs)
     if save is not None:
@@ -145,6 +137,26 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
         save_run(result, Path(save))
     result.attacks = run_attacks(attacks, result)
     return result
+
+
+def prepare_method(cfg: RunConfig, defenses: Sequence[PartyHook], attack_specs: Sequence, *, record: bool,
+                   progress: bool | None, device: torch.device, audit: str | None = None) -> tuple[Method, CutLayer]:
+    """The run's method and cut layer, and every check of the combination that needs no data: the
+    one set-up of an in-process run (:func:`execute`) and a deployed one (:mod:`securevfl.deploy`).
+
+    Raises:
+        UserError: a bad method parameter or an incompatible combination, before any data is read."""
+    method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters
+        train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=list(defenses),
+        record=record, progress=progress, params=cfg.method_params, device=device))
+    check_compatibility(cfg, method, list(defenses), list(attack_specs), audit=audit)
+    # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
+    interactive = method.interactive_layer and cfg.model.head == "split"
+    if cfg.model.interactive_mixing == "on" and not interactive:
+        raise UserError(f"--interactive-mixing on: {cfg.method} with the {cfg.model.head} head has no interactive "
+                        "layer to mix")
+    return method, make_cut_layer(cfg.he, interactive=interactive, mixing=cfg.model.interactive_mixing,
+                                  **cfg.he_params)
 
 
 def save_run(result: RunResult, folder: Path) -> list[Path]:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
-from securevfl.data.csvsource import _align, encode_file_rows, read_party_file
+from securevfl.data.csvsource import align_ids, encode_file_rows, read_party_file
 from securevfl.data.partition import Partition, PartyData
 from securevfl.errors import UserError
 from securevfl.federation import build_federation
@@ -79,7 +79,7 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
         ids, X = encode_file_rows(read_party_file(path), path, prep, cfg.data.numeric_ids)
         id_sets.append(ids)
         rows.append(X)
-    aligned, _ = _align(id_sets, "plain" if cfg.partition.alignment == "plain" else "psi")
+    aligned, _ = align_ids(id_sets, "plain" if cfg.partition.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError("the party files share no IDs")
     parties = [party_rows(manifest, prep, ids, X, aligned)
