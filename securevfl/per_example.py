@@ -16,6 +16,7 @@ normalisation in securevfl's models).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Iterable
 from functools import cache
@@ -122,6 +123,62 @@ class _Traced:
         self.tracer().arm(modules)
 
 
+@dataclasses.dataclass
+class GradientCanaries:
+    """White-box audit canaries (Steinke, Nasr & Jagielski 2023, gradient canaries): in every step, each
+    canary example's per-example gradient is replaced by ``sign · norm · u`` on its row to
+    ``passive1`` and zero elsewhere, before the mechanism's clipping and noise. ``u`` is public
+    (:func:`canary_direction`); the sign is the auditor's private coin. The two signs differ by
+    2·norm in one example's contribution, the sensitivity the mechanism's ε is computed for.
+
+    The white-box auditor observes the mechanism's release itself (every party's view is a
+    post-processing of it): :meth:`observe` sums each canary's released row projected on ``u``."""
+
+    ids: np.ndarray
+    signs: np.ndarray
+    """±1 per canary (in ``ids``' order)."""
+    norm: float
+    """The mechanism's clip norm (a canary at the norm passes clipping unchanged)."""
+    observed: dict[int, float] = dataclasses.field(default_factory=dict)
+    """Canary ID → Σ over its steps of ⟨released row, u⟩ (the likelihood-ratio statistic for its sign)."""
+
+    def observe(self, example_ids: np.ndarray, released: list[torch.Tensor]) -> None:
+        if not released:
+            return
+        wanted = set(self.ids.tolist())
+        block = released[0].detach().reshape(len(released[0]), -1).double().cpu().numpy()
+        u = canary_direction(block.shape[1])
+        for row, e in enumerate(np.asarray(example_ids).tolist()):
+            if e in wanted and row < len(block):
+                self.observed[e] = self.observed.get(e, 0.0) + float(block[row] @ u)
+
+    def scores(self) -> np.ndarray:
+        """Each canary's statistic, in ``ids``' order (higher: sign +1 more likely)."""
+        return np.asarray([self.observed.get(e, 0.0) for e in self.ids.tolist()])
+
+
+def canary_direction(width: int) -> np.ndarray:
+    """The public unit direction of a gradient canary on a row of ``width`` entries."""
+    return np.full(width, 1.0 / np.sqrt(width))
+
+
+def plant_gradient_canaries(per: list[torch.Tensor], rows: list[torch.Tensor], example_ids: np.ndarray,
+                            canaries: GradientCanaries) -> None:
+    """Replace the canary examples' gradients (``per``: per-parameter ``(n, …)``; ``rows``: per
+    received block ``(n, …)``, block 0 being ``passive1``'s) in place."""
+    pos = {e: i for i, e in enumerate(canaries.ids.tolist())}
+    at = [(row, pos[e]) for row, e in enumerate(np.asarray(example_ids).tolist()) if e in pos]
+    if not at or not rows:
+        return
+    index = torch.tensor([row for row, _ in at], dtype=torch.long)
+    for t in [*per, *rows]:
+        t[index.to(t.device)] = 0
+    block = rows[0]
+    u = torch.as_tensor(canary_direction(int(np.prod(block.shape[1:]))), dtype=block.dtype, device=block.device)
+    signs = torch.as_tensor(canaries.signs[[k for _, k in at]], dtype=block.dtype, device=block.device)
+    block[index.to(block.device)] = (canaries.norm * signs[:, None] * u[None, :]).view(len(at), *block.shape[1:])
+
+
 class PerExampleActiveStep(_Traced, ActiveStep):
     """The DP-SGD shape of an active party's step (Opacus's per-sample gradients + private optimizer):
     per-example gradients of every labeled loss with respect to the party's parameters and to the
@@ -129,6 +186,12 @@ class PerExampleActiveStep(_Traced, ActiveStep):
     with its release only. The label-free part of the objective is added unnoised."""
 
     observes = frozenset({"per_example_gradients", "validation_scores"})
+    canaries: GradientCanaries | None = None
+    """Set by the lab's white-box audit before the parties are built; never in a real run."""
+
+    @abstractmethod
+    def clip_norm(self) -> float:
+        """The L2 norm each example's joint gradient is clipped to (a gradient canary's norm)."""
 
     @abstractmethod
     def release(self, summed: list[torch.Tensor], rows: list[torch.Tensor], batch_size: int,
@@ -156,7 +219,11 @@ class PerExampleActiveStep(_Traced, ActiveStep):
         n = len(examples)
         # pad each received block to n rows: examples beyond the batch (FedUD's unaligned rows) have none
         rows = [torch.cat([g, g.new_zeros((n - len(g), *g.shape[1:]))]) if n > len(g) else g for g in leaf_grads]
+        if self.canaries is not None:  # a white-box audit (lab only; securevfl/lab/audit.py)
+            plant_gradient_canaries(per, rows, example_ids, self.canaries)
         summed, released = self.release(per, rows, objective.batch_size, example_ids)
+        if self.canaries is not None:  # the white-box auditor reads the release itself
+            self.canaries.observe(example_ids, released)
         free_grads = (torch.autograd.grad(free, params, allow_unused=True) if free.requires_grad
                       else [None] * len(params))
         grads: list[torch.Tensor | None] = [s if f is None else s + f for s, f in zip(summed, free_grads, strict=True)]

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import binom
 
 from defenses.functional import clip_per_example, dp_sgd_release
@@ -261,3 +262,78 @@ def test_feature_audit_stays_below_the_claim(seed):
     cfg.defense = "embedding-dp:noise=2"
     run = execute(cfg, progress=False)
     assert run.privacy["audit"]["epsilon_lower"] <= run.privacy["features"]["passive1"]["epsilon"]
+
+
+# ------------------------------------------------------------------ white-box audit and the f-DP bound
+def test_fdp_bound_holds_for_a_gaussian_mechanism_and_refutes_a_looser_one():
+    """The f-DP analysis on the exact statistic of a μ-GDP mechanism: at 95 % the bound exceeds the
+    mechanism's ε in at most a few of 30 draws; a mechanism with 3× the μ (a third of the noise)
+    claiming the same ε is refuted in most draws (the control: the test can fail)."""
+    from securevfl.lab.audit import fdp_guess_counts
+    from securevfl.lab.audit_bound import epsilon_lower_bound_fdp, gdp_mu
+
+    eps, delta = 2.0, 1e-5
+    mu = gdp_mu(eps, delta)
+    rng = np.random.default_rng(7)
+
+    def bound(true_mu: float, m: int) -> float:
+        s_plus = rng.random(m) < 0.5
+        scores = np.where(s_plus, true_mu / 2, -true_mu / 2) + rng.standard_normal(m)
+        order = np.argsort(scores)
+        counts = fdp_guess_counts(m, 0)
+        level = 1 - 0.05 / len(counts)
+        return max(epsilon_lower_bound_fdp(m, r, int(s_plus[order[m - r:]].sum()), delta, level) for r in counts)
+
+    honest = [bound(mu, 150) for _ in range(30)]
+    assert sum(b > eps for b in honest) <= 3, honest
+    loose = [bound(3 * mu, 1000) for _ in range(10)]  # more canaries: the one-run bound is capped by m
+    assert sum(b > eps for b in loose) >= 7, loose
+
+
+def test_fdp_bound_is_monotone_and_beats_the_binomial_bound_on_gaussian_evidence():
+    from securevfl.lab.audit_bound import epsilon_lower_bound, epsilon_lower_bound_fdp
+
+    bounds = [epsilon_lower_bound_fdp(1000, 100, v, 1e-5, 0.99) for v in (60, 80, 95)]
+    assert bounds[0] <= bounds[1] <= bounds[2] and bounds[2] > 0
+    assert epsilon_lower_bound_fdp(1000, 100, 50, 1e-5, 0.99) == 0.0  # chance-level guesses refute nothing
+    assert bounds[2] > epsilon_lower_bound(1000, 100, 95, 1e-5, 0.99)  # a Gaussian claim is a tighter curve
+
+
+def test_gradient_canaries_replace_the_canary_examples_gradients():
+    from securevfl.per_example import GradientCanaries, canary_direction, plant_gradient_canaries
+
+    per, rows = [torch.ones(4, 3, 2)], [torch.ones(4, 5)]
+    c = GradientCanaries(np.array([11, 13]), np.array([1.0, -1.0]), 2.0)
+    plant_gradient_canaries(per, rows, np.array([10, 11, 12, 13]), c)
+    u = torch.as_tensor(canary_direction(5), dtype=torch.float32)
+    assert torch.all(per[0][[1, 3]] == 0) and torch.all(per[0][[0, 2]] == 1)
+    assert torch.allclose(rows[0][1], 2.0 * u) and torch.allclose(rows[0][3], -2.0 * u)
+    assert torch.all(rows[0][[0, 2]] == 1)
+
+
+@pytest.mark.parametrize("analysis", ["binomial", "fdp"])
+def test_white_box_audit_refutes_noiseless_dp_and_passes_the_real_one(analysis):
+    """Gradient canaries in DP-SGD's release: the audit refutes ε 2 claimed with no noise, and the
+    correct mechanism at ε 2 stays below its claim (same canaries and coins: mechanism seed 0)."""
+    broken = execute(audit_cfg(mode="gradient", analysis=analysis),
+                     hooks=[NoiselessDP(seed=0, epsilon=2.0, delta=1e-5)], progress=False).privacy
+    assert broken["epsilon"] == pytest.approx(2.0, rel=0.05)
+    assert broken["audit"]["epsilon_lower"] > 2.5, broken["audit"]
+    assert broken["audit"]["attacks_tried"] == ["dirac"] and broken["audit"]["mode"] == "gradient"
+    honest = execute(audit_cfg(mode="gradient", analysis=analysis),
+                     hooks=[LabelDP(seed=0, epsilon=2.0, delta=1e-5)], progress=False).privacy["audit"]
+    assert honest["epsilon_lower"] <= 2.0, honest
+
+
+def test_white_box_audit_refusals(capsys):
+    from securevfl.cli import main
+
+    base = ["train", "--dataset", "breast-cancer", "--epochs", "1", "--audit", "canaries=10"]
+    for extra, says in ((["--audit", "mode=gradient"], "defense dp"),
+                        (["--audit", "analysis=fdp", "--defense", "rr:epsilon=1"], "defense dp"),
+                        (["--audit", "mode=gradient", "--audit", "side=features"], "side=labels only"),
+                        (["--audit", "mode=gradient", "--defense", "dp:epsilon=2", "--he", "ckks"], "--he"),
+                        (["--audit", "mode=sideways"], "natural or gradient")):
+        assert main(base + extra) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1 and says in err, err

@@ -216,3 +216,4 @@ class DliScorer(CanaryScorer):
     @classmethod
     def class_scores(cls, target: AttackTarget, canaries: np.ndarray, seed: int) -> np.ndarray:
         return _accumulate_classes(target, canaries, lambda g: -g)
+

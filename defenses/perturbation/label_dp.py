@@ -77,6 +77,9 @@ class LabelDP(Defense, PerExampleActiveStep):
     def reseed_streams(self) -> None:
         self.select_rng = self.mechanism_rng(17)
 
+    def clip_norm(self) -> float:
+        return float(self.config["clip"])
+
     # ---- the plan and the ledger
     def plan(self, budget) -> None:
         participations, selections = budget()  # always asked: a method whose bound is no bound refuses here

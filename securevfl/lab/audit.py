@@ -35,17 +35,24 @@ import numpy as np
 
 from securevfl.data.partition import IdIndex, Partition
 from securevfl.errors import UserError
-from securevfl.lab.audit_bound import epsilon_lower_bound
+from securevfl.lab.audit_bound import epsilon_lower_bound, epsilon_lower_bound_fdp
 from securevfl.spec import check_params
 
-DEFAULTS: dict[str, object] = {"canaries": 0, "side": "labels", "attack": "all", "confidence": 0.95, "guesses": 0}
+DEFAULTS: dict[str, object] = {"canaries": 0, "side": "labels", "attack": "all", "confidence": 0.95, "guesses": 0,
+                               "mode": "natural", "analysis": "binomial"}
 """``--audit`` keys: ``canaries`` (0 = no audit), ``side`` (``labels``: the active party's labels
 against ``passive1``; ``features``: ``passive1``'s feature rows against the active party), the label
-scorer (``all``: every registered scorer, the confidence split over them), the confidence 1 − β, and
-the number of guesses r (0: the Bonferroni schedule :data:`GUESS_FRACTIONS`)."""
+scorer (``all``: every registered scorer, the confidence split over them), the confidence 1 − β, the
+number of guesses r (0: the Bonferroni schedule :data:`GUESS_FRACTIONS`), the canaries' ``mode``
+(``natural``: rows whose label may be swapped; ``gradient``: white-box gradient canaries planted in
+DP-SGD's per-example release, :func:`insert_gradient_canaries`) and the ``analysis`` of the guesses
+(``binomial``: Steinke et al.'s bound for (ε, δ)-DP of any shape; ``fdp``: Mahloujifar et al.'s
+f-DP bound for a Gaussian mechanism's claim, :func:`securevfl.lab.audit_bound.epsilon_lower_bound_fdp`)."""
 
 GUESS_FRACTIONS = (0.05, 0.1, 0.2, 0.5, 1.0)
 """Guess counts tried, as shares of the canaries (the paper's sweep over k, at a split confidence)."""
+FDP_GUESS_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.5)
+"""The f-DP analysis's one-sided guesses (S_i = +1 on the r highest scores), as shares of the canaries."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +81,40 @@ def audit_config(given: dict) -> dict:
         raise UserError(f"--audit side must be labels or features, got {cfg['side']!r}")
     if cfg["guesses"] < 0 or cfg["guesses"] > cfg["canaries"]:
         raise UserError(f"--audit guesses must be in [0, canaries], got {cfg['guesses']}")
+    if cfg["mode"] not in ("natural", "gradient"):
+        raise UserError(f"--audit mode must be natural or gradient, got {cfg['mode']!r}")
+    if cfg["analysis"] not in ("binomial", "fdp"):
+        raise UserError(f"--audit analysis must be binomial or fdp, got {cfg['analysis']!r}")
+    if cfg["mode"] == "gradient" and cfg["side"] != "labels":
+        raise UserError("--audit mode=gradient plants canaries in the active party's DP-SGD release: side=labels only")
+    if cfg["mode"] == "gradient" and cfg["attack"] not in ("all", GRADIENT_SCORER):
+        raise UserError(f"--audit mode=gradient is scored by {GRADIENT_SCORER} (the canary's known direction), "
+                        f"not {cfg['attack']!r}")
     return cfg
+
+
+GRADIENT_SCORER = "dirac"
+"""The white-box audit's one scorer: a canary's received rows projected on its public direction."""
+
+
+def insert_gradient_canaries(partition: Partition, count: int, seed: int, mechanism_seed: int | None) -> AuditPlan:
+    """White-box label audit: ``count`` labeled aligned training rows (public seed) become gradient
+    canaries; each one's sign S_i = ±1 is a private coin. The data is unchanged: the canaries act
+    in the step rule (:class:`securevfl.per_example.GradientCanaries`), where every step each canary's
+    per-example gradient is replaced by S_i · C · u (C the clip norm, u public) on its row to
+    ``passive1``. The two values of S_i differ by 2C in one example's clipped contribution: the
+    sensitivity DP-SGD's ε is computed for, so the audit tests the mechanism's own accounting (as
+    the white-box setting of Steinke, Nasr & Jagielski 2023) rather than how much natural rows leak.
+
+    Raises:
+        UserError: fewer labeled aligned rows than canaries."""
+    assert partition.active.label_ids is not None  # the active party holds labels
+    pool = np.intersect1d(partition.labeled_ids, partition.active.label_ids)
+    if count > len(pool):
+        raise UserError(f"--audit canaries={count}: only {len(pool)} labeled aligned training rows")
+    canaries = np.sort(np.random.default_rng([seed, 0xA0D3]).choice(pool, size=count, replace=False))
+    private = np.random.default_rng(secrets.randbits(64) if mechanism_seed is None else [mechanism_seed, 0xA0D3])
+    return AuditPlan(canaries, private.random(count) < 0.5)
 
 
 def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed: int | None) -> AuditPlan:
@@ -151,18 +191,33 @@ def guess_counts(m: int, guesses: int) -> list[int]:
                   | ({m - m % 2} if m >= 2 else set()))
 
 
+def fdp_guess_counts(m: int, guesses: int) -> list[int]:
+    """The one-sided guess counts r the f-DP analysis tries."""
+    if guesses:
+        return [guesses]
+    return sorted({max(1, int(round(f * m))) for f in FDP_GUESS_FRACTIONS})
+
+
 def audit_result(plan: AuditPlan, scores: dict[str, np.ndarray], delta: float, confidence: float,
-                 guesses: int, side: str = "labels") -> dict:
+                 guesses: int, side: str = "labels", analysis: str = "binomial", mode: str = "natural") -> dict:
     """Guesses from each scorer's scores (name → one score per canary for S_i = +1), and the bound
     they support: the best over scorers and the guess schedule, each at confidence
-    1 − β / (scorers × schedule)."""
+    1 − β / (scorers × schedule). ``analysis="fdp"`` guesses one-sided (+1 on the r highest) and
+    bounds with the f-DP analysis; it needs δ > 0 (a Gaussian mechanism's claim)."""
     m = len(plan.canaries)
-    counts = guess_counts(m, guesses)
+    fdp = analysis == "fdp"
+    counts = fdp_guess_counts(m, guesses) if fdp else guess_counts(m, guesses)
     level = 1.0 - (1.0 - confidence) / (len(counts) * len(scores))
     best: dict = {"epsilon_lower": 0.0, "guesses": counts[0], "correct": 0, "attack": next(iter(scores))}
     for name, s in scores.items():
         order = np.argsort(s, kind="stable")
         for r in counts:
+            if fdp:
+                correct = int(plan.included[order[m - r:]].sum())
+                eps = epsilon_lower_bound_fdp(m, r, correct, delta, level)
+                if eps > best["epsilon_lower"] or (eps == best["epsilon_lower"] and correct > best["correct"]):
+                    best = {"epsilon_lower": eps, "guesses": r, "correct": correct, "attack": name}
+                continue
             k = r // 2
             correct = int((~plan.included[order[:k]]).sum() + plan.included[order[m - k:]].sum())
             eps = epsilon_lower_bound(m, r, correct, delta, level)
@@ -170,10 +225,13 @@ def audit_result(plan: AuditPlan, scores: dict[str, np.ndarray], delta: float, c
                 best = {"epsilon_lower": eps, "guesses": r, "correct": correct, "attack": name}
     if math.isinf(best["epsilon_lower"]):
         best["epsilon_lower"] = None
-    reading = ("canary label kept or flipped with probability 1/2 (replace-one-label); passive1 guesses which from "
-               "the gradients it received") if side == "labels" else (
+    reading = ("gradient canary (white-box): each canary's per-example gradient is +C·u or −C·u with probability "
+               "1/2 in every step, before clipping and noise; passive1 guesses the sign from the rows it received"
+               ) if mode == "gradient" else ("canary label kept or flipped with probability 1/2 (replace-one-label); "
+               "passive1 guesses which from the gradients it received") if side == "labels" else (
                "canary feature row at passive1 kept or replaced by a donor row's with probability 1/2 "
                "(replace-one-row); the active party guesses which from the rows it receives")
     return {**best, "confidence": confidence, "delta": delta, "canaries": m, "attacks_tried": list(scores),
-            "side": side, "adversary": "passive1" if side == "labels" else "active", "guess_schedule": counts,
+            "side": side, "mode": mode, "analysis": analysis,
+            "adversary": "passive1" if side == "labels" else "active", "guess_schedule": counts,
             "per_guess_confidence": level, "included": int(plan.included.sum()), "reading": reading}

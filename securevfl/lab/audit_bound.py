@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import binom
+from scipy.stats import binom, norm
 
 
 def _check(m: int, r: int, v: int, delta: float) -> None:
@@ -65,4 +65,77 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
             lo = mid
         else:
             hi = mid
+    return lo
+
+
+# ---- f-DP analysis (Mahloujifar, Melis & Chaudhuri, "Auditing f-Differential Privacy in One Run", ICML 2025)
+#
+# The binomial bound above treats the mechanism as (ε, δ)-DP, the loosest shape with that ε: for a
+# Gaussian mechanism (DP-SGD) it leaves most of the evidence unused. The f-DP analysis instead tests
+# the claim "the mechanism is μ-GDP" (trade-off f(x) = Φ(Φ⁻¹(1 − x) − μ)), with μ the Gaussian that
+# is exactly (ε, δ)-DP: the claim DP-SGD's accounting makes. We implement the paper's recursive bound
+# on the guessing game (its "audit_rh_with_cap"; our reading checked against DeepMind's jax_privacy
+# auditing library) for one-sided guesses: r guesses "S_i = +1", v of them right.
+
+
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """δ(ε) of μ-GDP (Dong, Roth & Su 2022, Corollary 2.13)."""
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+
+
+def gdp_mu(epsilon: float, delta: float) -> float:
+    """The μ of the Gaussian mechanism that is exactly (``epsilon``, ``delta``)-DP (the largest μ
+    whose δ(ε) is at most ``delta``)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"the f-DP audit needs δ in (0, 1), got {delta}")
+    lo, hi = 1e-9, 1.0
+    while gdp_delta(hi, epsilon) < delta:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if gdp_delta(mid, epsilon) < delta else (lo, mid)
+    return lo
+
+
+def gdp_refutes(mu: float, m: int, r: int, v: int, beta: float) -> bool:
+    """Whether ``v`` right of ``r`` one-sided guesses on ``m`` canaries refutes μ-GDP at level β: the
+    paper's recursion bounds the mass of right (``right``) and wrong (``wrong``) guesses an f-DP
+    mechanism can produce on the event of ≥ v right; their sum above r/m cannot happen."""
+    _check(m, r, v, 0.0)
+    if r == 0:
+        return False
+    right, wrong = beta * v / m, beta * (r - v) / m
+    for i in range(v - 1, -1, -1):
+        # f-DP: wrong guesses are at least the inverse trade-off of the right ones
+        grown = max(wrong, float(norm.cdf(norm.ppf(min(right, 1.0)) - mu)))
+        if grown == wrong:
+            break  # fixed point: neither changes again
+        right = min(right + i / (r - i) * (grown - wrong), 1.0)
+        wrong = grown
+    return right + wrong > r / m
+
+
+def epsilon_lower_bound_fdp(m: int, r: int, v: int, delta: float, confidence: float = 0.95,
+                            tol: float = 1e-4) -> float:
+    """The largest ε whose Gaussian (the μ-GDP curve that is exactly (ε, ``delta``)-DP) these guesses
+    refute at level β = 1 − ``confidence``; 0 when none is refuted. Valid for mechanisms whose
+    privacy curve is Gaussian (DP-SGD); for others (randomized response) use
+    :func:`epsilon_lower_bound`, whose claim is (ε, δ)-DP of any shape."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    beta = 1.0 - confidence
+
+    def refuted(eps: float) -> bool:
+        return gdp_refutes(gdp_mu(eps, delta), m, r, v, beta)
+
+    if not refuted(tol):
+        return 0.0
+    lo, hi = tol, 1.0
+    while refuted(hi):
+        lo, hi = hi, 2.0 * hi
+        if hi > 200:
+            return math.inf
+    while hi - lo > tol:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if refuted(mid) else (lo, mid)
     return lo

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import attacks as attack_lib  # noqa: I001  (composition layer: the one place core imports these)
@@ -27,15 +28,18 @@ from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
 from securevfl.hooks import ActiveStep, LabelTransform, PartyHook
 from securevfl.lab.audit import (
+    GRADIENT_SCORER,
     AuditPlan,
     audit_config,
     audit_result,
     inclusion_scores,
     insert_canaries,
     insert_feature_canaries,
+    insert_gradient_canaries,
 )
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset, check_model_memory
+from securevfl.per_example import GradientCanaries, PerExampleActiveStep
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
 from securevfl.roles import passive_name
 from securevfl.runtime import run_in_process
@@ -98,16 +102,21 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
     device = resolve_device(cfg.device)  # once per run; a device this machine lacks is named before any data is read
     method, cut = prepare_method(cfg, defenses, attack_specs, record=record, progress=progress, device=device,
                                  audit=str(audit["side"]) if audit["canaries"] else None)
+    dp_step = check_audit_mechanism(cfg, audit, defenses) if audit["canaries"] else None
     partition = build_partition(cfg)
     check_task(cfg, partition.regression, method, defenses, attack_specs)
     if save is not None:
         check_savable(cfg, method, partition)
     check_model_memory(cfg.model, [p.feature_shape for p in partition.parties], partition.n_classes,
                        method.interactive_layer or cfg.he != "off")
-    if audit["canaries"] and audit["side"] == "labels":
+    gradient_mode = bool(audit["canaries"]) and audit["mode"] == "gradient"
+    if audit["canaries"] and audit["side"] == "labels" and not gradient_mode:
         audit_scorers(audit, partition.n_classes, cfg.model.head)  # a named scorer that cannot apply is refused now
-    insert = insert_canaries if audit["side"] == "labels" else insert_feature_canaries
+    insert = (insert_gradient_canaries if gradient_mode else insert_canaries if audit["side"] == "labels"
+              else insert_feature_canaries)
     plan = insert(partition, int(audit["canaries"]), cfg.seed, cfg.mechanism_seed) if audit["canaries"] else None
+    if gradient_mode and plan is not None and dp_step is not None:  # planted before the parties copy their hooks
+        dp_step.canaries = GradientCanaries(plan.canaries, np.where(plan.included, 1.0, -1.0), dp_step.clip_norm())
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
@@ -157,6 +166,25 @@ def prepare_method(cfg: RunConfig, defenses: Sequence[PartyHook], attack_specs: 
                         "layer to mix")
     return method, make_cut_layer(cfg.he, interactive=interactive, mixing=cfg.model.interactive_mixing,
                                   **cfg.he_params)
+
+
+def check_audit_mechanism(cfg: RunConfig, audit: dict, defenses: Sequence[PartyHook]) -> PerExampleActiveStep | None:
+    """The DP-SGD step rule a white-box audit plants its canaries in, or the f-DP analysis needs
+    (a Gaussian mechanism's claim); None when neither is asked for.
+
+    Raises:
+        UserError: ``mode=gradient`` or ``analysis=fdp`` without ``dp``, or ``mode=gradient`` under HE."""
+    if audit["mode"] != "gradient" and audit["analysis"] != "fdp":
+        return None
+    steps = [h for h in defenses if isinstance(h, PerExampleActiveStep)]
+    asked = "mode=gradient" if audit["mode"] == "gradient" else "analysis=fdp"
+    if not steps:
+        raise UserError(f"--audit {asked} audits DP-SGD's Gaussian release at the active party (defense dp); "
+                        f"this run has {cfg.defense or 'no defense'}")
+    if audit["mode"] == "gradient" and cfg.he != "off":
+        raise UserError("--audit mode=gradient reads the canaries' plain gradient rows at passive1; under --he it "
+                        "receives shares of them instead (audit with --he off: the HE layer adds no noise)")
+    return steps[0]
 
 
 def save_run(result: RunResult, folder: Path) -> list[Path]:
@@ -227,12 +255,17 @@ def run_audit(audit: dict, plan: AuditPlan, fed: Federation, partition: Partitio
     """``privacy.audit``: the label adversary's scores (every registered scorer, or the one named) or
     the feature adversary's, turned into the ε lower bound at the claim's δ (0 for pure ε or no claim)."""
     scores = feature_scores
-    if scores is None:
+    if audit["mode"] == "gradient":  # the white-box auditor: what the active party's DP-SGD step released
+        step = next(h for h in fed.active.hooks if isinstance(h, PerExampleActiveStep))
+        assert step.canaries is not None  # planted by execute before the parties were built
+        scores = {GRADIENT_SCORER: step.canaries.scores()}
+    elif scores is None:
         target = attack_lib.AttackTarget(fed, partition, ADVERSARY, method=method, head=head)
         scores = {n: inclusion_scores(plan, attack_lib.AUDIT_SCORERS.get(n).class_scores(target, plan.canaries, seed))
                   for n in audit_scorers(audit, fed.n_classes, head)}
     delta = float(claim.get("delta") or 0.0) if claim.get("epsilon") is not None else 0.0
-    return audit_result(plan, scores, delta, float(audit["confidence"]), int(audit["guesses"]), str(audit["side"]))
+    return audit_result(plan, scores, delta, float(audit["confidence"]), int(audit["guesses"]), str(audit["side"]),
+                        analysis=str(audit["analysis"]), mode=str(audit["mode"]))
 
 
 def resolve_config(cfg: RunConfig, transcript: bool = False) -> RunConfig:
