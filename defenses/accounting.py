@@ -58,8 +58,37 @@ def ledger_rdp(ledger: list[dict], orders: list[float] = ORDERS) -> np.ndarray:
     return rdp
 
 
-def epsilon(ledger: list[dict], delta: float) -> float:
-    """(ε, δ) of everything in the ledger; 0 for an empty ledger, inf without noise."""
+ACCOUNTANTS = ("rdp", "gdp")
+"""``rdp``: Rényi DP composition (any ledger); ``gdp``: the exact composition of Gaussian steps."""
+
+
+def ledger_mu(ledger: list[dict]) -> float:
+    """μ of a ledger of Gaussian entries: without subsampling each participation is a Gaussian
+    mechanism of μ = 1/z (sensitivity Δ, noise z·Δ) and adaptive composition of μ_i-GDP is exactly
+    √(Σ μ_i²)-GDP (Dong, Roth & Su 2022, Corollary 3.3), so this is the mechanism's whole privacy curve.
+
+    Raises:
+        ValueError: an entry that is not Gaussian (a pure-ε event has no exact GDP form)."""
+    total = 0.0
+    for e in ledger:
+        if e["kind"] != "gaussian":
+            raise ValueError(f"the gdp accountant composes Gaussian steps only, not a {e['kind']!r} entry")
+        if e["participations"] == 0:
+            continue
+        if e["noise_multiplier"] <= 0 or e["noise_multiplier"] ** 2 < 1e-300:
+            return math.inf
+        total += e["participations"] / e["noise_multiplier"] ** 2
+    return math.sqrt(total)
+
+
+def epsilon(ledger: list[dict], delta: float, accountant: str = "rdp") -> float:
+    """(ε, δ) of everything in the ledger; 0 for an empty ledger, inf without noise. ``accountant``:
+    ``rdp`` (an upper bound for any ledger) or ``gdp`` (exact, Gaussian entries only)."""
+    if accountant == "gdp":
+        from securevfl.lab.audit_bound import gdp_epsilon
+
+        mu = ledger_mu(ledger)
+        return math.inf if math.isinf(mu) else gdp_epsilon(mu, delta)
     rdp = ledger_rdp(ledger)
     if not rdp.any():
         return 0.0
@@ -71,15 +100,17 @@ def epsilon(ledger: list[dict], delta: float) -> float:
     return float(eps)
 
 
-def noise_for_target(target: float, delta: float, participations: int, extra: list[dict] | None = None) -> float:
+def noise_for_target(target: float, delta: float, participations: int, extra: list[dict] | None = None,
+                     accountant: str = "rdp") -> float:
     """The smallest noise multiplier z (to 0.1 %) whose plan of ``participations`` Gaussian steps,
-    composed with the ``extra`` ledger entries, has ε ≤ ``target``."""
+    composed with the ``extra`` ledger entries, has ε ≤ ``target`` under ``accountant``."""
     extra = extra or []
 
     def eps_at(z: float) -> float:
-        return epsilon([*extra, {"kind": "gaussian", "noise_multiplier": z, "participations": participations}], delta)
+        return epsilon([*extra, {"kind": "gaussian", "noise_multiplier": z, "participations": participations}], delta,
+                       accountant)
 
-    if epsilon(extra, delta) >= target:
+    if epsilon(extra, delta, accountant) >= target:
         raise ValueError("the fixed part of the plan alone exceeds the target ε")
     lo, hi = 1e-3, 1.0
     while eps_at(hi) > target:

@@ -64,8 +64,10 @@ class RunConfig:
         with probability ½ each and reports ``privacy.audit.epsilon_lower``, an empirical ε lower bound
         beside the claimed ε; ``side=features`` audits passive1's feature rows (embedding-dp) instead.
         Also ``attack`` (``all``: every scorer that applies; ``aux-axis``, ``direction``, ``norm``:
-        binary; ``prototype``; ``dli``: agg head), ``confidence`` (0.95) and ``guesses`` (0: a fixed
-        schedule). On the command line one ``KEY=VALUE`` per flag.""")
+        binary; ``prototype``; ``dli``: agg head), ``confidence`` (0.95), ``guesses`` (0: a fixed
+        schedule), ``mode`` (``natural``; ``gradient``: white-box gradient canaries in dp's release) and
+        ``analysis`` (``binomial``; ``fdp``: the f-DP bound of a Gaussian claim). On the command line one
+        ``KEY=VALUE`` per flag.""")
     method_params: dict = setting(factory=dict, flag="--method-param", cli="keyvalue", doc="""
         Method-specific hyperparameters, e.g. ``evidential: false`` (risa), ``alpha: 0.5`` (fedud); on the
         command line one ``KEY=VALUE`` per flag (repeatable).""")

@@ -18,6 +18,7 @@ from scipy.stats import chisquare
 
 from defenses import parse_defense
 from defenses.accounting import epsilon
+from securevfl.errors import UserError
 from defenses.functional import dp_sgd_release, randomized_response, rr_with_prior, rr_with_prior_probs
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_array
@@ -261,3 +262,32 @@ def test_rr_with_prior_keeps_more_true_labels_than_rr_at_the_same_epsilon():
     seen = [float((o.federation.active.data.y_labels == truth).mean()) for o in (plain, prior)]
     assert seen[1] > seen[0]  # a single draw each: the mean gain is > 3.5 sd of the difference
     assert prior.to_json()["privacy"]["epsilon"] == 1.0 and prior.to_json()["privacy"]["variant"] == "rr-with-prior"
+
+
+def test_gdp_accountant_is_the_exact_gaussian_curve_and_tighter_than_rdp():
+    """Without subsampling, k participations at noise z compose to exactly μ-GDP with μ = √k / z:
+    the gdp accountant's ε has δ(ε) = δ on that curve, and it is below RDP's upper bound."""
+    from defenses.accounting import ledger_mu
+    from securevfl.lab.audit_bound import gdp_delta
+
+    ledger = [{"kind": "gaussian", "noise_multiplier": 2.0, "participations": 4},
+              {"kind": "gaussian", "noise_multiplier": 4.0, "participations": 16}]
+    mu = ledger_mu(ledger)
+    assert mu == pytest.approx(math.sqrt(4 / 4 + 16 / 16))
+    exact = epsilon(ledger, 1e-5, "gdp")
+    assert gdp_delta(mu, exact) == pytest.approx(1e-5, rel=1e-4)
+    assert exact < epsilon(ledger, 1e-5, "rdp")
+    assert epsilon([{"kind": "gaussian", "noise_multiplier": 0.0, "participations": 1}], 1e-5, "gdp") == math.inf
+    with pytest.raises(ValueError, match="Gaussian steps only"):
+        epsilon([{"kind": "pure", "epsilon": 0.1}], 1e-5, "gdp")
+
+
+def test_gdp_accountant_calibrates_less_noise_and_refuses_a_private_lr_selection():
+    rdp = execute(small_cfg(defense="dp:epsilon=4", epochs=2), progress=False).privacy
+    gdp = execute(small_cfg(defense="dp:epsilon=4,accountant=gdp", epochs=2), progress=False).privacy
+    assert gdp["epsilon"] <= 4.0 and gdp["noise_multiplier"] < rdp["noise_multiplier"]
+    assert "exact Gaussian composition" in gdp["accountant"]
+    with pytest.raises(UserError, match="accountant=gdp"):
+        execute(small_cfg(defense="dp:epsilon=4,accountant=gdp", lr_grid=[0.001, 0.003], epochs=1), progress=False)
+    with pytest.raises(UserError, match="accountant must be one of"):
+        parse_defense("dp:epsilon=4,accountant=pld")

@@ -15,7 +15,9 @@ example's clipped contribution by at most Δ = 2C and nothing else in the step.
 
 Accounting (:mod:`defenses.accounting`): passive parties see every batch's IDs, so no amplification
 by subsampling is claimed; an example is charged every step it is in (one per epoch with shuffled
-batches). ε is computed over a ledger with one entry per training run of the plan (each lr-grid
+batches). ``accountant=rdp`` (default) composes by Rényi DP; ``accountant=gdp`` uses the exact curve
+of this mechanism (k participations at noise z are exactly √k/z-GDP), which claims the same ε with
+≈ 7 % less noise at ε 4 over 5 epochs, but cannot compose the private lr selection. ε is computed over a ledger with one entry per training run of the plan (each lr-grid
 candidate, each stage of a multi-stage method) plus the private learning-rate selection, and
 ``epsilon=E`` calibrates z for the whole plan before the first step. Protected: the active party's
 labels, against the passive parties (their whole view: batch IDs, returned gradients, under HE the
@@ -30,7 +32,7 @@ from collections import Counter
 
 import numpy as np
 
-from defenses.accounting import check_delta, epsilon, exponential_mechanism, noise_for_target
+from defenses.accounting import ACCOUNTANTS, check_delta, epsilon, exponential_mechanism, noise_for_target
 from defenses.base import DEFENSES, Defense, _finite
 from defenses.functional import dp_sgd_release
 from securevfl.channel import MessageKind
@@ -49,7 +51,7 @@ class LabelDP(Defense, PerExampleActiveStep):
 
     name = "dp"
     primary = "noise"
-    defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1}
+    defaults = {"clip": 1.0, "delta": 1e-5, "select_epsilon": 0.1, "accountant": "rdp"}
     optional = {"noise": float, "epsilon": float}
     targets = ("norm", "direction", "mc", "mc-full", "mc-plain")
     ranges = {"clip": "> 0", "delta": "(0, 1)", "select_epsilon": "> 0", "noise": "≥ 0 (one of noise/epsilon)",
@@ -69,6 +71,8 @@ class LabelDP(Defense, PerExampleActiveStep):
             _finite("dp epsilon", c["epsilon"], 0.0, lo_inclusive=False)
         check_delta("dp", c["delta"])
         _finite("dp select_epsilon", c["select_epsilon"], 0.0, lo_inclusive=False)
+        if c["accountant"] not in ACCOUNTANTS:
+            raise UserError(f"dp accountant must be one of {', '.join(ACCOUNTANTS)}, got {c['accountant']!r}")
         self.noise_multiplier: float | None = c.get("noise")
         self.ledger: list[dict] = []
         self._counts: Counter = Counter()
@@ -85,10 +89,13 @@ class LabelDP(Defense, PerExampleActiveStep):
         participations, selections = budget()  # always asked: a method whose bound is no bound refuses here
         if "epsilon" not in self.config:
             return
+        if selections and self.config["accountant"] == "gdp":
+            raise UserError("dp accountant=gdp composes Gaussian steps exactly; a private lr selection (--lr-grid) is "
+                            "a pure-ε event it cannot compose: use accountant=rdp or one learning rate")
         extra = [{"kind": "pure", "epsilon": self.config["select_epsilon"]}] * selections
         try:
             self.noise_multiplier = noise_for_target(self.config["epsilon"], self.config["delta"], participations,
-                                                     extra)
+                                                     extra, self.config["accountant"])
         except ValueError as e:
             raise UserError(f"dp epsilon={self.config['epsilon']:g}: {e}; raise epsilon or lower "
                             "select_epsilon / the lr grid") from None
@@ -131,13 +138,16 @@ class LabelDP(Defense, PerExampleActiveStep):
 
     def privacy(self) -> dict:
         z, delta = self.noise_multiplier, self.config["delta"]
-        eps = math.inf if z == 0 and self.steps() else epsilon(self.ledger, delta)
+        accountant = self.config["accountant"]
+        eps = math.inf if z == 0 and self.steps() else epsilon(self.ledger, delta, accountant)
         finite = math.isfinite(eps)
         return {"epsilon": eps if finite else None, "delta": delta, "mechanism": "label-dp-sgd",
                 "formal_guarantee": finite, "noise_multiplier": z, "clip": self.config["clip"],
                 "sensitivity": 2.0 * self.config["clip"], "neighbouring": "replace-one-label",
                 "protects": PROTECTS, "sampling": SAMPLING, "steps": self.steps(),
-                "accountant": "RDP over the ledger (defenses/accounting.py)", "ledger": [dict(e) for e in self.ledger]}
+                "accountant": ("RDP over the ledger" if accountant == "rdp" else "exact Gaussian composition (μ-GDP) "
+                               "of the ledger") + " (defenses/accounting.py)",
+                "ledger": [dict(e) for e in self.ledger]}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "ledger": [dict(e) for e in self.ledger],

@@ -83,6 +83,19 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
 
 
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The smallest ε at which μ-GDP is (ε, ``delta``)-DP (0 when δ(0) ≤ δ already)."""
+    if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while gdp_delta(mu, hi) > delta:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-9 * max(1.0, hi):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if gdp_delta(mu, mid) > delta else (lo, mid)
+    return hi
+
+
 def gdp_mu(epsilon: float, delta: float) -> float:
     """The μ of the Gaussian mechanism that is exactly (``epsilon``, ``delta``)-DP (the largest μ
     whose δ(ε) is at most ``delta``)."""
@@ -139,3 +152,20 @@ def epsilon_lower_bound_fdp(m: int, r: int, v: int, delta: float, confidence: fl
         mid = (lo + hi) / 2.0
         lo, hi = (mid, hi) if refuted(mid) else (lo, mid)
     return lo
+
+
+def ideal_fdp_bound(mu: float, m: int, delta: float, confidence: float = 0.95, draws: int = 5,
+                    fractions: tuple[float, ...] = (0.02, 0.05, 0.1, 0.2, 0.5), seed: int = 0) -> float:
+    """What the f-DP analysis gives an auditor who observes the exact likelihood-ratio statistic of a
+    μ-GDP mechanism (N(±μ/2, 1) per canary) with ``m`` canaries: the median over ``draws`` simulated
+    audits, with the same guess schedule and Bonferroni split as the lab's audit. The ceiling a
+    white-box audit of that mechanism can expect at this m (the papers' "idealized setting")."""
+    rng = np.random.default_rng(seed)
+    counts = sorted({max(1, int(round(f * m))) for f in fractions})
+    level = 1.0 - (1.0 - confidence) / len(counts)
+    out = []
+    for _ in range(draws):
+        plus = rng.random(m) < 0.5
+        order = np.argsort(np.where(plus, mu / 2, -mu / 2) + rng.standard_normal(m))
+        out.append(max(epsilon_lower_bound_fdp(m, r, int(plus[order[m - r:]].sum()), delta, level) for r in counts))
+    return float(np.median(out))

@@ -144,6 +144,10 @@ def spec_number(x: float) -> str:
     return np.format_float_positional(x, trim="-") if "e+" in text else text
 
 
+def _spec_value(v: float | str) -> str:
+    return v if isinstance(v, str) else spec_number(v)
+
+
 def _number(v: object, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise _fail(key, f"expected a number, got {v!r}")
@@ -173,13 +177,15 @@ def expand_defenses(entries: object) -> list[tuple[str, str, float | None]]:
             swept = [k for k, v in params.items() if isinstance(v, list)]
             if len(swept) > 1:
                 raise _fail(key, f"one strength list per defense, got lists for {', '.join(swept)}")
-            fixed = {k: _number(v, f"{key}.{k}") for k, v in params.items() if k not in swept}
+            # a fixed parameter may be a word (dp's accountant, laplace's on); the defense checks it
+            fixed: dict[str, float | str] = {k: v if isinstance(v, str) else _number(v, f"{key}.{k}")
+                                             for k, v in params.items() if k not in swept}
             values = _as_list(params[swept[0]], f"{key}.{swept[0]}") if swept else [None]
             for v in values:
                 point = dict(fixed)  # this strength's parameter values
                 if swept:
                     point[swept[0]] = _number(v, f"{key}.{swept[0]}")
-                spec = f"{family}:" + ",".join(f"{k}={spec_number(point[k])}" for k in point)
+                spec = f"{family}:" + ",".join(f"{k}={_spec_value(point[k])}" for k in point)
                 out.append((spec, family, None if v is None else float(v)))
         else:
             for v in _as_list(params, key):
