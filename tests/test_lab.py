@@ -38,7 +38,8 @@ def test_grid_expansion_strengths_and_run_ids():
                  ("dp:clip=1,noise=0.5", "dp", 0.5), ("dp:clip=1,noise=2", "dp", 2.0),
                  ("sparsify:50", "sparsify", 50.0)]
     # a fixed parameter may be a word; the defense validates it
-    assert expand_defenses([{"dp": {"epsilon": [4], "accountant": "gdp"}}]) == [("dp:accountant=gdp,epsilon=4", "dp", 4.0)]
+    words = expand_defenses([{"dp": {"epsilon": [4], "accountant": "gdp"}}])
+    assert words == [("dp:accountant=gdp,epsilon=4", "dp", 4.0)]
     sw = parse_sweep({**BASE, "methods": ["splitnn", "local"], "defenses": ["none", {"iso": [1, 5]}],
                       "seeds": [0, 1], "dataset": {"name": "digits", "aligned_fraction": [0.2, 0.5], "labeled": 40}})
     assert len(sw.cells) == 2 * 4 * 2 and sw.swept_keys == ["aligned_fraction"]  # local: no defense cells

@@ -18,11 +18,11 @@ from scipy.stats import chisquare
 
 from defenses import parse_defense
 from defenses.accounting import epsilon
-from securevfl.errors import UserError
 from defenses.functional import dp_sgd_release, randomized_response, rr_with_prior, rr_with_prior_probs
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.config import RunConfig
+from securevfl.errors import UserError
 from securevfl.lab.compose import build_partition, execute
 from securevfl.methods import METHODS, MethodContext
 

@@ -1,1 +1,2 @@
-"""Defenses that encode the labels before they touch training (confusional autoencoders)."""
+"""Defenses that encode before training: the labels (confusional autoencoders, KDk) or a party's
+rows and deliveries (FedPass's passports)."""

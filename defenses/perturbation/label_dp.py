@@ -17,8 +17,9 @@ Accounting (:mod:`defenses.accounting`): passive parties see every batch's IDs, 
 by subsampling is claimed; an example is charged every step it is in (one per epoch with shuffled
 batches). ``accountant=rdp`` (default) composes by Rényi DP; ``accountant=gdp`` uses the exact curve
 of this mechanism (k participations at noise z are exactly √k/z-GDP), which claims the same ε with
-≈ 7 % less noise at ε 4 over 5 epochs, but cannot compose the private lr selection. ε is computed over a ledger with one entry per training run of the plan (each lr-grid
-candidate, each stage of a multi-stage method) plus the private learning-rate selection, and
+≈ 7 % less noise at ε 4 over 5 epochs, but cannot compose the private lr selection. ε is computed
+over a ledger with one entry per training run of the plan (each lr-grid candidate, each stage of a
+multi-stage method) plus the private learning-rate selection, and
 ``epsilon=E`` calibrates z for the whole plan before the first step. Protected: the active party's
 labels, against the passive parties (their whole view: batch IDs, returned gradients, under HE the
 decrypted shares) and against anyone who sees the trained model. Not protected: features (see HE)
