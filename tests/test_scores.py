@@ -306,3 +306,46 @@ def test_a_cell_worse_than_local_never_ranks_first_nor_rings(tmp_path):
     table = md[md.index("|   rank |"):]
     first_row = table.splitlines()[2]
     assert "iso 1" in first_row and "iso 5" not in first_row, first_row
+
+
+def test_tpe_search_asks_optuna_round_by_round_and_resumes_from_the_store(tmp_path):
+    """``searcher: tpe``: try 0 is the sweep's own attack, each later try is asked of Optuna's TPE
+    from the stored tries' scores (one stored cell per seed); a rerun skips everything, and a sweep
+    that lost its last round asks the same points again (the searcher is rebuilt from the store)."""
+    import sqlite3
+
+    from securevfl.lab.engine import run_sweep
+
+    sweep = tmp_path / "tpe.yaml"
+    sweep.write_text("name: tpe\ndataset: {name: breast-cancer}\nmethods: [splitnn]\nattacks: [norm]\n"
+                     "attack_search: {budget: 3, seed: 0, searcher: tpe, space: {norm: {n_aux: [10, 20, 40, 100]}}}\n"
+                     "seeds: [0, 1]\ntrain: {epochs: 1}\n")
+    store = tmp_path / "tpe.sqlite"
+    counts = run_sweep(str(sweep), str(store), progress=False)
+    assert counts["cells"] == 6 and counts["ok"] == 6
+    rows = sqlite3.connect(store).execute("SELECT run_id, swept_json, config_json FROM runs").fetchall()
+    by_try: dict[int, set] = {}
+    for _, swept, config in rows:
+        by_try.setdefault(json.loads(swept)["search:try"], set()).add(json.dumps(json.loads(config)["attacks"]))
+    assert sorted(by_try) == [0, 1, 2] and all(len(v) == 1 for v in by_try.values())  # one point per try
+    assert len(set().union(*by_try.values())) == 3  # three distinct points
+    again = run_sweep(str(sweep), str(store), progress=False)
+    assert again["ok"] == 0 and again["skipped"] == 6
+    last = {r[0] for r in rows if json.loads(r[1])["search:try"] == 2}
+    db = sqlite3.connect(store)
+    db.execute(f"DELETE FROM runs WHERE run_id IN ({','.join('?' * len(last))})", sorted(last))
+    db.commit()
+    db.close()
+    resumed = run_sweep(str(sweep), str(store), progress=False)
+    assert resumed["ok"] == 2
+    assert {r[0] for r in sqlite3.connect(store).execute("SELECT run_id FROM runs")} >= last  # the same try 2
+
+
+def test_tpe_searcher_is_named_and_checked():
+    with pytest.raises(UserError, match=re.escape("'attack_search.searcher'")):
+        parse_sweep({**BASE, "attacks": ["mc"], "attack_search": {"budget": 2, "searcher": "grid",
+                                                                  "space": {"mc": {"steps": [5, 50]}}}})
+    sw = parse_sweep({**BASE, "attacks": ["mc"], "attack_search": {"budget": 3, "searcher": "tpe",
+                                                                   "space": {"mc": {"steps": [5, 50, 100]}}}})
+    assert [c.swept["search:try"] for c in sw.cells] == [0] and sw.search is not None
+    assert sw.search.remaining() == 2

@@ -7,6 +7,7 @@ store, committing each row as it arrives (a kill loses only the cells in flight)
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import traceback
 from abc import ABC, abstractmethod
@@ -247,7 +248,8 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
 
     # a terminal that reports zero columns (some CI consoles, `stty cols 0`) would get an empty bar
     width = shutil.get_terminal_size(fallback=(80, 24)).columns
-    bar = progress_bar(len(sweep.cells), f"sweep {sweep.name}", None if progress else False, unit="cell",
+    later = sweep.search.remaining() if sweep.search is not None else 0  # a library search's later rounds
+    bar = progress_bar(len(sweep.cells) + later, f"sweep {sweep.name}", None if progress else False, unit="cell",
                        initial=counts["skipped"], dynamic_ncols=width > 0, ncols=None if width > 0 else 80)
 
     attacked = {"attacks": 0, "attack_s": 0.0}
@@ -268,6 +270,18 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
 
     try:
         runner.run(claimed(), sweep.name, on_result)
+        for t in range(1, sweep.search.budget if sweep.search is not None else 1):
+            assert sweep.search is not None
+            # the searcher is rebuilt from the store each round: a resumed sweep asks what it asked before
+            results = {r["run_id"]: json.loads(r["result_json"]) for r in store.rows()
+                       if r["status"] == "ok" and r["result_json"]}
+            new = sweep.search.next_round(t, results)
+            done = store.completed()
+            todo = [c for c in new if c.run_id not in done]
+            counts["cells"] += len(new)
+            counts["skipped"] += len(new) - len(todo)
+            bar.update(len(new) - len(todo))
+            runner.run(claimed(), sweep.name, on_result)
     finally:
         bar.close()
         store.close()

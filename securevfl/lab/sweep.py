@@ -28,6 +28,8 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   attacks' parameter grid drawn by a seeded random search (the whole grid when it is smaller); try 0
   is the ``attacks`` entry as written. Each try is its own stored row (swept key ``search:try``); the
   report scores each cell with the try whose mean attack performance is largest, and names it.
+  ``searcher: tpe`` asks Optuna's TPE for the tries after try 0, round by round
+  (:mod:`securevfl.lab.search`).
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
@@ -44,6 +46,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -51,6 +54,9 @@ from securevfl.config import RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
 from securevfl.validate import number
+
+if TYPE_CHECKING:
+    from securevfl.lab.search import TPESearch
 
 # keys of the ``dataset`` section that go to the data config rather than the partition spec
 _DATA_KEYS = {"path", "dir", "max_rows", "sample", "min_freq", "hash_buckets", "party_files", "id_column",
@@ -95,6 +101,8 @@ class Sweep:
     name: str
     cells: list[Cell]
     swept_keys: list[str]
+    search: TPESearch | None = None
+    """A library-driven attack search's later rounds (``attack_search.searcher: tpe``), run by the engine."""
 
 
 HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None, ("data", "task"): "auto",
@@ -249,23 +257,24 @@ def expand_attacks(entries: object) -> list[tuple[list, dict]]:
     return variants
 
 
-def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tuple[list, dict]]:
-    """``attack_search`` → each attack variant followed by its search tries (swept ``search:try``).
-
-    A plain seeded random search over the grid of ``space`` (Ray Tune is not used: the tries are
-    ordinary cells, so any engine runs them); try 0 is the variant itself, so a sweep that gains a
-    search keeps its rows. Tries repeating an earlier point are skipped."""
-    import attacks as attack_lib
-
+def _search_spec(search: object) -> tuple[int, int, list[tuple[str, str, list]], str]:
+    """``attack_search`` checked: budget, seed, the space's (attack, parameter, values) axes, searcher."""
     if not isinstance(search, dict):
         raise _fail("attack_search", "expected {budget: N, seed: S, space: {attack: {param: [values]}}}")
-    unknown = set(search) - {"budget", "seed", "space"}
+    unknown = set(search) - {"budget", "seed", "space", "searcher"}
     if unknown:
-        raise _fail(f"attack_search.{sorted(unknown)[0]}", "unknown key; expected budget, seed, space")
+        raise _fail(f"attack_search.{sorted(unknown)[0]}", "unknown key; expected budget, seed, space, searcher")
     budget, seed = search.get("budget", 4), search.get("seed", 0)
     for key, v, low in (("budget", budget, 1), ("seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise _fail(f"attack_search.{key}", f"expected an integer ≥ {low}, got {v!r}")
+    from securevfl.lab.search import SEARCHERS, require_optuna
+
+    searcher = search.get("searcher", "random")
+    if searcher not in SEARCHERS:
+        raise _fail("attack_search.searcher", f"expected one of {', '.join(SEARCHERS)}, got {searcher!r}")
+    if searcher == "tpe":
+        require_optuna()  # named before any cell runs
     space = search.get("space")
     if not isinstance(space, dict) or not space:
         raise _fail("attack_search.space", "expected a mapping {attack: {param: [values]}}")
@@ -274,6 +283,20 @@ def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tup
         if not isinstance(params, dict) or not params:
             raise _fail(f"attack_search.space.{name}", "expected a mapping {param: [values]}")
         axes += [(str(name), str(k), _as_list(v, f"attack_search.space.{name}.{k}")) for k, v in params.items()]
+    return budget, seed, axes, searcher
+
+
+def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tuple[list, dict]]:
+    """``attack_search`` → each attack variant followed by its search tries (swept ``search:try``).
+
+    ``searcher: random`` (the default): a plain seeded random search over the grid of ``space``, every
+    try expanded here as ordinary cells; try 0 is the variant itself, so a sweep that gains a search
+    keeps its rows. Tries repeating an earlier point are skipped. ``searcher: tpe``: only try 0 here;
+    the later tries are asked of Optuna round by round as results arrive
+    (:class:`securevfl.lab.search.TPESearch`)."""
+    import attacks as attack_lib
+
+    budget, seed, axes, searcher = _search_spec(search)
     grid = list(itertools.product(*(values for _, _, values in axes)))
     order = np.random.default_rng(seed).permutation(len(grid))
     out = []
@@ -283,8 +306,12 @@ def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tup
         if missing:
             raise _fail(f"attack_search.space.{missing[0]}", "not in this sweep's attacks")
         tries = [(entries, {**swept, "search:try": 0})]
+        for (a, k, values) in axes:  # every value must be one the attack takes, before anything runs
+            for v in values:
+                _with_params(next(e for e in entries if attack_lib.parse_attack(e)[0].name == a), {a: {k: v}},
+                             "attack_search.space")
         seen = [_attack_key(entries)]
-        for i in order:
+        for i in order if searcher == "random" else []:
             if len(tries) >= budget:
                 break
             point: dict[str, dict] = {}
@@ -296,6 +323,20 @@ def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tup
                 tries.append((tried, {**swept, "search:try": len(tries)}))
         out += tries
     return out
+
+
+def search_plan(search: object, cells: list[Cell]) -> TPESearch | None:
+    """The sequential rounds of a ``searcher: tpe`` search over these (try-0) cells; None otherwise."""
+    if search is None:
+        return None
+    budget, seed, axes, searcher = _search_spec(search)
+    if searcher != "tpe" or budget < 2:
+        return None
+    from securevfl.lab.search import TPESearch
+
+    plan = TPESearch(axes, budget, seed)
+    plan.add_first(cells)
+    return plan
 
 
 def _with_params(entry: object, point: dict[str, dict], key: str) -> object:
@@ -375,7 +416,8 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
         cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
     if data.get("save") is not None:
         cells = _with_save(cells, data["save"])
-    return Sweep(name, cells, list(data_axes) + [k for k in attack_variants[0][1] if k != "search:try"])
+    return Sweep(name, cells, list(data_axes) + [k for k in attack_variants[0][1] if k != "search:try"],
+                 search_plan(data.get("attack_search"), cells))
 
 
 def _mechanism_seed(value: object) -> int:
