@@ -63,8 +63,6 @@ class TPESearch:
     def next_round(self, t: int, results: dict[str, dict]) -> list:
         """The cells of try ``t`` for every group, from what tries 0 … t − 1 scored (``results``: run id
         → the run's result JSON; a missing or failed run counts as no evidence)."""
-        from securevfl.lab.sweep import _with_params
-
         out = []
         for g, first in self.groups.items():
             point: dict[str, dict] = {}
@@ -73,7 +71,7 @@ class TPESearch:
             cells = []
             for c in first:
                 config = copy.deepcopy(c.config)
-                config["attacks"] = [_with_params(e, point, "attack_search.space") for e in config["attacks"]]
+                config["attacks"] = [with_params(e, point, "attack_search.space") for e in config["attacks"]]
                 cells.append(type(c)(c.method, c.defense, c.family, c.strength, c.seed, c.he, config,
                                      {**c.swept, "search:try": t}, c.save))
             self.tries[g].append(cells)
@@ -105,6 +103,21 @@ class TPESearch:
                 return chosen
             study.tell(trial, seen[key])
         return chosen  # a small space, all tried: the repeat pools with its twin in the report
+
+
+def with_params(entry: object, point: dict[str, dict], key: str) -> object:
+    """An attack entry with a search point's parameters set over its own (validated)."""
+    import attacks as attack_lib
+
+    cls, given = attack_lib.parse_attack(entry)
+    if cls.name not in point:
+        return entry
+    new = {cls.name: {**given, **point[cls.name]}}
+    try:
+        attack_lib.parse_attack(new)
+    except UserError as e:
+        raise UserError(f"sweep file: key {f'{key}.{cls.name}'!r}: {e}") from None
+    return new
 
 
 def group_key(cell: Any) -> str:

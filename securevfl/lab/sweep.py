@@ -53,6 +53,7 @@ import numpy as np
 from securevfl.config import RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
+from securevfl.lab.search import with_params
 from securevfl.validate import number
 
 if TYPE_CHECKING:
@@ -308,7 +309,7 @@ def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tup
         tries = [(entries, {**swept, "search:try": 0})]
         for (a, k, values) in axes:  # every value must be one the attack takes, before anything runs
             for v in values:
-                _with_params(next(e for e in entries if attack_lib.parse_attack(e)[0].name == a), {a: {k: v}},
+                with_params(next(e for e in entries if attack_lib.parse_attack(e)[0].name == a), {a: {k: v}},
                              "attack_search.space")
         seen = [_attack_key(entries)]
         for i in order if searcher == "random" else []:
@@ -317,7 +318,7 @@ def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tup
             point: dict[str, dict] = {}
             for (name, k, _), v in zip(axes, grid[i], strict=True):
                 point.setdefault(name, {})[k] = v
-            tried = [_with_params(e, point, "attack_search.space") for e in entries]
+            tried = [with_params(e, point, "attack_search.space") for e in entries]
             if _attack_key(tried) not in seen:
                 seen.append(_attack_key(tried))
                 tries.append((tried, {**swept, "search:try": len(tries)}))
@@ -337,21 +338,6 @@ def search_plan(search: object, cells: list[Cell]) -> TPESearch | None:
     plan = TPESearch(axes, budget, seed)
     plan.add_first(cells)
     return plan
-
-
-def _with_params(entry: object, point: dict[str, dict], key: str) -> object:
-    """An attack entry with a search point's parameters set over its own (validated)."""
-    import attacks as attack_lib
-
-    cls, given = attack_lib.parse_attack(entry)
-    if cls.name not in point:
-        return entry
-    new = {cls.name: {**given, **point[cls.name]}}
-    try:
-        attack_lib.parse_attack(new)
-    except UserError as e:
-        raise _fail(f"{key}.{cls.name}", str(e)) from None
-    return new
 
 
 def _attack_key(entries: list) -> str:
