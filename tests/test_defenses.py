@@ -89,7 +89,7 @@ def test_state_dict_resumes_noise():
     ("dp:clip=1,noise=1,epsilon=2", "exactly one of"),
     ("dp:clip=0,noise=1", "clip"),
     ("dp:noise=1,delta=2", "delta"),
-    ("dp:noise=1,accountant=rdp", "no parameter 'accountant'"),
+    ("dp:noise=1,accountant=pld", "accountant must be one of"),
     ("dp:noise=1,select_epsilon=0", "select_epsilon"),
     ("rr", "rr needs epsilon"),
     ("rr:0", "rr epsilon"),
