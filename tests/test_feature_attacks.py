@@ -158,6 +158,7 @@ def test_fr_reads_a_federation_built_recording_and_never_switches_it(monkeypatch
     assert not quiet.federation.channel.record
 
 
+@pytest.mark.slow  # ~20 s: 10 epochs of digits and two SDAR fits
 def test_sdar_reconstructs_through_its_simulator_and_fails_without_it():
     """SDAR (Zhu et al. 2025) on digits with 500 auxiliary rows: the decoder of a simulator trained
     through the active party's head with adversarial regularization reconstructs passive1's halves
