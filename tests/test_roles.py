@@ -192,7 +192,10 @@ def test_every_he_method_deployed_matches_in_process_under_ckks(files, method: s
     refuses seeded ones from the wire), so a deployed run repeats the in-process one only up to that
     randomness, which on this small model is wide: 15 in-process CKKS runs of splitnn here gave test
     AUC 0.843–0.979 (measured 2026-11-28), and 0.756 once. What must be equal is the protocol: the same
-    steps and, per message kind, the same number of messages; and both runs must train (AUC ≥ 0.7)."""
+    steps and, per message kind, the same number of messages; and both runs must train (AUC ≥ 0.7).
+    An unlucky draw does happen (vflhlp-a in process: 0.559 once in a slow-suite run, against
+    0.813–0.895 in 6 runs measured after it), so a runtime below 0.7 gets one fresh draw: a broken
+    runtime fails both, an unlucky one almost never does twice."""
     full = {**files, "guest": files["guest_full"], "host": files["host_full"]}
 
     def cfg(*party_files: str) -> RunConfig:
@@ -207,7 +210,8 @@ def test_every_he_method_deployed_matches_in_process_under_ckks(files, method: s
     sim = out.to_json()
     assert statuses == [0]
     assert dep["cost"]["train_steps"] == sim["cost"]["train_steps"] > 0
-    assert dep["utility"]["test"] >= 0.7 and sim["utility"]["test"] >= 0.7
+    assert dep["utility"]["test"] >= 0.7 or deployed(full, cfg("guest"), ["host"])[0]["utility"]["test"] >= 0.7
+    assert sim["utility"]["test"] >= 0.7 or execute(cfg("guest", "host"), progress=False).utility["test"] >= 0.7
     for (kind, src, dst), n in out.federation.channel.stats.messages.items():
         if kind not in ("control", "alignment"):  # set-up differs (handshake, PSI); the protocol may not
             assert dep["_messages"].get((kind, src, dst)) == n, (kind, src, dst)
