@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attacks.base import ATTACKS, AttackResult, AttackTarget
-from attacks.feature.fr import FeatureAttack, Truth, decode, mixed_loss, mlp, observe, out_width
+from attacks.feature.fr import MAX_CARDINALITY, FeatureAttack, Truth, decode, mixed_loss, mlp, observe, out_width
 from securevfl.errors import UserError
 
 
@@ -174,7 +174,7 @@ class SDAR(FeatureAttack):
         ya, yall = torch.from_numpy(y["aux"]), torch.from_numpy(y["all"])
         real_all = torch.from_numpy(observed_all)
         bs = int(cfg["batch_size"])
-        head_modes = (a.head.training,)
+        was_training = a.head.training
         a.head.eval()
         for p in a.head.parameters():
             p.requires_grad_(False)
@@ -217,7 +217,7 @@ class SDAR(FeatureAttack):
         finally:
             for p in a.head.parameters():
                 p.requires_grad_(True)
-            a.head.train(head_modes[0])
+            a.head.train(was_training)
         return dec.eval()
 
 
@@ -238,14 +238,14 @@ class _Decoder(nn.Module):
         n = t.num.shape[1]
         parts, start = [out[:, :n]], n
         for c in t.cards:
-            if c <= 1000:
+            if c <= MAX_CARDINALITY:
                 parts.append(torch.softmax(out[:, start:start + c], 1))
                 start += c
         return torch.cat(parts, 1)
 
 
 def _one_hot_cats(t: Truth) -> np.ndarray:
-    parts = [np.eye(c, dtype=np.float32)[t.cat[:, j]] for j, c in enumerate(t.cards) if c <= 1000]
+    parts = [np.eye(c, dtype=np.float32)[t.cat[:, j]] for j, c in enumerate(t.cards) if c <= MAX_CARDINALITY]
     return np.concatenate(parts, 1) if parts else np.zeros((len(t.num), 0), dtype=np.float32)
 
 
