@@ -12,6 +12,7 @@ from attacks.feature.audit import donor_distance_scores
 from attacks.gradient import bli, cluster, dli, scoring  # noqa: F401  (registration)
 from attacks.gradient.audit import AUDIT_SCORERS, CanaryScorer
 from attacks.model_completion import mc  # noqa: F401  (registration)
+from attacks.model_completion import sdar as sdar_label  # noqa: F401  (registration)
 
 __all__ = ["ATTACKS", "AUDIT_SCORERS", "Attack", "AttackResult", "AttackTarget", "CanaryScorer", "adversary_party",
            "attack_spec", "donor_distance_scores", "parse_attack"]
