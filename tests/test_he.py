@@ -16,7 +16,7 @@ from securevfl.channel.codec import decode_tensor
 from securevfl.cli import main
 from securevfl.config import RunConfig
 from securevfl.crypto.backend import load_ints, unpack_blobs
-from securevfl.crypto.bfv import BFVBackend
+from securevfl.crypto.bfv import CRTBFV, BFVBackend
 from securevfl.crypto.ckks import CKKSBackend, seal_dumps
 from securevfl.crypto.paillier import NaivePaillierBackend, PaillierBackend
 from securevfl.crypto.protocol import fixed, real
@@ -24,9 +24,24 @@ from securevfl.data import dataset_status
 from securevfl.interactive import Drbg, first_linear, init_factors
 from securevfl.lab.compose import execute
 
+try:
+    import openfhe  # noqa: F401  (the optional extra: CPython 3.10 only)
+
+    HAVE_OPENFHE = True
+except ImportError:
+    HAVE_OPENFHE = False
+NEEDS_OPENFHE = pytest.mark.skipif(not HAVE_OPENFHE, reason="the openfhe extra (CPython 3.10) is not installed")
 HAVE_FMNIST = dict((n, ok) for n, ok, _ in dataset_status())["fashion-mnist"]
 FAST = {"ckks": {"seeded_shares": True}, "bfv": {"seeded_shares": True},
         "paillier": {"key_bits": 2048, "seeded_shares": True}}
+
+
+def openfhe_bfv():
+    """The OpenFHE BFV backend class (the optional extra; skipped where it does not import)."""
+    pytest.importorskip("openfhe")
+    from securevfl.crypto.openfhe_bfv import OpenFHEBFVBackend
+
+    return OpenFHEBFVBackend
 
 
 def small_cfg(he: str = "off", **kw) -> RunConfig:
@@ -51,7 +66,8 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     lambda: PaillierBackend({"key_bits": 2048}, slot_bits=120),
     lambda: NaivePaillierBackend({"key_bits": 2048}),
     lambda: BFVBackend({}, slot_bits=142),
-], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive", "bfv"])
+    lambda: openfhe_bfv()({}, slot_bits=142),
+], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive", "bfv", "bfv-openfhe"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_backend_products_match_numpy(make, threads, monkeypatch):
     """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
@@ -63,7 +79,7 @@ def test_backend_products_match_numpy(make, threads, monkeypatch):
     if threads > 1 and isinstance(owner, NaivePaillierBackend):
         pytest.skip("the naive baseline is single-core by design")
     kw = {"slot_bits": 120} if isinstance(owner, PaillierBackend) else {"slot_bits": 142} if isinstance(
-        owner, BFVBackend) else {}
+        owner, CRTBFV) else {}
     other = type(owner).from_public(owner.public_bytes(), owner.params, **kw)
     assert owner.has_secret() and not other.has_secret()
     rng = np.random.default_rng(1)
@@ -126,10 +142,17 @@ def test_transcript_invariants(he):
     elif he == "bfv":  # one public key per plaintext modulus; no secret key's bytes anywhere in it
         head, blobs = unpack_blobs(ctx_msgs[0].payload)
         be = p.cut_end.backend
-        assert set(head) == {"n", "plain"} and len(blobs) == len(be.plain) == 3
-        for sk in be.secret:
-            assert seal_dumps(sk)[64:128] not in ctx_msgs[0].payload
-        other = BFVBackend.from_public(ctx_msgs[0].payload, be.params, slot_bits=142)
+        if be.library == "openfhe":  # (a context and a public key per modulus) SECUREVFL_BFV_BACKEND=openfhe
+            import openfhe as ofhe
+
+            assert set(head) == {"n", "plain", "library"} and len(blobs) == 2 * len(be.plain) == 6
+            secret_bytes = [ofhe.Serialize(sk, ofhe.BINARY)[-4096:-2048] for sk in be.secret]
+        else:
+            assert set(head) == {"n", "plain"} and len(blobs) == len(be.plain) == 3
+            secret_bytes = [seal_dumps(sk)[64:128] for sk in be.secret]
+        for sk in secret_bytes:
+            assert sk not in ctx_msgs[0].payload
+        other = type(be).from_public(ctx_msgs[0].payload, be.params, slot_bits=142)
         assert not other.has_secret()
     else:
         head, blobs = unpack_blobs(ctx_msgs[0].payload)
@@ -166,8 +189,9 @@ def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
               "model__cut_dim": 16, "model__interactive_mixing": "off"}),
     ("bfv", {}),
     ("bfv", {"optim__optimizer": "adam", "optim__lr": 1e-3, "partition__n_parties": 3}),
+    pytest.param("bfv", {"he_params": {**FAST["bfv"], "backend": "openfhe"}}, marks=NEEDS_OPENFHE),
 ], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32",
-        "bfv", "bfv-adam-3parties"])
+        "bfv", "bfv-adam-3parties", "bfv-openfhe"])
 def test_he_matches_plaintext_same_seed(he, kw):
     off, u_off, _ = losses_and_utility(small_cfg("off", **{k: v for k, v in kw.items() if k != "he_params"}))
     on, u_on, res = losses_and_utility(small_cfg(he, **kw))

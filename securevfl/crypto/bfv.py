@@ -40,6 +40,8 @@ HomomorphicEncryption.org standard allows for 128-bit security; 32768 doubles th
 from __future__ import annotations
 
 import math
+import os
+from abc import abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,7 +60,15 @@ SECURE_N = {16384: 438, 32768: 881}  # max log2 q for 128-bit security (ternary 
 HALF = 1 << 30  # the decrypted reduction runs on 30-bit halves of each slot, in int64
 
 
+BACKENDS = ("tenseal", "openfhe")
+"""The libraries ``--he bfv`` runs on (``--he-param backend=...``); TenSEAL (SEAL) is the default, or
+the one the ``SECUREVFL_BFV_BACKEND`` environment variable names (an operator who installed the
+extra; every party reads its own, and a run's parties must agree: the public context says which)."""
+
+
 def bfv_ranges(p: dict) -> dict:
+    if p["backend"] not in BACKENDS:
+        raise UserError(f"--he bfv: backend must be one of {', '.join(BACKENDS)}, got {p['backend']!r}")
     if p["poly_modulus_degree"] not in SECURE_N:
         raise UserError(f"--he bfv: poly_modulus_degree must be one of {sorted(SECURE_N)}, "
                         f"got {p['poly_modulus_degree']}")
@@ -117,12 +127,201 @@ class BFVProducts(Encrypted):
     moduli: int  # the CRT's size for this product (the first ``moduli`` plaintext moduli)
 
 
-class BFVBackend(HEBackend):
+class CRTBFV(HEBackend):
+    """BFV over a CRT of plaintext moduli in the ``terms`` layout, independent of the library: the layout,
+    the masks that cancel per output, the CRT and the wire format. A library backend supplies the
+    per-modulus calls (encrypt, multiply-and-add, leave, decrypt) and its public context."""
+
     scheme = "bfv"
-    defaults = {"poly_modulus_degree": 16384, "mask_bits": 40}
+    defaults = {"poly_modulus_degree": 16384, "mask_bits": 40, "backend": "tenseal"}
     check_ranges = staticmethod(bfv_ranges)
     exact = True
     protect = True  # modulus switch, re-randomisation and flood (the attack test's control turns it off)
+    plain_bits: int = PLAIN_BITS
+    """Bits of each plaintext modulus (a batching prime ≡ 1 mod 2N)."""
+    library: str = ""
+    plain: list[int]
+    slots: int
+    flooding_bits: int
+
+    @classmethod
+    def validate(cls, params: dict) -> dict:
+        return super().validate({"backend": os.environ.get("SECUREVFL_BFV_BACKEND", "tenseal"), **params})
+
+    def crt_size(self, slot_bits: int) -> int:
+        """CRT primes: room for the largest masked result and its sign."""
+        return -(-(slot_bits + 2) // self.plain_bits)
+
+    # ------------------------------------------------------------------ the library's part
+    @abstractmethod
+    def _encrypt_slots(self, i: int, vals: np.ndarray) -> bytes:
+        """Slots (integers mod t_i) encrypted under the key owner's key in context i, as bytes."""
+
+    @abstractmethod
+    def _decrypt_slots(self, i: int, blob: bytes) -> np.ndarray:
+        """A product ciphertext's slots in [0, t_i) (uint64)."""
+
+    @abstractmethod
+    def _multiply(self, ex: BFVMatrix, ci: int, i: int, mult: np.ndarray, u: np.ndarray, rng) -> bytes:
+        """[[x_chunk]]·mult + u in context i, made ready to leave (switched, re-randomised, flooded)."""
+
+    # ------------------------------------------------------------------ key owner
+    def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
+        assert self.has_secret()
+        x = np.asarray(x, dtype=object)
+        m, n = x.shape
+        r, t = tiles.layout(m, n, self.slots, "bfv")
+        with self.timer.time("encrypt"):
+            blobs = [[self._encrypt_slots(i, vec) for i in range(len(self.plain))]
+                     for vec in tiles.chunk_vectors(x, r, t)]
+        return BFVMatrix(blobs, x.shape, r, t)
+
+    def decrypt(self, e: Encrypted) -> np.ndarray:
+        assert isinstance(e, BFVProducts) and self.has_secret()
+        m, n = e.x_shape
+        r, t = e.rows, e.tiles
+        p = e.shape[1] if e.side == "right" else e.shape[0]
+        # the reduction in int64 on 30-bit halves of each slot (exact for < 2^33 terms an output)
+        moduli = self.plain[:e.moduli]
+        halves = [(np.zeros(e.shape, dtype=np.int64), np.zeros(e.shape, dtype=np.int64)) for _ in moduli]
+        with self.timer.time("decrypt"):
+            for ci, row in enumerate(e.cts):
+                lo = ci * r
+                valid = min(r, m - lo)
+                for group, ks in zip(row, tiles.groups(p, t), strict=True):
+                    for i, blob in enumerate(group):
+                        v = self._decrypt_slots(i, blob)[: t * r * n].reshape(t, r, n)
+                        for acc, part in zip(halves[i], (v & np.uint64(HALF - 1), v >> np.uint64(30)), strict=True):
+                            tiles.reduce_terms(acc, part.astype(np.int64), e.side, lo, valid, ks)
+            per_mod = [(lo_.astype(object) + hi_.astype(object) * HALF) % q
+                       for (lo_, hi_), q in zip(halves, moduli, strict=True)]
+            return crt(per_mod, moduli)
+
+    # ------------------------------------------------------------------ the other party
+    def _uniform_mod(self, rng, shape: tuple[int, ...], q: int) -> np.ndarray:
+        """Uniform on [0, q) (q < 2^60, a batching prime just below a power of two): 64-bit draws cut
+        to q's bits, rejection."""
+        size, bits = math.prod(shape), q.bit_length()
+        out = np.frombuffer(rng.bytes(8 * size), dtype="<u8") >> np.uint64(64 - bits)
+        while (bad := out >= q).any():
+            out = np.where(bad, np.frombuffer(rng.bytes(8 * size), dtype="<u8") >> np.uint64(64 - bits), out)
+        return out.astype(np.int64).reshape(shape)
+
+    def flood_residues(self, rng, moduli: list[int]) -> np.ndarray:
+        """u_F = hi·2^FLOOD_SHIFT + lo uniform on [−2^100, 2^100) per coefficient, as its residues mod each
+        q (uint64, one row per modulus), exact (the shift in steps that stay below 2^64)."""
+        n = self.slots
+        hi = np.frombuffer(rng.bytes(8 * n), dtype="<i8") >> np.int64(64 - FLOOD_HI - 1)
+        lo = np.frombuffer(rng.bytes(8 * n), dtype="<u8") >> np.uint64(64 - FLOOD_SHIFT)
+        res = []
+        for q in moduli:  # q < 2^60: r < q shifted by ≤ 4 bits stays below 2^64
+            qq, r, left = np.uint64(q), np.mod(hi, np.int64(q)).astype(np.uint64), FLOOD_SHIFT
+            while left:
+                k = min(4, left)
+                r, left = (r << np.uint64(k)) % qq, left - k
+            res.append((r + lo) % qq)
+        return np.stack(res)
+
+    def moduli_for(self, bits: int) -> int:
+        """The fewest plaintext moduli whose product P holds every integer of |v| < 2^bits in (−P/2, P/2]."""
+        for k in range(1, len(self.plain) + 1):
+            if math.prod(self.plain[:k]) > 1 << (bits + 1):
+                return k
+        raise AssertionError(f"a {bits}-bit result does not fit the CRT ({len(self.plain)} moduli)")
+
+    def _product(self, ex: BFVMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
+                 rng, addend_bits: int | None) -> tuple[BFVProducts, np.ndarray]:
+        m, n = ex.shape
+        r, t = ex.rows, ex.tiles
+        w = np.asarray(w, dtype=object)
+        p = w.shape[1] if side == "right" else w.shape[0]
+        out_shape = (m, p) if side == "right" else (p, n)
+        reduced = n if side == "right" else m  # terms per output
+        mask = (rng.ints(out_shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
+                else np.zeros(out_shape, dtype=object))
+        target = np.asarray(addend, dtype=object) + mask  # what each output's masks must sum to
+        # the CRT this product needs, from public bounds only (the number of ciphertexts is visible):
+        # |X W + addend + mask| < 3 · 2^(the largest of their bounds)
+        moduli = self.plain if addend_bits is None else self.plain[:self.moduli_for(
+            max(term_bits + bits_of(reduced), self.kappa + term_bits + bits_of(reduced) + 1 if hide else 0,
+                addend_bits) + 2)]
+        w_mod = [np.mod(w, q).astype(np.int64) for q in moduli]  # A's plaintext, reduced once per modulus
+        chunks = list(range(0, m, r))
+        sums = [np.zeros(out_shape, dtype=object) for _ in moduli]  # left: mask sums of earlier chunks
+        out = []
+        with self.timer.time("matmul"):
+            for ci, lo in enumerate(chunks):
+                valid = min(r, m - lo)
+                row = []
+                for ks in tiles.groups(p, t):
+                    group = []
+                    for i, q in enumerate(moduli):
+                        mult = tiles.multipliers(w_mod[i], side, lo, valid, r, n, t, ks)
+                        u = self._uniform_mod(rng, (t, r, n), q)  # int64 in [0, q); sums in Python integers
+                        if side == "right":  # output (row, k): its terms lie in this chunk; fix the last
+                            head = u[: len(ks), :valid, :-1].astype(object).sum(2).T
+                            want = target[lo:lo + valid, ks.start:ks.stop] - head
+                            u[: len(ks), :valid, -1] = (want % q).T.astype(np.int64)
+                        elif ci < len(chunks) - 1:  # output (k, col) sums over rows of every chunk
+                            sums[i][ks.start:ks.stop] += u[: len(ks), :valid].astype(object).sum(1)
+                        else:
+                            head = sums[i][ks.start:ks.stop] + u[: len(ks), : valid - 1].astype(object).sum(1)
+                            u[: len(ks), valid - 1] = ((target[ks.start:ks.stop] - head) % q).astype(np.int64)
+                        group.append(self._multiply(ex, ci, i, mult.ravel(), u.ravel(), rng))
+                    row.append(group)
+                out.append(row)
+        return BFVProducts(out, out_shape, side, (m, n), r, t, len(moduli)), mask
+
+    def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
+        return self._product(ex, w, "right", addend, term_bits, hide, rng, addend_bits)
+
+    def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
+        return self._product(ex, w, "left", addend, term_bits, hide, rng, addend_bits)
+
+    # ------------------------------------------------------------------ wire format
+    def dumps(self, e: Encrypted) -> bytes:
+        with self.timer.time("serialize"):
+            if isinstance(e, BFVMatrix):
+                return pack_blobs({"type": "matrix", "shape": e.shape, "rows": e.rows, "tiles": e.tiles,
+                                   "n": len(e.blobs)}, [b for chunk in e.blobs for b in chunk])
+            assert isinstance(e, BFVProducts)
+            return pack_blobs({"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape,
+                               "rows": e.rows, "tiles": e.tiles, "groups": [len(row) for row in e.cts],
+                               "moduli": e.moduli},
+                              [b for row in e.cts for group in row for b in group])
+
+    def loads(self, buf: bytes) -> Encrypted:
+        with self.timer.time("deserialize"):
+            head, blobs = unpack_blobs(buf)
+            k = len(self.plain)
+            if head["type"] == "matrix":
+                if len(blobs) != head["n"] * k:
+                    raise ValueError("malformed BFV ciphertext message")
+                return BFVMatrix([blobs[c * k:(c + 1) * k] for c in range(head["n"])], tuple(head["shape"]),
+                                 head["rows"], head["tiles"])
+            k = int(head["moduli"])
+            if not 1 <= k <= len(self.plain) or len(blobs) != sum(head["groups"]) * k:
+                raise ValueError("malformed BFV ciphertext message")
+            rows, i = [], 0
+            for g in head["groups"]:
+                rows.append([blobs[i + j * k:i + (j + 1) * k] for j in range(g)])
+                i += g * k
+            return BFVProducts(rows, tuple(head["shape"]), head["side"], tuple(head["x_shape"]), head["rows"],
+                               head["tiles"], k)
+
+    def describe(self) -> dict:
+        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "exact": True,
+                "library": self.library, "plain_moduli": len(self.plain), "plain_modulus_bits": self.plain_bits,
+                "noise_flooding": "whole phase, after a modulus switch and a fresh encryption of zero"
+                if self.protect else False, "flooding_bits": self.flooding_bits if self.protect else 0,
+                "packing": "row-major tiles, one ciphertext per row chunk and plaintext modulus; reduction after "
+                           "decryption, CRT over the moduli"}
+
+
+class BFVBackend(CRTBFV):
+    """BFV on Microsoft SEAL (TenSEAL's ``sealapi``), the default library."""
+
+    library = "tenseal"
 
     def __init__(self, params: dict, public: list[bytes] | None = None, timer: HETimer | None = None,
                  slot_bits: int = 120, **_) -> None:
@@ -130,7 +329,7 @@ class BFVBackend(HEBackend):
         self.params = self.validate(params)
         self.kappa = self.params["mask_bits"]
         n = self.slots = self.params["poly_modulus_degree"]
-        k = -(-(slot_bits + 2) // PLAIN_BITS)  # CRT primes: room for the largest masked result and its sign
+        k = self.crt_size(slot_bits)
         self.plain = [m.value() for m in sealapi.PlainModulus.Batching(n, [PLAIN_BITS] * k)]
         coeff = sealapi.CoeffModulus.Create(n, list(COEFF_BITS))
         self.ctxs = []
@@ -189,7 +388,6 @@ class BFVBackend(HEBackend):
         return pack_blobs({"n": self.slots, "plain": [str(t) for t in self.plain]},
                           [seal_dumps(pk) for pk in self.public])
 
-    # ------------------------------------------------------------------ key owner
     def _encode(self, i: int, vals: np.ndarray) -> sealapi.Plaintext:
         """Slots mod t_i (integers of any size; int64 arrays already in [0, t_i) pass straight through)."""
         vals = np.asarray(vals)
@@ -199,64 +397,20 @@ class BFVBackend(HEBackend):
         self.encoders[i].encode(vals.tolist(), pt)
         return pt
 
-    def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
-        """Encrypted with the secret key and saved seeded (half a ciphertext): the key owner only sends inputs."""
+    def _encrypt_slots(self, i: int, vals: np.ndarray) -> bytes:
+        """With the secret key, saved seeded (half a ciphertext): the key owner only sends inputs."""
         assert self.secret is not None
-        x = np.asarray(x, dtype=object)
-        m, n = x.shape
-        r, t = tiles.layout(m, n, self.slots, "bfv")
-        with self.timer.time("encrypt"):
-            blobs = [[seal_dumps(self.sym[i].encrypt_symmetric(self._encode(i, vec))) for i in range(len(self.plain))]
-                     for vec in tiles.chunk_vectors(x, r, t)]
-        return BFVMatrix(blobs, x.shape, r, t)
+        return seal_dumps(self.sym[i].encrypt_symmetric(self._encode(i, vals)))
 
-    def decrypt(self, e: Encrypted) -> np.ndarray:
-        assert isinstance(e, BFVProducts) and self.secret is not None
-        m, n = e.x_shape
-        r, t = e.rows, e.tiles
-        p = e.shape[1] if e.side == "right" else e.shape[0]
-        # the reduction in int64 on 30-bit halves of each slot (exact for < 2^33 terms an output)
-        moduli = self.plain[:e.moduli]
-        halves = [(np.zeros(e.shape, dtype=np.int64), np.zeros(e.shape, dtype=np.int64)) for _ in moduli]
-        with self.timer.time("decrypt"):
-            for ci, row in enumerate(e.cts):
-                lo = ci * r
-                valid = min(r, m - lo)
-                for group, ks in zip(row, tiles.groups(p, t), strict=True):
-                    for i, blob in enumerate(group):
-                        pt = sealapi.Plaintext()
-                        self.decryptors[i].decrypt(seal_loads(self.ctxs[i], blob), pt)
-                        v = np.array(self.encoders[i].decode_uint64(pt), dtype=np.uint64)[: t * r * n].reshape(t, r, n)
-                        for acc, part in zip(halves[i], (v & np.uint64(HALF - 1), v >> np.uint64(30)), strict=True):
-                            tiles.reduce_terms(acc, part.astype(np.int64), e.side, lo, valid, ks)
-            per_mod = [(lo_.astype(object) + hi_.astype(object) * HALF) % q
-                       for (lo_, hi_), q in zip(halves, moduli, strict=True)]
-            return crt(per_mod, moduli)
-
-    # ------------------------------------------------------------------ the other party
-    def _uniform_mod(self, rng, shape: tuple[int, ...], q: int) -> np.ndarray:
-        """Uniform on [0, q) (q < 2^60 close to 2^59 or 2^60): 64-bit draws cut to q's bits, rejection."""
-        size, bits = math.prod(shape), q.bit_length()
-        out = np.frombuffer(rng.bytes(8 * size), dtype="<u8") >> np.uint64(64 - bits)
-        while (bad := out >= q).any():
-            out = np.where(bad, np.frombuffer(rng.bytes(8 * size), dtype="<u8") >> np.uint64(64 - bits), out)
-        return out.astype(np.int64).reshape(shape)
+    def _decrypt_slots(self, i: int, blob: bytes) -> np.ndarray:
+        pt = sealapi.Plaintext()
+        self.decryptors[i].decrypt(seal_loads(self.ctxs[i], blob), pt)
+        return np.array(self.encoders[i].decode_uint64(pt), dtype=np.uint64)
 
     def _flood(self, i: int, rng) -> sealapi.Ciphertext:
-        """(u_F, 0), u_F = hi·2^FLOOD_SHIFT + lo uniform on [−2^100, 2^100) per coefficient; its residues
-        mod each q in uint64 arithmetic, exact (the shift in steps that stay below 2^64)."""
-        n = self.slots
-        hi = np.frombuffer(rng.bytes(8 * n), dtype="<i8") >> np.int64(64 - FLOOD_HI - 1)
-        lo = np.frombuffer(rng.bytes(8 * n), dtype="<u8") >> np.uint64(64 - FLOOD_SHIFT)
-        res = []
-        for q in self.low_q:  # q < 2^60: r < q shifted by ≤ 4 bits stays below 2^64
-            qq, r, left = np.uint64(q), np.mod(hi, np.int64(q)).astype(np.uint64), FLOOD_SHIFT
-            while left:
-                k = min(4, left)
-                r, left = (r << np.uint64(k)) % qq, left - k
-            res.append((r + lo) % qq)
-        polys = np.zeros((2, len(self.low_q), n), dtype="<u8")
-        polys[0] = np.stack(res)  # (u_F, 0): noise only, message 0
+        """(u_F, 0): noise only, message 0, built as a raw SEAL ciphertext at the products' level."""
+        polys = np.zeros((2, len(self.low_q), self.slots), dtype="<u8")
+        polys[0] = self.flood_residues(rng, self.low_q)
         return raw_ciphertext(self.ctxs[i], self.low[i], polys, ntt=False, header=self._header)
 
     def _leave(self, i: int, prod: sealapi.Ciphertext, rng) -> bytes:
@@ -275,102 +429,11 @@ class BFVBackend(HEBackend):
             ex.cts[ci, i] = seal_loads(self.ctxs[i], ex.blobs[ci][i])
         return ex.cts[ci, i]
 
-    def moduli_for(self, bits: int) -> int:
-        """The fewest plaintext moduli whose product P holds every integer of |v| < 2^bits in (−P/2, P/2]."""
-        for k in range(1, len(self.plain) + 1):
-            if math.prod(self.plain[:k]) > 1 << (bits + 1):
-                return k
-        raise AssertionError(f"a {bits}-bit result does not fit the CRT ({len(self.plain)} moduli)")
-
-    def _product(self, ex: BFVMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
-                 rng, addend_bits: int | None) -> tuple[BFVProducts, np.ndarray]:
-        m, n = ex.shape
-        r, t = ex.rows, ex.tiles
-        w = np.asarray(w, dtype=object)
-        p = w.shape[1] if side == "right" else w.shape[0]
-        out_shape = (m, p) if side == "right" else (p, n)
-        reduced = n if side == "right" else m  # terms per output
-        mask = (rng.ints(out_shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
-                else np.zeros(out_shape, dtype=object))
-        target = np.asarray(addend, dtype=object) + mask  # what each output's masks must sum to
-        # the CRT this product needs, from public bounds only (the number of ciphertexts is visible):
-        # |X W + addend + mask| < 3 · 2^(the largest of their bounds)
-        moduli = self.plain if addend_bits is None else self.plain[:self.moduli_for(
-            max(term_bits + bits_of(reduced), self.kappa + term_bits + bits_of(reduced) + 1 if hide else 0,
-                addend_bits) + 2)]
-        w_mod = [np.mod(w, q).astype(np.int64) for q in moduli]  # A's plaintext, reduced once per modulus
-        chunks = list(range(0, m, r))
-        sums = [np.zeros(out_shape, dtype=object) for _ in moduli]  # left: mask sums of earlier chunks
-        out = []
-        with self.timer.time("matmul"):
-            for ci, lo in enumerate(chunks):
-                valid = min(r, m - lo)
-                row = []
-                for ks in tiles.groups(p, t):
-                    group = []
-                    for i, q in enumerate(moduli):
-                        mult = tiles.multipliers(w_mod[i], side, lo, valid, r, n, t, ks)
-                        u = self._uniform_mod(rng, (t, r, n), q)  # int64 in [0, q); sums in Python integers
-                        if side == "right":  # output (row, k): its terms lie in this chunk; fix the last
-                            head = u[: len(ks), :valid, :-1].astype(object).sum(2).T
-                            want = target[lo:lo + valid, ks.start:ks.stop] - head
-                            u[: len(ks), :valid, -1] = (want % q).T.astype(np.int64)
-                        elif ci < len(chunks) - 1:  # output (k, col) sums over rows of every chunk
-                            sums[i][ks.start:ks.stop] += u[: len(ks), :valid].astype(object).sum(1)
-                        else:
-                            head = sums[i][ks.start:ks.stop] + u[: len(ks), : valid - 1].astype(object).sum(1)
-                            u[: len(ks), valid - 1] = ((target[ks.start:ks.stop] - head) % q).astype(np.int64)
-                        prod = sealapi.Ciphertext(self.ctxs[i])
-                        self.evaluators[i].multiply_plain(self._input(ex, ci, i), self._encode(i, mult.ravel()), prod)
-                        self.evaluators[i].add_plain_inplace(prod, self._encode(i, u.ravel()))
-                        group.append(self._leave(i, prod, rng))
-                    row.append(group)
-                out.append(row)
-        return BFVProducts(out, out_shape, side, (m, n), r, t, len(moduli)), mask
-
-    def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
-        return self._product(ex, w, "right", addend, term_bits, hide, rng, addend_bits)
-
-    def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
-        return self._product(ex, w, "left", addend, term_bits, hide, rng, addend_bits)
-
-    # ------------------------------------------------------------------ wire format
-    def dumps(self, e: Encrypted) -> bytes:
-        with self.timer.time("serialize"):
-            if isinstance(e, BFVMatrix):
-                return pack_blobs({"type": "matrix", "shape": e.shape, "rows": e.rows, "tiles": e.tiles,
-                                   "n": len(e.blobs)}, [b for chunk in e.blobs for b in chunk])
-            assert isinstance(e, BFVProducts)
-            return pack_blobs({"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape,
-                               "rows": e.rows, "tiles": e.tiles, "groups": [len(row) for row in e.cts],
-                               "moduli": e.moduli},
-                              [b for row in e.cts for group in row for b in group])
-
-    def loads(self, buf: bytes) -> Encrypted:
-        with self.timer.time("deserialize"):
-            head, blobs = unpack_blobs(buf)
-            k = len(self.plain)
-            if head["type"] == "matrix":
-                if len(blobs) != head["n"] * k:
-                    raise ValueError("malformed BFV ciphertext message")
-                return BFVMatrix([blobs[c * k:(c + 1) * k] for c in range(head["n"])], tuple(head["shape"]),
-                                 head["rows"], head["tiles"])
-            k = int(head["moduli"])
-            if not 1 <= k <= len(self.plain) or len(blobs) != sum(head["groups"]) * k:
-                raise ValueError("malformed BFV ciphertext message")
-            rows, i = [], 0
-            for g in head["groups"]:
-                rows.append([blobs[i + j * k:i + (j + 1) * k] for j in range(g)])
-                i += g * k
-            return BFVProducts(rows, tuple(head["shape"]), head["side"], tuple(head["x_shape"]), head["rows"],
-                               head["tiles"], k)
+    def _multiply(self, ex: BFVMatrix, ci: int, i: int, mult: np.ndarray, u: np.ndarray, rng) -> bytes:
+        prod = sealapi.Ciphertext(self.ctxs[i])
+        self.evaluators[i].multiply_plain(self._input(ex, ci, i), self._encode(i, mult), prod)
+        self.evaluators[i].add_plain_inplace(prod, self._encode(i, u))
+        return self._leave(i, prod, rng)
 
     def describe(self) -> dict:
-        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "exact": True,
-                "coeff_mod_bit_sizes": list(COEFF_BITS), "plain_moduli": len(self.plain),
-                "plain_modulus_bits": PLAIN_BITS, "send_primes": SEND_PRIMES,
-                "noise_flooding": "whole phase, after a modulus switch and a fresh encryption of zero"
-                if self.protect else False, "flooding_bits": self.flooding_bits if self.protect else 0,
-                "packing": "row-major tiles, one ciphertext per row chunk and plaintext modulus; reduction after "
-                           "decryption, CRT over the moduli"}
-
+        return {**super().describe(), "coeff_mod_bit_sizes": list(COEFF_BITS), "send_primes": SEND_PRIMES}
