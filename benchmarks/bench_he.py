@@ -37,12 +37,13 @@ MODES = {
     "off": ("off", {}),
     "ckks": ("ckks", {}),
     "ckks-rotations": ("ckks", {"packing": "rotations"}),
-    "bfv": ("bfv", {}),
+    "bfv": ("bfv", {"backend": "tenseal"}),
+    "bfv-openfhe": ("bfv", {"backend": "openfhe"}),  # the optional extra (CPython 3.10): --modes to leave it out
     "paillier-3072": ("paillier", {"key_bits": 3072}),
     "paillier-2048": ("paillier", {"key_bits": 2048}),
     "paillier-naive-2048": ("paillier", {"key_bits": 2048, "packing": False}),
 }
-STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "bfv": 5, "paillier-3072": 2, "paillier-2048": 3,
+STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "bfv": 5, "bfv-openfhe": 5, "paillier-3072": 2, "paillier-2048": 3,
          "paillier-naive-2048": 1}
 
 
