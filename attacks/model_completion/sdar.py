@@ -110,6 +110,9 @@ def train_head(z_aux: torch.Tensor, y_aux: torch.Tensor, z_real: torch.Tensor, g
 
 
 class _Standardised(nn.Module):
+    mu: torch.Tensor
+    sd: torch.Tensor
+
     def __init__(self, head: nn.Module, mu: torch.Tensor, sd: torch.Tensor) -> None:
         super().__init__()
         self.head = head

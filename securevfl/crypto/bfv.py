@@ -140,6 +140,7 @@ class CRTBFV(HEBackend):
     plain_bits: int = PLAIN_BITS
     """Bits of each plaintext modulus (a batching prime ≡ 1 mod 2N)."""
     library: str = ""
+    params: dict
     plain: list[int]
     slots: int
     flooding_bits: int

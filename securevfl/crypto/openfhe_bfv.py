@@ -47,7 +47,7 @@ ofhe.DisablePrecomputeCRTTablesAfterDeserializaton()  # 10× faster loads; decry
 
 def batching_primes(n: int, bits: int, k: int) -> list[int]:
     """The k largest primes below 2^bits with t ≡ 1 mod 2N (the batching primes SEAL picks too)."""
-    m, out = 2 * n, []
+    m, out = 2 * n, list[int]()
     q = ((1 << bits) - 1) // m * m + 1
     while len(out) < k:
         if gmpy2.is_prime(q):
