@@ -503,8 +503,8 @@ def test_bfv_over_grpc_keeps_its_secret_keys(files, monkeypatch) -> None:
     """``--he bfv`` deployed: the key owner's three public keys cross once (found in the captured bytes:
     the control that key material is seen when it is there), its secret keys never do, and with the
     same draws of the secret factors and mixings the run scores exactly as the in-process one."""
-    from securevfl.crypto.ckks import seal_dumps
     from securevfl.lab.compose import execute
+    from tests.he_keys import key_bytes
 
     same_draws(monkeypatch)
     layers = capture_cut_layers(monkeypatch)
@@ -514,8 +514,8 @@ def test_bfv_over_grpc_keeps_its_secret_keys(files, monkeypatch) -> None:
     assert p.status == 0 and r["cost"]["he"]["scheme"] == "bfv" and r["cost"]["he"]["hiding_bits"] == 40
     be = next(layer for layer in layers if layer.passive_ends).passive_ends[0].backend
     captured = b"".join([m.payload for m in r["_channel"].transcript] + [m.payload for m in p.channel.transcript])
-    assert all(seal_dumps(pk)[64:128] in captured for pk in be.public)
-    assert not any(seal_dumps(sk)[64:128] in captured for sk in be.secret)
+    assert all(key_bytes(be, pk) in captured for pk in be.public)
+    assert not any(key_bytes(be, sk) in captured for sk in be.secret)
     sim = execute(small_cfg(files, "guest", "host", he="bfv"), progress=False).to_json()
     assert r["utility"]["test"] == sim["utility"]["test"]  # the same draws (same_draws): BFV is exact
 
