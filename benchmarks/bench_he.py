@@ -43,8 +43,8 @@ MODES = {
     "paillier-2048": ("paillier", {"key_bits": 2048}),
     "paillier-naive-2048": ("paillier", {"key_bits": 2048, "packing": False}),
 }
-STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "bfv": 5, "bfv-openfhe": 5, "paillier-3072": 2, "paillier-2048": 3,
-         "paillier-naive-2048": 1}
+STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "bfv": 5, "bfv-openfhe": 5, "paillier-3072": 2,
+         "paillier-2048": 3, "paillier-naive-2048": 1}
 
 
 def run_mode(name: str, part, args) -> dict:

@@ -55,6 +55,25 @@ def balanced_draw(ids: np.ndarray, y: np.ndarray, n: int, n_classes: int, rng: n
     return chosen
 
 
+def draw_aux(attack: Attack, target: AttackTarget, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(training ids, ``n_aux`` labeled aux rows drawn balanced, at most ``eval_rows`` other labeled rows
+    to score on): the adversary's labeled budget, the same draw for every attack with the same seed.
+
+    Raises:
+        UserError: no more labeled rows than ``n_aux``."""
+    cfg, party = attack.config, target.party
+    rng = np.random.default_rng(attack.seed + 11)
+    train_ids = party.data.train_ids
+    y_train = target.truth(train_ids)
+    known = y_train >= 0
+    if known.sum() <= cfg["n_aux"]:
+        raise UserError(f"attack {attack.name}: the adversary has {int(known.sum())} rows with known labels, "
+                        f"need more than n_aux={cfg['n_aux']}")
+    aux = balanced_draw(train_ids[known], y_train[known], int(cfg["n_aux"]), n_classes, rng)
+    rest = np.setdiff1d(train_ids[known], aux)
+    return train_ids, aux, rng.choice(rest, size=min(len(rest), int(cfg["eval_rows"])), replace=False)
+
+
 def reset_parameters(model: nn.Module) -> nn.Module:
     """The architecture as built, never trained (the MC control): refuses a module it cannot reset."""
     return reset_model(model, include_root=False, strict=True)
@@ -127,16 +146,7 @@ class ModelCompletion(Attack):
     def run(self, target: AttackTarget) -> AttackResult:
         cfg, party = self.config, target.party
         n_classes = cast("Federation", target.federation).n_classes  # the harness hands the trained federation
-        rng = np.random.default_rng(self.seed + 11)
-        train_ids = party.data.train_ids
-        y_train = target.truth(train_ids)
-        known = y_train >= 0
-        if known.sum() <= cfg["n_aux"]:
-            raise UserError(f"attack {self.name}: the adversary has {int(known.sum())} rows with known labels, "
-                            f"need more than n_aux={cfg['n_aux']}")
-        aux = balanced_draw(train_ids[known], y_train[known], int(cfg["n_aux"]), n_classes, rng)
-        rest = np.setdiff1d(train_ids[known], aux)
-        eval_ids = rng.choice(rest, size=min(len(rest), int(cfg["eval_rows"])), replace=False)
+        train_ids, aux, eval_ids = draw_aux(self, target, n_classes)
         unl_ids = np.setdiff1d(train_ids, aux)
         data = {
             "aux": (party.features(aux, "train"), torch.from_numpy(target.truth(aux))),

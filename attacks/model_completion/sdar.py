@@ -42,7 +42,7 @@ from torch import nn
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget
 from attacks.gradient.cluster import last_epoch
 from attacks.gradient.scoring import received_gradient_batches
-from attacks.model_completion.mc import balanced_draw, reset_parameters
+from attacks.model_completion.mc import draw_aux, reset_parameters
 from securevfl.errors import UserError
 from securevfl.metrics import headline_score
 
@@ -155,16 +155,7 @@ class SDARLabel(Attack):
         if not pairs:
             raise UserError(f"attack {self.name}: {target.adversary} received no training gradients")
         g_ids, g_rows = last_epoch(pairs)
-        rng = np.random.default_rng(self.seed + 11)  # mc's draw: the same aux rows as mc at the same n_aux
-        train_ids = party.data.train_ids
-        y_train = target.truth(train_ids)
-        known = y_train >= 0
-        if known.sum() <= cfg["n_aux"]:
-            raise UserError(f"attack {self.name}: the adversary has {int(known.sum())} rows with known labels, "
-                            f"need more than n_aux={cfg['n_aux']}")
-        aux = balanced_draw(train_ids[known], y_train[known], int(cfg["n_aux"]), k, rng)
-        rest = np.setdiff1d(train_ids[known], aux)
-        eval_ids = rng.choice(rest, size=min(len(rest), int(cfg["eval_rows"])), replace=False)
+        _, aux, eval_ids = draw_aux(self, target, k)  # mc's draw: the same aux rows as mc at the same n_aux
         x = {key: party.features(ids, split) for key, ids, split in
              (("aux", aux, "train"), ("real", g_ids, "train"), ("eval", eval_ids, "train"),
               ("test", party.data.test_ids, "test"))}

@@ -149,6 +149,29 @@ class CRTBFV(HEBackend):
     def validate(cls, params: dict) -> dict:
         return super().validate({"backend": os.environ.get("SECUREVFL_BFV_BACKEND", "tenseal"), **params})
 
+    secret: list | None = None
+
+    def __init__(self, params: dict, timer: HETimer | None, slot_bits: int) -> None:
+        super().__init__(timer)
+        self.params = self.validate(params)
+        self.kappa = self.params["mask_bits"]
+        self.slots = self.params["poly_modulus_degree"]
+        self.crt_primes = self.crt_size(slot_bits)
+
+    @classmethod
+    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CRTBFV:
+        """The other party's backend from the key owner's public bytes (its library must be this one)."""
+        head, parts = unpack_blobs(blob)
+        if head.get("library", "tenseal") != cls.library:
+            raise ValueError(f"the BFV public context was made by another library than this run's ({cls.library})")
+        be = cls(params, parts, timer, **kw)  # type: ignore[call-arg, arg-type]  # each library's constructor
+        if [int(t) for t in head.get("plain", [])] != be.plain or head.get("n") != be.slots:
+            raise ValueError("the BFV public context does not match this run's parameters")
+        return be
+
+    def has_secret(self) -> bool:
+        return self.secret is not None
+
     def crt_size(self, slot_bits: int) -> int:
         """CRT primes: room for the largest masked result and its sign."""
         return -(-(slot_bits + 2) // self.plain_bits)
@@ -326,12 +349,9 @@ class BFVBackend(CRTBFV):
 
     def __init__(self, params: dict, public: list[bytes] | None = None, timer: HETimer | None = None,
                  slot_bits: int = 120, **_) -> None:
-        super().__init__(timer)
-        self.params = self.validate(params)
-        self.kappa = self.params["mask_bits"]
-        n = self.slots = self.params["poly_modulus_degree"]
-        k = self.crt_size(slot_bits)
-        self.plain = [m.value() for m in sealapi.PlainModulus.Batching(n, [PLAIN_BITS] * k)]
+        super().__init__(params, timer, slot_bits)
+        n = self.slots
+        self.plain = [m.value() for m in sealapi.PlainModulus.Batching(n, [PLAIN_BITS] * self.crt_primes)]
         coeff = sealapi.CoeffModulus.Create(n, list(COEFF_BITS))
         self.ctxs = []
         for t in self.plain:
@@ -373,17 +393,6 @@ class BFVBackend(CRTBFV):
         if noise_bound(n, max(self.plain), dropped) + 2 ** (FLOOD_HI + FLOOD_SHIFT) >= delta // 2:
             raise AssertionError("BFV parameters leave no room for the flood")  # a constant above is wrong
         self._header = seal_dumps(self.public[0])[:5]  # SEAL's magic, header size and version
-
-    @classmethod
-    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> BFVBackend:
-        head, parts = unpack_blobs(blob)
-        be = cls(params, parts, timer, **kw)
-        if [int(t) for t in head.get("plain", [])] != be.plain or head.get("n") != be.slots:
-            raise ValueError("the BFV public context does not match this run's parameters")
-        return be
-
-    def has_secret(self) -> bool:
-        return self.secret is not None
 
     def public_bytes(self) -> bytes:
         return pack_blobs({"n": self.slots, "plain": [str(t) for t in self.plain]},

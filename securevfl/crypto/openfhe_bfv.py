@@ -34,7 +34,7 @@ import gmpy2
 import numpy as np
 import openfhe as ofhe  # the optional extra: the layer imports this module only when it is chosen
 
-from securevfl.crypto.backend import HETimer, pack_blobs, unpack_blobs
+from securevfl.crypto.backend import HETimer, pack_blobs
 from securevfl.crypto.bfv import CRTBFV, FLOOD_HI, FLOOD_SHIFT, BFVMatrix, flooding_bits, noise_bound
 
 PLAIN_BITS = 50  # above 50 bits this wheel decrypts wrong, silently
@@ -169,12 +169,9 @@ class OpenFHEBFVBackend(CRTBFV):
 
     def __init__(self, params: dict, public: list[bytes] | None = None, timer: HETimer | None = None,
                  slot_bits: int = 120, **_) -> None:
-        super().__init__(timer)
-        self.params = self.validate(params)
-        self.kappa = self.params["mask_bits"]
-        n = self.slots = self.params["poly_modulus_degree"]
-        self.plain = batching_primes(n, PLAIN_BITS, self.crt_size(slot_bits))
-        self.secret: list | None = None
+        super().__init__(params, timer, slot_bits)
+        n = self.slots
+        self.plain = batching_primes(n, PLAIN_BITS, self.crt_primes)
         if public is None:  # key owner
             self.ccs = [make_context(n, t) for t in self.plain]
             with self.timer.time("keygen"):
@@ -198,19 +195,6 @@ class OpenFHEBFVBackend(CRTBFV):
         self.layout = [c0_offsets(cc, pk, n, SEND_TOWERS) for cc, pk in zip(self.ccs, self.public, strict=True)]
         if self.secret is not None:
             self._self_test()
-
-    @classmethod
-    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> OpenFHEBFVBackend:
-        head, parts = unpack_blobs(blob)
-        if head.get("library") != "openfhe":
-            raise ValueError("the BFV public context was made by another library than this run's (openfhe)")
-        be = cls(params, parts, timer, **kw)
-        if [int(t) for t in head.get("plain", [])] != be.plain or head.get("n") != be.slots:
-            raise ValueError("the BFV public context does not match this run's parameters")
-        return be
-
-    def has_secret(self) -> bool:
-        return self.secret is not None
 
     def public_bytes(self) -> bytes:
         blobs = []
