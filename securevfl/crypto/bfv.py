@@ -362,7 +362,6 @@ class BFVBackend(CRTBFV):
             self.ctxs.append(sealapi.SEALContext(parms, True, sealapi.SEC_LEVEL_TYPE.TC128))
         self.encoders = [sealapi.BatchEncoder(c) for c in self.ctxs]
         self.evaluators = [sealapi.Evaluator(c) for c in self.ctxs]
-        self.secret: list | None = None
         if public is None:  # key owner: one key pair per context
             with self.timer.time("keygen"):
                 gens = [sealapi.KeyGenerator(c) for c in self.ctxs]

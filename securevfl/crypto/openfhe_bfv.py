@@ -40,7 +40,7 @@ from securevfl.crypto.bfv import CRTBFV, FLOOD_HI, FLOOD_SHIFT, BFVMatrix, flood
 PLAIN_BITS = 50  # above 50 bits this wheel decrypts wrong, silently
 DEPTH = 3  # five 60-bit towers; a product leaves at SEND_TOWERS
 SEND_TOWERS = 3
-VERSION = "1.6.1.0.22.4"  # the wheel the byte layout was read from (checked at import)
+VERSION = "1.6.1.0.22.4"  # the wheel the byte layout was read from (the build-time self-test checks it)
 
 ofhe.DisablePrecomputeCRTTablesAfterDeserializaton()  # 10× faster loads; decryption unaffected (measured)
 
