@@ -19,6 +19,10 @@ from tqdm.auto import tqdm
 
 from securevfl.validate import number
 
+# Parties in one process (the tests, the in-process runtime) share stderr: one lock and one write per
+# line, or two threads' lines interleave mid-line (print writes the text and the newline separately).
+_LINE_LOCK = threading.Lock()
+
 
 def interval() -> float:
     raw = os.environ.get("SECUREVFL_PROGRESS_SECONDS")
@@ -68,7 +72,9 @@ class PlainProgress:
         if total and n:
             parts.append(f"ETA {elapsed * max(total - n, 0) / n:.0f} s")
         parts += [f"{k}={v}" for k, v in dict(self.postfix).items()]
-        print(", ".join(parts), file=self.file, flush=True)
+        with _LINE_LOCK:
+            self.file.write(", ".join(parts) + "\n")
+            self.file.flush()
         self.printed = True
 
     def close(self) -> None:

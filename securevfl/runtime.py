@@ -209,9 +209,9 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                     party.run_step(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
                     if training:
                         stage["done"] += 1
-                        bar.update(1)
-                        if stage["per_epoch"]:
+                        if stage["per_epoch"]:  # before update, which prints: the line names this step's epoch
                             bar.set_postfix(epoch=(stage["done"] - 1) // stage["per_epoch"], MB=ep.traffic_mb())
+                        bar.update(1)
                 except StepAbandoned:  # the active party's loss diverged mid-step: nothing to apply
                     party.abandon_step()
                 continue

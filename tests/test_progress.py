@@ -3,6 +3,7 @@ plain progress lines (no carriage returns) at an interval; ``--quiet`` prints no
 
 from __future__ import annotations
 
+import threading
 import time
 
 from securevfl.cli import main
@@ -32,6 +33,40 @@ def test_a_long_step_still_reports_on_time(capsys):
         bar.update(3)
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) >= 3 and lines[0].startswith("work: step 0/3 (0%)") and lines[-1].startswith("work: step 3/3")
+
+
+def test_lines_from_two_parties_in_one_process_never_interleave():
+    """Two parties' bars in one process (the tests, the in-process runtime) share stderr: each line is
+    one write under one lock, so no line holds another's text. The recording file yields the GIL at
+    every write, as a busy pipe does; ``print``'s separate newline write would interleave here."""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[str] = []
+
+        def write(self, s: str) -> int:
+            time.sleep(0.0005)
+            self.writes.append(s)
+            return len(s)
+
+        def flush(self) -> None:
+            pass
+
+    out = Recorder()
+
+    def party(name: str) -> None:
+        with PlainProgress(40, name, file=out, every=0) as bar:
+            for _ in range(40):
+                bar.set_postfix(epoch=0)
+                bar.update(1)
+
+    threads = [threading.Thread(target=party, args=(n,)) for n in ("active", "passive1")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(out.writes) == 80
+    assert all(w.endswith("\n") and w.count("\n") == 1 and w.count("step") == 1 for w in out.writes)
 
 
 def test_attack_time_is_recorded_per_attack(tmp_path):
