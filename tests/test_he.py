@@ -45,6 +45,14 @@ def openfhe_bfv():
     return OpenFHEBFVBackend
 
 
+def openfhe_ckks():
+    """The OpenFHE CKKS backend class (likewise)."""
+    pytest.importorskip("openfhe")
+    from securevfl.crypto.openfhe_ckks import OpenFHECKKSBackend
+
+    return OpenFHECKKSBackend
+
+
 def small_cfg(he: str = "off", **kw) -> RunConfig:
     """Seeded shares (test-only): W_P(0) is then the HE-off initialisation, so runs compare step for step."""
     cfg = RunConfig(dataset="digits", method="splitnn", seed=0, he=he, he_params=dict(FAST.get(he, {})))
@@ -68,7 +76,10 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     lambda: NaivePaillierBackend({"key_bits": 2048}),
     lambda: BFVBackend({}, slot_bits=142),
     lambda: openfhe_bfv()({}, slot_bits=142),
-], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive", "bfv", "bfv-openfhe"])
+    lambda: openfhe_ckks()({}),
+    lambda: openfhe_ckks()({"packing": "rotations"}),
+], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive", "bfv", "bfv-openfhe", "ckks-openfhe",
+        "ckks-rotations-openfhe"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_backend_products_match_numpy(make, threads, monkeypatch):
     """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
@@ -135,7 +146,13 @@ def test_transcript_invariants(he):
             assert labels.astype("<i8").tobytes()[:64] not in m.payload
     ctx_msgs = [m for m in to_a if m.kind == MessageKind.HE_CONTEXT]
     assert len(ctx_msgs) == 1
-    if he == "ckks":
+    if he == "ckks" and p.cut_end.backend.library == "openfhe":  # SECUREVFL_CKKS_BACKEND=openfhe
+        be = p.cut_end.backend
+        head, blobs = unpack_blobs(ctx_msgs[0].payload)
+        assert head == {"library": "openfhe", "galois": False} and len(blobs) == 2
+        assert key_bytes(be, be.secret) not in ctx_msgs[0].payload
+        assert not type(be).from_public(ctx_msgs[0].payload, be.params).has_secret()
+    elif he == "ckks":
         head, blobs = unpack_blobs(ctx_msgs[0].payload)
         assert head == {"galois": False} and len(blobs) == 1
         ctx = ts.context_from(blobs[0])
@@ -187,8 +204,12 @@ def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
     ("bfv", {}),
     ("bfv", {"optim__optimizer": "adam", "optim__lr": 1e-3, "partition__n_parties": 3}),
     pytest.param("bfv", {"he_params": {**FAST["bfv"], "backend": "openfhe"}}, marks=NEEDS_OPENFHE),
+    pytest.param("ckks", {"he_params": {**FAST["ckks"], "backend": "openfhe"}}, marks=NEEDS_OPENFHE),
+    pytest.param("ckks", {"he_params": {**FAST["ckks"], "backend": "openfhe", "packing": "rotations"},
+                          "model__head_hidden": (32,), "model__cut_dim": 16, "model__interactive_mixing": "off"},
+                 marks=NEEDS_OPENFHE),
 ], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32",
-        "bfv", "bfv-adam-3parties", "bfv-openfhe"])
+        "bfv", "bfv-adam-3parties", "bfv-openfhe", "ckks-openfhe", "ckks-rotations-h32-openfhe"])
 def test_he_matches_plaintext_same_seed(he, kw):
     off, u_off, _ = losses_and_utility(small_cfg("off", **{k: v for k, v in kw.items() if k != "he_params"}))
     on, u_on, res = losses_and_utility(small_cfg(he, **kw))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from securevfl.crypto import ckks_rotations as rot
-from securevfl.crypto.ckks import CKKSBackend, seal_loads
+from securevfl.crypto.ckks import CKKSBackend, CKKSBase
 from securevfl.crypto.protocol import fixed
 from securevfl.interactive import Drbg
 
@@ -30,26 +30,27 @@ def test_layout_computes_the_product(m, n, p):
     assert rot.rotations(rot.Plan(rot.layout(m, n, 8192), p)) <= set(rot.galois_steps(8192))
 
 
-@pytest.fixture(scope="module")
-def pair():
-    owner = CKKSBackend({"packing": "rotations"})
-    return owner, CKKSBackend.from_public(owner.public_bytes(), owner.params)
+def backend_class(library: str) -> type[CKKSBase]:
+    if library == "openfhe":
+        pytest.importorskip("openfhe")  # the optional extra (CPython 3.10)
+        from securevfl.crypto.openfhe_ckks import OpenFHECKKSBackend
+
+        return OpenFHECKKSBackend
+    return CKKSBackend
 
 
-def decoded(owner: CKKSBackend, buf: bytes) -> list[np.ndarray]:
+@pytest.fixture(scope="module", params=["tenseal", "openfhe"])
+def pair(request):
+    cls = backend_class(request.param)
+    owner = cls({"packing": "rotations"})
+    return owner, cls.from_public(owner.public_bytes(), owner.params)
+
+
+def decoded(owner: CKKSBase, buf: bytes) -> list[np.ndarray]:
     """The key owner's view of a product: every slot of every ciphertext, complex, with its secret key."""
-    import tenseal.sealapi as sealapi
-
     from securevfl.crypto.backend import unpack_blobs
 
-    _, blobs = unpack_blobs(buf)
-    dec = sealapi.Decryptor(owner.seal_ctx, owner.ctx.secret_key().data)
-    out = []
-    for b in blobs:
-        pt = sealapi.Plaintext()
-        dec.decrypt(seal_loads(owner.seal_ctx, b), pt)
-        out.append(np.asarray(owner.encoder.decode_complex(pt)))
-    return out
+    return owner.slots_complex(unpack_blobs(buf)[1])
 
 
 def reconstruct(e: np.ndarray, shape: tuple[int, int], seen: list[np.ndarray], outputs: np.ndarray) -> np.ndarray:
@@ -80,8 +81,8 @@ def test_key_owner_reads_nothing_but_the_outputs(pair, product, protected, monke
     beside each output). Without the flood and the slot masks P recovers g exactly (R² ≈ 1); with them,
     R² ≤ 0.05."""
     owner, other = pair
-    monkeypatch.setattr(CKKSBackend, "flood", protected)
-    monkeypatch.setattr(CKKSBackend, "garbage_masks", protected)
+    monkeypatch.setattr(CKKSBase, "flood", protected)
+    monkeypatch.setattr(CKKSBase, "garbage_masks", protected)
     rng = np.random.default_rng(7)
     b_rows, d, h = 32, 4, 4  # shapes where those slots determine g (full rank): the control can succeed
     g = rng.uniform(-1, 1, (b_rows, h))
@@ -120,6 +121,13 @@ def test_public_context_carries_galois_keys_and_no_secret(pair):
     from securevfl.crypto.backend import unpack_blobs
 
     owner, other = pair
+    if owner.library == "openfhe":
+        from tests.he_keys import key_bytes
+
+        head, (_, _, keys) = unpack_blobs(owner.public_bytes())
+        assert head == {"library": "openfhe", "galois": True} and len(keys) > 1e6
+        assert key_bytes(owner, owner.secret) not in owner.public_bytes() and not other.has_secret()
+        return
     head, (ctx, keys) = unpack_blobs(owner.public_bytes())
     assert head == {"galois": True} and len(keys) > 1e6
     assert not ts.context_from(ctx).is_private() and not other.has_secret() and other.galois is not None

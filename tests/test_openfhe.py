@@ -1,9 +1,10 @@
-"""The OpenFHE BFV backend (``--he bfv --he-param backend=openfhe``, the optional extra; skipped where
+"""The OpenFHE backends (``--he bfv|ckks --he-param backend=openfhe``, the optional extra; skipped where
 ``import openfhe`` fails, i.e. on every Python but 3.10): what the key owner can read off a product
-beyond its slots, as tests/test_he_circuit.py asks of the SEAL backend.
+beyond its slots, as tests/test_he_circuit.py and tests/test_he_attacks.py ask of the SEAL backends.
 
-The whole HE suite runs on it with ``SECUREVFL_BFV_BACKEND=openfhe`` (every ``--he bfv`` run then uses
-OpenFHE; docs/openfhe.md); the backend's products against numpy are in tests/test_he.py.
+The whole HE suite runs on them with ``SECUREVFL_BFV_BACKEND=openfhe`` and ``SECUREVFL_CKKS_BACKEND=openfhe``
+(every ``--he bfv`` / ``--he ckks`` run then uses OpenFHE; docs/openfhe.md); the backends' products against
+numpy are in tests/test_he.py, the rotations packing's key-owner view in tests/test_he_rotations.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ ofhe = pytest.importorskip("openfhe")
 
 from securevfl.crypto import openfhe_bfv, tiles  # noqa: E402  (after the skip)
 from securevfl.crypto.openfhe_bfv import OpenFHEBFVBackend  # noqa: E402
-from securevfl.crypto.protocol import fixed  # noqa: E402
+from securevfl.crypto.protocol import fixed, real  # noqa: E402
 from securevfl.interactive import Drbg  # noqa: E402
 from tests.he_keys import key_bytes  # noqa: E402
 
@@ -96,3 +97,75 @@ def test_public_context_carries_no_secret_and_names_its_library():
                                       slot_bits=SLOT_BITS)
     assert owner.describe()["library"] == "openfhe" and owner.flooding_bits >= 60
     assert openfhe_bfv.PLAIN_BITS == 50 and max(owner.plain) < 2 ** 50  # above 50 bits the wheel decrypts wrong
+
+
+# ------------------------------------------------------------------------------------------ CKKS
+@pytest.fixture(scope="module")
+def ckks():
+    from securevfl.crypto.openfhe_ckks import OpenFHECKKSBackend
+
+    owner = OpenFHECKKSBackend({})
+    return owner, OpenFHECKKSBackend.from_public(owner.public_bytes(), owner.params)
+
+
+def ckks_product(ckks, seed: int = 0):
+    """P's [[t]] (64×8) times A's share V (8×32), masked: what P sent and what it gets back."""
+    owner, other = ckks
+    x = fixed(np.random.default_rng(seed).uniform(-1, 1, (64, 8)), F)
+    v = Drbg().ints((8, 32), owner.kappa + 4 + F)
+    enc = owner.encrypt(x, frozenset({"right"}))
+    res, _ = other.right(other.loads(owner.dumps(enc)), v, np.zeros((64, 32), dtype=object), F + owner.kappa + 4 + F,
+                         True, Drbg())
+    return enc, owner.loads(other.dumps(res)), v
+
+
+def test_ckks_decodes_within_its_budget(ckks):
+    """κ's premise (module openfhe_ckks): a product slot of 2^(scale − 13 − f) decodes to 2^-(f+1); the
+    control, 2^4 times larger, does not (the check can fail)."""
+    owner, _ = ckks
+    top = owner.scale_bits - owner.margin_bits - owner.f
+    rng = np.random.default_rng(1)
+    x, w = rng.uniform(-1, 1, owner.slots), rng.uniform(-16, 16, owner.slots)
+
+    def err(bits: int) -> float:
+        big = rng.uniform(-1, 1, owner.slots) * 2.0 ** bits
+        ct = owner._add_plain(owner._rescale(owner._mul_plain(owner.cc.Encrypt(owner.public, owner._pt(x)), w)), big)
+        return float(np.abs(owner._decrypt_blobs([owner._ct_bytes(ct)], 0)[0] - (x * w + big)).max())
+
+    assert owner.kappa == 11 and err(top) < 2.0 ** -(owner.f + 1)
+    assert err(top + 4) > 2.0 ** -(owner.f + 1)
+
+
+def test_ckks_key_owner_division_attack_fails_after_the_rescale(ckks):
+    """P divides c1 of a product by c1 of its own input (first tower, evaluation form), undoing the
+    rescale's division by the dropped tower: before the rescale that gives A's plaintext multiplier
+    exactly (the control), after it nothing (as tests/test_he_circuit.py on SEAL)."""
+    owner, _ = ckks
+    enc, got, v = ckks_product(ckks)
+    qs = [q for q, _ in openfhe_bfv.towers(owner.cc)][:owner.depth + 1]
+    q0, dropped = qs[0], qs[-1]
+    blob_in = owner._ct_bytes(enc.cts[0])
+    inv = np.array([pow(int(c), -1, q0) for c in c1_tower0(blob_in)], dtype=object)
+    mult = tiles.multipliers(real(v, F), "right", 0, 64, enc.rows, 8, enc.tiles, tiles.groups(32, enc.tiles)[0])
+    full = np.zeros(owner.slots)
+    full[: mult.size] = mult.ravel()
+    judge = owner._ct_bytes(owner._mul_plain(enc.cts[0], full))  # the control: the product before the rescale
+    truth = (c1_tower0(judge) * inv) % q0
+    w_hat = (c1_tower0(got.cts[0][0]) * dropped * inv) % q0
+    assert int((w_hat == truth).sum()) == 0
+    centred = [np.where(a > q0 // 2, a - q0, a).astype(float) for a in (w_hat, truth)]
+    assert np.corrcoef(*centred)[0, 1] ** 2 < 1e-2
+
+
+def test_ckks_imaginary_flood_at_its_width_and_fresh(ckks, monkeypatch):
+    """Every product slot's imaginary part (where P's encryption error times A's multiplier would show) is
+    uniform on ±2^(2κ + weight_bits), fresh per product; the control without the flood shows none."""
+    from securevfl.crypto.ckks import CKKSBase, flood_width_bits
+
+    owner, _ = ckks
+    width = 2.0 ** flood_width_bits(owner.kappa, owner.weight_bits)
+    im = [owner.slots_complex([ckks_product(ckks, seed)[1].cts[0][0]])[0].imag for seed in (0, 1)]
+    assert all(abs(x.std() / (width / np.sqrt(3)) - 1) < 0.05 for x in im), [x.std() for x in im]
+    assert np.corrcoef(*im)[0, 1] ** 2 < 1e-2
+    monkeypatch.setattr(CKKSBase, "flood", False)
+    assert owner.slots_complex([ckks_product(ckks)[1].cts[0][0]])[0].imag.std() < width * 1e-6

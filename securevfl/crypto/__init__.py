@@ -34,44 +34,50 @@ class SchemeCutLayer(HECutLayer):
         return self.backend()
 
 
-class CKKSCutLayer(SchemeCutLayer):
-    """``--he ckks``: over CKKS (TenSEAL); ``packing: rotations`` reduces inside the ciphertext."""
+def openfhe_backend(scheme: str) -> BackendClass:
+    """The OpenFHE backend of ``scheme`` (``ckks`` or ``bfv``), or one line naming the extra it needs."""
+    import sys
+
+    try:
+        module = importlib.import_module(f"securevfl.crypto.openfhe_{scheme}")
+    except ImportError as e:
+        raise UserError(f"--he {scheme}: backend=openfhe needs the optional extra: pip install 'securevfl[openfhe]' "
+                        f"(its wheel holds a CPython 3.10 extension only; this is Python {sys.version_info.major}."
+                        f"{sys.version_info.minor}): {e}") from e
+    return getattr(module, f"OpenFHE{scheme.upper()}Backend")
+
+
+class LibraryCutLayer(SchemeCutLayer):
+    """A scheme with a choice of library (``--he-param backend=tenseal|openfhe``)."""
+
+    @classmethod
+    def validate(cls, params: dict) -> dict:
+        p = cls.backend().validate(params)
+        if p["backend"] == "openfhe":
+            openfhe_backend(cls.name)  # refuse now, at configuration time, where the extra is missing
+        return p
+
+    @property
+    def backend_cls(self) -> BackendClass:
+        return openfhe_backend(self.name) if self.scheme_params["backend"] == "openfhe" else self.backend()
+
+
+class CKKSCutLayer(LibraryCutLayer):
+    """``--he ckks``: over CKKS; ``packing: rotations`` reduces inside the ciphertext. ``backend``: the
+    library, SEAL through TenSEAL (the default) or OpenFHE (an optional extra,
+    :mod:`securevfl.crypto.openfhe_ckks`)."""
 
     name = "ckks"
     backend_path = "securevfl.crypto.ckks:CKKSBackend"
 
 
-def openfhe_bfv_backend() -> BackendClass:
-    """The OpenFHE BFV backend, or one line naming the extra it needs."""
-    import sys
-
-    try:
-        from securevfl.crypto.openfhe_bfv import OpenFHEBFVBackend
-    except ImportError as e:
-        raise UserError("--he bfv: backend=openfhe needs the optional extra: pip install 'securevfl[openfhe]' "
-                        f"(its wheel holds a CPython 3.10 extension only; this is Python {sys.version_info.major}."
-                        f"{sys.version_info.minor}): {e}") from e
-    return OpenFHEBFVBackend
-
-
-class BFVCutLayer(SchemeCutLayer):
+class BFVCutLayer(LibraryCutLayer):
     """``--he bfv``: over BFV with exact slots (CRT over several plaintext moduli), so its masks hide
     κ = ``mask_bits`` ≥ 40 bits as under Paillier. ``backend``: the library, SEAL through TenSEAL (the
     default) or OpenFHE (an optional extra, :mod:`securevfl.crypto.openfhe_bfv`)."""
 
     name = "bfv"
     backend_path = "securevfl.crypto.bfv:BFVBackend"
-
-    @classmethod
-    def validate(cls, params: dict) -> dict:
-        p = cls.backend().validate(params)
-        if p["backend"] == "openfhe":
-            openfhe_bfv_backend()  # refuse now, at configuration time, where the extra is missing
-        return p
-
-    @property
-    def backend_cls(self) -> BackendClass:
-        return openfhe_bfv_backend() if self.scheme_params["backend"] == "openfhe" else self.backend()
 
 
 class PaillierCutLayer(SchemeCutLayer):

@@ -77,6 +77,9 @@ from securevfl.validate import whole_number
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
 MIN_KAPPA = 8
 PACKINGS = ("terms", "rotations")  # ckks_rotations.py: the reduction inside the ciphertext
+BACKENDS = ("tenseal", "openfhe")
+"""The libraries ``--he ckks`` runs on (``--he-param backend=...``); TenSEAL (SEAL) is the default, or the
+one the ``SECUREVFL_CKKS_BACKEND`` environment variable names (as bfv.py's ``SECUREVFL_BFV_BACKEND``)."""
 
 
 def ckks_ranges(p: dict) -> dict:
@@ -99,8 +102,10 @@ def ckks_ranges(p: dict) -> dict:
                         "the primes left after one rescale (integer headroom)")
     if p.get("packing", "terms") not in PACKINGS:
         raise UserError(f"--he ckks: packing must be one of {', '.join(PACKINGS)}, got {p['packing']!r}")
+    if p.get("backend", "tenseal") not in BACKENDS:
+        raise UserError(f"--he ckks: backend must be one of {', '.join(BACKENDS)}, got {p['backend']!r}")
     return {"poly_modulus_degree": n, "coeff_mod_bit_sizes": bits, "global_scale_bits": scale,
-            "packing": p.get("packing", "terms")}
+            "packing": p.get("packing", "terms"), "backend": p.get("backend", "tenseal")}
 
 
 @dataclass
@@ -148,10 +153,16 @@ class RotProducts(Encrypted):
     scale: float = 0.0
 
 
-def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int, packing: str = "terms") -> int:
+DECODE_MARGIN_BITS = 12  # SEAL: a slot of 2^(scale − 12 − f) decodes to 2^-(f+2) (module docstring)
+
+
+def ckks_kappa(scale_bits: int, frac_bits: int, weight_bits: int, packing: str = "terms",
+               margin_bits: int = DECODE_MARGIN_BITS) -> int:
     """Bits of statistical hiding the precision budget leaves (module docstring; ``rotations`` pays
-    :data:`~securevfl.crypto.ckks_rotations.KAPPA_COST_BITS` for whole sums in a slot)."""
-    return (scale_bits - 12 - frac_bits - weight_bits) // 2 - (KAPPA_COST_BITS if packing == "rotations" else 0)
+    :data:`~securevfl.crypto.ckks_rotations.KAPPA_COST_BITS` for whole sums in a slot; ``margin_bits``:
+    what the library's decoder loses below the scale)."""
+    return ((scale_bits - margin_bits - frac_bits - weight_bits) // 2
+            - (KAPPA_COST_BITS if packing == "rotations" else 0))
 
 
 SIGMA = 3.2  # SEAL's error standard deviation (3.19), clipped at 6σ
@@ -287,69 +298,112 @@ def proto_blobs(buf: bytes) -> tuple[list[bytes], float]:
     return blobs, scale
 
 
-class CKKSBackend(HEBackend):
+class CKKSBase(HEBackend):
+    """CKKS in both packings, independent of the library: κ and the flood's size, the layouts, every mask
+    and flood draw, the reduction after decryption and the wire format's heads. A library backend
+    (:class:`CKKSBackend` on SEAL, :class:`securevfl.crypto.openfhe_ckks.OpenFHECKKSBackend`) supplies
+    keys, encryption, a handful of ciphertext operations and decryption (the methods below the line)."""
+
     scheme = "ckks"
     defaults = {"poly_modulus_degree": 16384, "coeff_mod_bit_sizes": [60, 60, 60, 60], "global_scale_bits": 60,
-                "packing": "terms"}
+                "packing": "terms", "backend": "tenseal"}
     check_ranges = staticmethod(ckks_ranges)
     exact = False
     flood = True  # the imaginary flooding (tests switch it off for their control)
     garbage_masks = True  # packing=rotations: masks on the slots that are not outputs (likewise)
-
-    def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
-                 frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
-        super().__init__(timer)
-        self.params = self.validate(params)
-        self.f = frac_bits
-        self.rotations = self.params["packing"] == "rotations"
-        self.kappa = ckks_kappa(self.params["global_scale_bits"], frac_bits, weight_bits, self.params["packing"])
-        if self.kappa < MIN_KAPPA:
-            raise UserError(f"--he ckks: global_scale_bits {self.params['global_scale_bits']} leaves {self.kappa} bits "
-                            f"of mask hiding (< {MIN_KAPPA}); use the default 60 with coeff_mod_bit_sizes "
-                            "[60,60,60,60] at poly_modulus_degree 16384")
-        if context is None:  # key owner
-            with self.timer.time("keygen"):
-                context = ts.context(ts.SCHEME_TYPE.CKKS, self.params["poly_modulus_degree"],
-                                     coeff_mod_bit_sizes=self.params["coeff_mod_bit_sizes"], n_threads=he_threads())
-                context.global_scale = 2.0 ** self.params["global_scale_bits"]
-        self.ctx = context
-        self.slots = self.params["poly_modulus_degree"] // 2
-        self.galois: sealapi.GaloisKeys | None = None
-        self._galois_bytes = b""
-        self._sym: sealapi.Encryptor | None = None
-        self.weight_bits = weight_bits
-        self.flooding_bits = (self.kappa if self.rotations else  # sized against the garbage: ckks_rotations
-                              flooding_bits(self.params["poly_modulus_degree"], self.params["global_scale_bits"],
-                                            self.kappa, weight_bits))
-        self.seal_ctx = context.seal_context().data
-        self.encoder = sealapi.CKKSEncoder(self.seal_ctx)
-        self.evaluator = sealapi.Evaluator(self.seal_ctx)
-        if self.rotations and context.is_private():  # left rotations by powers of two, published once
-            with self.timer.time("keygen"):
-                n2 = 2 * self.params["poly_modulus_degree"]
-                keys = sealapi.KeyGenerator(self.seal_ctx, context.secret_key().data).create_galois_keys(
-                    [pow(3, step, n2) for step in rot.galois_steps(self.slots)])
-                self._galois_bytes = seal_dumps(keys)  # seeded: half the size of the keys themselves
+    library: str = ""
+    margin_bits = DECODE_MARGIN_BITS
+    max_scale_bits = 60
 
     @classmethod
-    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
-        head, parts = unpack_blobs(blob)
-        if head.get("galois") and len(parts) != 2 or not head.get("galois") and len(parts) != 1:
-            raise ValueError("malformed CKKS public context")
-        be = cls(params, ts.context_from(parts[0], n_threads=he_threads()), timer, **kw)
-        if be.rotations:
-            if not head.get("galois"):
-                raise ValueError("packing=rotations needs the key owner's Galois keys")
-            be.galois = seal_load(sealapi.GaloisKeys(), be.seal_ctx, parts[1])
-        return be
+    def validate(cls, params: dict) -> dict:
+        return super().validate({"backend": os.environ.get("SECUREVFL_CKKS_BACKEND", "tenseal"), **params})
 
-    def has_secret(self) -> bool:
-        return self.ctx.is_private()
+    @classmethod
+    def scale_bits_of(cls, params: dict) -> int:
+        """The scale this library runs at (``global_scale_bits``, capped at its largest prime)."""
+        return min(int(params["global_scale_bits"]), cls.max_scale_bits)
 
-    def public_bytes(self) -> bytes:
-        ctx = self.ctx.serialize(save_public_key=True, save_secret_key=False, save_galois_keys=False,
-                                 save_relin_keys=False)
-        return pack_blobs({"galois": self.rotations}, [ctx, self._galois_bytes] if self.rotations else [ctx])
+    @classmethod
+    def kappa_for(cls, params: dict, frac_bits: int, weight_bits: int) -> int:
+        return ckks_kappa(cls.scale_bits_of(params), frac_bits, weight_bits, str(params.get("packing", "terms")),
+                          cls.margin_bits)
+
+    def __init__(self, params: dict, timer: HETimer | None, frac_bits: int, weight_bits: int) -> None:
+        super().__init__(timer)
+        self.params = {**self.validate(params), "backend": self.library}
+        self.f = frac_bits
+        self.weight_bits = weight_bits
+        self.rotations = self.params["packing"] == "rotations"
+        self.scale_bits = self.scale_bits_of(self.params)
+        self.kappa = self.kappa_for(self.params, frac_bits, weight_bits)
+        if self.kappa < MIN_KAPPA:
+            raise UserError(f"--he ckks: global_scale_bits {self.scale_bits} on {self.library} leaves {self.kappa} "
+                            f"bits of mask hiding (< {MIN_KAPPA}); use the default 60 with coeff_mod_bit_sizes "
+                            "[60,60,60,60] at poly_modulus_degree 16384"
+                            + (" and packing=terms" if self.rotations else ""))
+        self.slots = self.params["poly_modulus_degree"] // 2
+        self.flooding_bits = (self.kappa if self.rotations else  # sized against the garbage: ckks_rotations
+                              flooding_bits(self.params["poly_modulus_degree"], self.scale_bits, self.kappa,
+                                            weight_bits))
+
+    # ------------------------------------------------------------------ the library's part
+    def _encrypt_chunks(self, vecs: list[np.ndarray]) -> list:
+        """``terms``: public-key encryptions of real slot vectors (the input's own objects)."""
+        raise NotImplementedError
+
+    def _encrypt_packed(self, vec: np.ndarray) -> bytes:
+        """``rotations``: the key owner's encryption of a complex slot vector, as bytes."""
+        raise NotImplementedError
+
+    def _terms_products(self, ex: CKKSMatrix, ci: int, mult: np.ndarray, noise: np.ndarray) -> list:
+        """Chunk ``ci`` of [[X]] times each row of ``mult`` (real, groups × slots), rescaled, plus the
+        same row of ``noise`` (complex): one product ciphertext per group."""
+        raise NotImplementedError
+
+    def _load_packed(self, blob: bytes):
+        raise NotImplementedError
+
+    def _babies(self, ct, step: int, count: int) -> list:
+        """rot(ct, step·b) for b < count (b = 0: ct itself)."""
+        raise NotImplementedError
+
+    def _mul_plain(self, ct, vec: np.ndarray):
+        """ct ⊙ vec (complex), not rescaled."""
+        raise NotImplementedError
+
+    def _add(self, a, b):
+        raise NotImplementedError
+
+    def _rotate(self, ct, step: int):
+        raise NotImplementedError
+
+    def _rescale(self, ct):
+        raise NotImplementedError
+
+    def _add_plain(self, ct, vec: np.ndarray):
+        """ct + vec (complex), at ct's level and scale."""
+        raise NotImplementedError
+
+    def _decrypt_blobs(self, blobs: list[bytes], scale: float) -> np.ndarray:
+        """Real parts of every slot of each ciphertext (len(blobs) × slots)."""
+        raise NotImplementedError
+
+    def slots_complex(self, blobs: list[bytes]) -> list[np.ndarray]:
+        """Every slot of each ciphertext, complex: the key owner's whole view of what it decrypts."""
+        raise NotImplementedError
+
+    def _ct_bytes(self, ct) -> bytes:
+        raise NotImplementedError
+
+    def _ct_scale(self, ct) -> float:
+        return 0.0
+
+    def _input_blobs(self, ex: CKKSMatrix) -> list[bytes]:
+        raise NotImplementedError
+
+    def _inputs_from(self, blobs: list[bytes], shape: tuple[int, int], rows: int, t: int) -> CKKSMatrix:
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ layout
     def _real(self, x: np.ndarray, scale_bits: int) -> np.ndarray:
@@ -362,15 +416,8 @@ class CKKSBackend(HEBackend):
         m, n = x.shape
         r, t = tiles.layout(m, n, self.slots, "ckks")
         with self.timer.time("encrypt"):
-            cts = [ts.ckks_vector(self.ctx, vec.tolist()) for vec in tiles.chunk_vectors(x, r, t)]
+            cts = self._encrypt_chunks(tiles.chunk_vectors(x, r, t))
         return CKKSMatrix(cts, (m, n), r, t)
-
-    def _repeat(self, ex: CKKSMatrix, ci: int, k: int) -> ts.CKKSVector:
-        """Chunk ``ci`` of [[X]] repeated k times as one TenSEAL vector (from its SEAL bytes)."""
-        if ex.blobs is None:
-            ex.blobs = [proto_blobs(c.serialize())[0][0] for c in ex.cts]
-        return ts.ckks_vector_from(self.ctx, vector_proto([ex.blobs[ci]] * k, self.slots,
-                                                          ex.cts[ci].ciphertext()[0].scale))
 
     def _product(self, ex: CKKSMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int, hide: bool,
                  rng) -> tuple[CKKSProducts, np.ndarray]:
@@ -385,7 +432,7 @@ class CKKSBackend(HEBackend):
         flood = 2.0 ** flood_width_bits(self.kappa, self.weight_bits) if self.flood else 0.0
         out = []
         with self.timer.time("matmul"):
-            for ci, ct in enumerate(ex.cts):
+            for ci in range(len(ex.cts)):
                 lo = ci * r
                 valid = min(r, m - lo)
                 groups = tiles.groups(p, t)
@@ -408,19 +455,11 @@ class CKKSBackend(HEBackend):
                     block = np.zeros((t, r, n))
                     block[: len(ks), :valid] = u
                     terms[gi, : block.size] = block.ravel()
-                if he_threads() > 1:  # the chunk repeated per group as one vector: TenSEAL's threads share it
-                    full = np.zeros((len(groups), self.slots))  # TenSEAL splits a vector at full ciphertexts
-                    full[:, : t * r * n] = mult.reshape(len(groups), -1)
-                    prods = (self._repeat(ex, ci, len(groups)) * full.ravel()).ciphertext()
-                else:  # ≈ 10 % less CPU on one core than the repeated vector
-                    prods = [(ct * mv.ravel()).ciphertext()[0] for mv in mult]
                 # real part: the term masks; imaginary part: the flood (every slot, padding included)
                 terms.imag = rng.uniform(terms.shape, -flood, flood)
-                for prod, noise in zip(prods, terms, strict=True):
-                    pt = sealapi.Plaintext()
-                    self.encoder.encode(noise.tolist(), prod.parms_id(), prod.scale, pt)
-                    self.evaluator.add_plain_inplace(prod, pt)
-                out.append(prods)
+                full = np.zeros((len(groups), self.slots))
+                full[:, : t * r * n] = mult.reshape(len(groups), -1)
+                out.append(self._terms_products(ex, ci, full, terms))
         mask_int = np.rint(mask * 2.0 ** (2 * self.f)).astype(object) if hide else np.zeros(out_shape, dtype=object)
         return CKKSProducts(out, out_shape, side, (m, n), r, t), mask_int
 
@@ -436,22 +475,15 @@ class CKKSBackend(HEBackend):
 
     # ------------------------------------------------------------------ packing=rotations
     def _encrypt_rot(self, x: np.ndarray, ops: frozenset[str]) -> RotMatrix:
-        """E = X for ``right`` and Xᵀ for ``left``, each in ckks_rotations' layout; encrypted with the secret
-        key and saved seeded (half a fresh ciphertext's bytes): the key owner only ever sends its inputs."""
+        """E = X for ``right`` and Xᵀ for ``left``, each in ckks_rotations' layout: the key owner only ever
+        sends its inputs."""
         x = self._real(x, self.f)
-        if self._sym is None:
-            self._sym = sealapi.Encryptor(self.seal_ctx, self.ctx.secret_key().data)
         parts: dict[str, list] = {}
         with self.timer.time("encrypt"):
             for side in sorted(ops):
                 e = x if side == "right" else x.T
                 lay = rot.layout(e.shape[0], e.shape[1], self.slots)
-                blobs = []
-                for vec in rot.pack_input(e, lay):
-                    pt = sealapi.Plaintext()
-                    self.encoder.encode(vec.tolist(), self.ctx.global_scale, pt)
-                    blobs.append(seal_dumps(self._sym.encrypt_symmetric(pt)))
-                parts[side] = blobs
+                parts[side] = [self._encrypt_packed(vec) for vec in rot.pack_input(e, lay)]
         return RotMatrix(parts, x.shape)
 
     def _product_rot(self, ex: RotMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int,
@@ -466,7 +498,7 @@ class CKKSBackend(HEBackend):
         lay = rot.layout(e_shape[0], e_shape[1], self.slots)
         plan = rot.Plan(lay, wm.shape[1])
         bound = rot.bound_bits(term_bits, lay.n, self.f)
-        top = self.params["global_scale_bits"] - 12 - self.f  # the decoding budget (module docstring)
+        top = self.scale_bits - self.margin_bits - self.f  # the decoding budget (module docstring)
         add_bits = math.ceil(math.log2(float(np.abs(add).max()) + 1.0)) if add.size else 0
         if max(self.kappa + bound, add_bits) > top:
             raise UserError(f"--he ckks packing=rotations: a product over {lay.n} terms needs slots of "
@@ -475,18 +507,12 @@ class CKKSBackend(HEBackend):
         s = 2.0 ** (self.kappa + bound)
         wc = rot.complex_pairs(wm.T, conj=True).T
         mask = np.zeros(add.shape)
-        ev, enc, keys = self.evaluator, self.encoder, self.galois
-        assert keys is not None  # from_public loaded them: only the other party computes products
         out = []
         with self.timer.time("matmul"):
             if ex.cts is None:
-                ex.cts = {k: [seal_loads(self.seal_ctx, b) for b in v] for k, v in ex.parts.items()}
+                ex.cts = {k: [self._load_packed(b) for b in v] for k, v in ex.parts.items()}
             for ci, ct in enumerate(ex.cts[side]):
-                babies = [ct]
-                for _ in range(1, min(plan.baby, plan.n_diag)):
-                    nxt = sealapi.Ciphertext(self.seal_ctx)
-                    ev.rotate_vector(babies[-1], plan.step, keys, nxt)
-                    babies.append(nxt)
+                babies = self._babies(ct, plan.step, min(plan.baby, plan.n_diag))
                 g_size = len(babies)
                 for o in range(plan.outs_per_ct):
                     d = rot.diagonals(plan, wc, o)
@@ -494,26 +520,13 @@ class CKKSBackend(HEBackend):
                     for g in reversed(range(0, plan.n_diag, g_size)):  # Horner over the giant steps
                         inner = None
                         for b, baby in enumerate(babies[: min(g_size, plan.n_diag - g)]):
-                            pt = sealapi.Plaintext()
-                            enc.encode(np.roll(d[g + b], g * plan.step).tolist(), ct.parms_id(),
-                                       self.ctx.global_scale, pt)
-                            term = sealapi.Ciphertext(self.seal_ctx)
-                            ev.multiply_plain(baby, pt, term)
-                            if inner is None:
-                                inner = term
-                            else:
-                                ev.add_inplace(inner, term)
-                        if acc is None:
-                            acc = inner
-                        else:
-                            ev.rotate_vector_inplace(acc, g_size * plan.step, keys)
-                            ev.add_inplace(acc, inner)
+                            term = self._mul_plain(baby, np.roll(d[g + b], g * plan.step))
+                            inner = term if inner is None else self._add(inner, term)
+                        acc = inner if acc is None else self._add(self._rotate(acc, g_size * plan.step), inner)
                     assert acc is not None  # n_diag ≥ 1: at least one giant step
-                    ev.rescale_to_next_inplace(acc)
+                    acc = self._rescale(acc)
                     for step in plan.sum_steps:
-                        moved = sealapi.Ciphertext(self.seal_ctx)
-                        ev.rotate_vector(acc, step, keys, moved)
-                        ev.add_inplace(acc, moved)
+                        acc = self._add(acc, self._rotate(acc, step))
                     slot, row, col = rot.output_index(plan, ci, o)
                     # every slot: a fresh uniform real mask (outputs: the addend, plus a mask with ``hide``)
                     # and a fresh uniform imaginary flood, κ bits above the bound on what they cover
@@ -522,25 +535,18 @@ class CKKSBackend(HEBackend):
                     out_mask = rng.uniform((len(slot),), -s, s) if hide else np.zeros(len(slot))
                     noise.real[slot] = add[row, col] + out_mask
                     mask[row, col] = out_mask
-                    pt = sealapi.Plaintext()
-                    enc.encode(noise.tolist(), acc.parms_id(), acc.scale, pt)
-                    ev.add_plain_inplace(acc, pt)
-                    out.append(acc)
+                    out.append(self._add_plain(acc, noise))
         out_shape = add.shape if side == "right" else add.shape[::-1]
         mask_int = (np.rint((mask if side == "right" else mask.T) * 2.0 ** (2 * self.f)).astype(object)
                     if hide else np.zeros(out_shape, dtype=object))
         return RotProducts(out, out_shape, side, e_shape, plan.p), mask_int
 
-    def _decrypt_rot(self, e: RotProducts) -> np.ndarray:
-        with self.timer.time("decrypt"):
-            vec = ts.ckks_vector_from(self.ctx, vector_proto(e.cts, self.slots, e.scale))  # one vector: n_threads
-            vals = np.asarray(vec.decrypt()).reshape(len(e.cts), self.slots)
-            z = rot.gather(e.e_shape, e.p, list(vals), self.slots)
-        return z if e.side == "right" else z.T
-
+    # ------------------------------------------------------------------ decryption
     def decrypt_real(self, e: Encrypted) -> np.ndarray:
         if isinstance(e, RotProducts):
-            return self._decrypt_rot(e)
+            with self.timer.time("decrypt"):
+                z = rot.gather(e.e_shape, e.p, list(self._decrypt_blobs(e.cts, e.scale)), self.slots)
+            return z if e.side == "right" else z.T
         assert isinstance(e, CKKSProducts)
         m, n = e.x_shape
         r, t = e.rows, e.tiles
@@ -550,9 +556,7 @@ class CKKSBackend(HEBackend):
             for ci, row in enumerate(e.cts):
                 lo = ci * r
                 valid = min(r, m - lo)
-                # a chunk's ciphertexts as one TenSEAL vector: decrypted on the context's n_threads
-                vec = ts.ckks_vector_from(self.ctx, vector_proto(row, self.slots, e.scale))
-                vals = np.asarray(vec.decrypt()).reshape(len(row), self.slots)
+                vals = self._decrypt_blobs(row, e.scale)
                 for v, ks in zip(vals, tiles.groups(p, t), strict=True):
                     tiles.reduce_terms(y, v[: t * r * n].reshape(t, r, n), e.side, lo, valid, ks)
         return y
@@ -566,21 +570,21 @@ class CKKSBackend(HEBackend):
     # ------------------------------------------------------------------ wire format
     def dumps(self, e: Encrypted) -> bytes:
         with self.timer.time("serialize"):
-            if isinstance(e, RotMatrix):  # already bytes (seeded), from encrypt
+            if isinstance(e, RotMatrix):  # already bytes, from encrypt
                 sides = sorted(e.parts)
                 return pack_blobs({"type": "rmatrix", "shape": e.shape, "sides": sides,
                                    "n": [len(e.parts[k]) for k in sides]}, [b for k in sides for b in e.parts[k]])
             if isinstance(e, RotProducts):
                 return pack_blobs({"type": "rproducts", "shape": e.shape, "side": e.side, "e_shape": e.e_shape,
-                                   "p": e.p, "scale": e.cts[0].scale}, [seal_dumps(ct) for ct in e.cts])
+                                   "p": e.p, "scale": self._ct_scale(e.cts[0])}, [self._ct_bytes(ct) for ct in e.cts])
             if isinstance(e, CKKSMatrix):
                 head = {"type": "matrix", "shape": e.shape, "rows": e.rows, "tiles": e.tiles, "n": len(e.cts)}
-                blobs = [ct.serialize() for ct in e.cts]
+                blobs = self._input_blobs(e)
             else:
                 assert isinstance(e, CKKSProducts)  # the only other Encrypted this backend makes
                 head = {"type": "products", "shape": e.shape, "side": e.side, "x_shape": e.x_shape, "rows": e.rows,
-                        "tiles": e.tiles, "n": [len(row) for row in e.cts], "scale": e.cts[0][0].scale}
-                blobs = [seal_dumps(ct) for row in e.cts for ct in row]
+                        "tiles": e.tiles, "n": [len(row) for row in e.cts], "scale": self._ct_scale(e.cts[0][0])}
+                blobs = [self._ct_bytes(ct) for row in e.cts for ct in row]
             return pack_blobs(head, blobs)
 
     def loads(self, buf: bytes) -> Encrypted:
@@ -595,21 +599,166 @@ class CKKSBackend(HEBackend):
                 return RotProducts(blobs, tuple(head["shape"]), head["side"], tuple(head["e_shape"]), head["p"],
                                    head["scale"])
             if head["type"] == "matrix":
-                cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
-                return CKKSMatrix(cts, tuple(head["shape"]), head["rows"], head["tiles"],
-                                  [proto_blobs(b)[0][0] for b in blobs])
+                return self._inputs_from(blobs, tuple(head["shape"]), head["rows"], head["tiles"])
             rows, i = [], 0
-            for k in head["n"]:  # SEAL bytes, turned into TenSEAL vectors by decrypt
+            for k in head["n"]:  # bytes, decrypted as they are
                 rows.append(blobs[i:i + k])
                 i += k
             return CKKSProducts(rows, tuple(head["shape"]), head["side"], tuple(head["x_shape"]), head["rows"],
                                 head["tiles"], head["scale"])
 
     def describe(self) -> dict:
-        return {**self.params, "slots": self.slots, "security_bits": 128, "mult_depth": 1, "mask_bits": self.kappa,
+        return {**self.params, "global_scale_bits": self.scale_bits, "library": self.library,
+                "slots": self.slots, "security_bits": 128, "mult_depth": 1, "mask_bits": self.kappa,
                 "exact": False, "noise_flooding": "imaginary parts" if self.flood else False,
                 "flooding_bits": self.flooding_bits if self.flood else 0,
                 "packing": ("rotations: complex pairs, doubled rows, baby-step giant-step diagonals; one slot per "
                             "output, power-of-two Galois keys" if self.rotations else
                             "row-major tiles, one ciphertext per row chunk; reduction after decryption")}
 
+
+class CKKSBackend(CKKSBase):
+    """CKKS on Microsoft SEAL through TenSEAL (the default library)."""
+
+    library = "tenseal"
+
+    def __init__(self, params: dict, context: ts.Context | None = None, timer: HETimer | None = None,
+                 frac_bits: int = 20, weight_bits: int = 4, **_) -> None:
+        super().__init__(params, timer, frac_bits, weight_bits)
+        if context is None:  # key owner
+            with self.timer.time("keygen"):
+                context = ts.context(ts.SCHEME_TYPE.CKKS, self.params["poly_modulus_degree"],
+                                     coeff_mod_bit_sizes=self.params["coeff_mod_bit_sizes"], n_threads=he_threads())
+                context.global_scale = 2.0 ** self.params["global_scale_bits"]
+        self.ctx = context
+        self.galois: sealapi.GaloisKeys | None = None
+        self._galois_bytes = b""
+        self._sym: sealapi.Encryptor | None = None
+        self.seal_ctx = context.seal_context().data
+        self.encoder = sealapi.CKKSEncoder(self.seal_ctx)
+        self.evaluator = sealapi.Evaluator(self.seal_ctx)
+        if self.rotations and context.is_private():  # left rotations by powers of two, published once
+            with self.timer.time("keygen"):
+                n2 = 2 * self.params["poly_modulus_degree"]
+                keys = sealapi.KeyGenerator(self.seal_ctx, context.secret_key().data).create_galois_keys(
+                    [pow(3, step, n2) for step in rot.galois_steps(self.slots)])
+                self._galois_bytes = seal_dumps(keys)  # seeded: half the size of the keys themselves
+
+    @classmethod
+    def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> CKKSBackend:
+        head, parts = unpack_blobs(blob)
+        if head.get("library", "tenseal") != cls.library:
+            raise ValueError(f"the CKKS public context was made by another library than this run's ({cls.library})")
+        if head.get("galois") and len(parts) != 2 or not head.get("galois") and len(parts) != 1:
+            raise ValueError("malformed CKKS public context")
+        be = cls(params, ts.context_from(parts[0], n_threads=he_threads()), timer, **kw)
+        if be.rotations:
+            if not head.get("galois"):
+                raise ValueError("packing=rotations needs the key owner's Galois keys")
+            be.galois = seal_load(sealapi.GaloisKeys(), be.seal_ctx, parts[1])
+        return be
+
+    def has_secret(self) -> bool:
+        return self.ctx.is_private()
+
+    def public_bytes(self) -> bytes:
+        ctx = self.ctx.serialize(save_public_key=True, save_secret_key=False, save_galois_keys=False,
+                                 save_relin_keys=False)
+        return pack_blobs({"galois": self.rotations}, [ctx, self._galois_bytes] if self.rotations else [ctx])
+
+    # ------------------------------------------------------------------ terms
+    def _encrypt_chunks(self, vecs: list[np.ndarray]) -> list:
+        return [ts.ckks_vector(self.ctx, vec.tolist()) for vec in vecs]
+
+    def _repeat(self, ex: CKKSMatrix, ci: int, k: int) -> ts.CKKSVector:
+        """Chunk ``ci`` of [[X]] repeated k times as one TenSEAL vector (from its SEAL bytes)."""
+        if ex.blobs is None:
+            ex.blobs = [proto_blobs(c.serialize())[0][0] for c in ex.cts]
+        return ts.ckks_vector_from(self.ctx, vector_proto([ex.blobs[ci]] * k, self.slots,
+                                                          ex.cts[ci].ciphertext()[0].scale))
+
+    def _terms_products(self, ex: CKKSMatrix, ci: int, mult: np.ndarray, noise: np.ndarray) -> list:
+        if he_threads() > 1:  # the chunk repeated per group as one vector: TenSEAL's threads share it
+            prods = (self._repeat(ex, ci, len(mult)) * mult.ravel()).ciphertext()  # split at full ciphertexts
+        else:  # ≈ 10 % less CPU on one core than the repeated vector
+            used = ex.rows * ex.tiles * ex.shape[1]
+            prods = [(ex.cts[ci] * mv[:used]).ciphertext()[0] for mv in mult]
+        for prod, row in zip(prods, noise, strict=True):
+            pt = sealapi.Plaintext()
+            self.encoder.encode(row.tolist(), prod.parms_id(), prod.scale, pt)
+            self.evaluator.add_plain_inplace(prod, pt)
+        return prods
+
+    # ------------------------------------------------------------------ rotations
+    def _encrypt_packed(self, vec: np.ndarray) -> bytes:
+        """With the secret key, saved seeded (half a fresh ciphertext's bytes)."""
+        if self._sym is None:
+            self._sym = sealapi.Encryptor(self.seal_ctx, self.ctx.secret_key().data)
+        pt = sealapi.Plaintext()
+        self.encoder.encode(vec.tolist(), self.ctx.global_scale, pt)
+        return seal_dumps(self._sym.encrypt_symmetric(pt))
+
+    def _load_packed(self, blob: bytes):
+        return seal_loads(self.seal_ctx, blob)
+
+    def _babies(self, ct, step: int, count: int) -> list:
+        babies = [ct]
+        for _ in range(1, count):  # each from the last by one published power-of-two key
+            nxt = sealapi.Ciphertext(self.seal_ctx)
+            self.evaluator.rotate_vector(babies[-1], step, self.galois, nxt)
+            babies.append(nxt)
+        return babies
+
+    def _mul_plain(self, ct, vec: np.ndarray):
+        pt = sealapi.Plaintext()
+        self.encoder.encode(vec.tolist(), ct.parms_id(), self.ctx.global_scale, pt)
+        term = sealapi.Ciphertext(self.seal_ctx)
+        self.evaluator.multiply_plain(ct, pt, term)
+        return term
+
+    def _add(self, a, b):
+        self.evaluator.add_inplace(a, b)
+        return a
+
+    def _rotate(self, ct, step: int):
+        moved = sealapi.Ciphertext(self.seal_ctx)
+        self.evaluator.rotate_vector(ct, step, self.galois, moved)
+        return moved
+
+    def _rescale(self, ct):
+        self.evaluator.rescale_to_next_inplace(ct)
+        return ct
+
+    def _add_plain(self, ct, vec: np.ndarray):
+        pt = sealapi.Plaintext()
+        self.encoder.encode(vec.tolist(), ct.parms_id(), ct.scale, pt)
+        self.evaluator.add_plain_inplace(ct, pt)
+        return ct
+
+    # ------------------------------------------------------------------ decryption and bytes
+    def _decrypt_blobs(self, blobs: list[bytes], scale: float) -> np.ndarray:
+        # the ciphertexts as one TenSEAL vector: decrypted on the context's n_threads
+        vec = ts.ckks_vector_from(self.ctx, vector_proto(blobs, self.slots, scale))
+        return np.asarray(vec.decrypt()).reshape(len(blobs), self.slots)
+
+    def slots_complex(self, blobs: list[bytes]) -> list[np.ndarray]:
+        dec = sealapi.Decryptor(self.seal_ctx, self.ctx.secret_key().data)
+        out = []
+        for b in blobs:
+            pt = sealapi.Plaintext()
+            dec.decrypt(seal_loads(self.seal_ctx, b), pt)
+            out.append(np.asarray(self.encoder.decode_complex(pt)))
+        return out
+
+    def _ct_bytes(self, ct) -> bytes:
+        return seal_dumps(ct)
+
+    def _ct_scale(self, ct) -> float:
+        return ct.scale
+
+    def _input_blobs(self, ex: CKKSMatrix) -> list[bytes]:
+        return [ct.serialize() for ct in ex.cts]
+
+    def _inputs_from(self, blobs: list[bytes], shape: tuple[int, int], rows: int, t: int) -> CKKSMatrix:
+        cts = [ts.ckks_vector_from(self.ctx, b) for b in blobs]
+        return CKKSMatrix(cts, shape, rows, t, [proto_blobs(b)[0][0] for b in blobs])

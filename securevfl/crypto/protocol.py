@@ -386,10 +386,9 @@ class HECutLayer(CutLayer):
         raise NotImplementedError
 
     def _kappa(self) -> int:
-        from securevfl.crypto.ckks import ckks_kappa
+        from securevfl.crypto.ckks import CKKSBase  # the one scheme whose κ follows from its library's precision
 
-        return ckks_kappa(self.scheme_params["global_scale_bits"], Bounds.f, Bounds.weight_bits,
-                          str(self.scheme_params.get("packing", "terms")))
+        return cast(type[CKKSBase], self.backend_cls).kappa_for(self.scheme_params, Bounds.f, Bounds.weight_bits)
 
     def make_backend(self, public: bytes | None) -> HEBackend:
         kw = {"slot_bits": self.bounds.slot_bits, "frac_bits": self.bounds.f, "weight_bits": self.bounds.weight_bits}
