@@ -1,7 +1,8 @@
 """Homomorphic encryption for the cut layer: a scheme-agnostic protocol
 (:mod:`securevfl.crypto.protocol`) over CKKS (:mod:`securevfl.crypto.ckks`, TenSEAL), BFV
 (:mod:`securevfl.crypto.bfv`, SEAL through TenSEAL's sealapi) and Paillier
-(:mod:`securevfl.crypto.paillier`, phe + gmpy2) backends. ``--he ckks``, ``--he bfv`` and ``--he paillier``
+(:mod:`securevfl.crypto.paillier`, phe + gmpy2) backends; CKKS and BFV also on OpenFHE
+(``openfhe_ckks``, ``openfhe_bfv``: an optional extra). ``--he ckks``, ``--he bfv`` and ``--he paillier``
 are the layers below, named in :data:`securevfl.cutlayer.CUT_LAYERS`; a scheme's library is imported only
 when its layer is built."""
 

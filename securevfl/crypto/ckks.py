@@ -1,4 +1,6 @@
-"""CKKS backend (TenSEAL).
+"""CKKS backend: the library-free part (:class:`CKKSBase`: κ, layouts, masks, flood, wire heads) and SEAL
+through TenSEAL (:class:`CKKSBackend`, the default); OpenFHE's is :mod:`securevfl.crypto.openfhe_ckks`.
+Numbers below are SEAL's.
 
 Parameters (defaults): ``poly_modulus_degree`` N = 16384, ``coeff_mod_bit_sizes`` [60, 60, 60, 60],
 ``global_scale_bits`` 60: 240 bits, below the 438 the HomomorphicEncryption.org standard allows at
@@ -59,6 +61,7 @@ import shutil
 import struct
 import tempfile
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -348,7 +351,7 @@ class CKKSBase(HEBackend):
                                             weight_bits))
 
     # ------------------------------------------------------------------ the library's part
-    def _encrypt_chunks(self, vecs: list[np.ndarray]) -> list:
+    def _encrypt_chunks(self, vecs: Iterable[np.ndarray]) -> list:
         """``terms``: public-key encryptions of real slot vectors (the input's own objects)."""
         raise NotImplementedError
 
@@ -667,7 +670,7 @@ class CKKSBackend(CKKSBase):
         return pack_blobs({"galois": self.rotations}, [ctx, self._galois_bytes] if self.rotations else [ctx])
 
     # ------------------------------------------------------------------ terms
-    def _encrypt_chunks(self, vecs: list[np.ndarray]) -> list:
+    def _encrypt_chunks(self, vecs: Iterable[np.ndarray]) -> list:
         return [ts.ckks_vector(self.ctx, vec.tolist()) for vec in vecs]
 
     def _repeat(self, ex: CKKSMatrix, ci: int, k: int) -> ts.CKKSVector:

@@ -12,8 +12,8 @@ itself, including its key-switching modulus.
 
 **Precision, so κ.** OpenFHE's decoder at scale 2^59 loses 2 bits more than SEAL's at 2^60: a terms
 slot of magnitude 2^26 decodes with max error 2^-21.9 here against 2^-22.1 for SEAL at 2^28 (N 16384,
-x·w + a complex plaintext of magnitude 2^M, max over 8192 slots; ``/tmp``-free reproduction: the test
-``tests/test_openfhe.py::test_ckks_decodes_within_its_budget``). So the decoding budget is
+x·w + a complex plaintext of magnitude 2^M, max over 8192 slots; the backend checks it when it is built,
+and ``tests/test_openfhe.py::test_ckks_decodes_within_its_budget`` with a control). So the decoding budget is
 2^(scale − 13 − f) (:attr:`margin_bits` 13) and κ = ⌊(59 − 13 − 20 − 4)/2⌋ = 11 for ``terms``, 8 for
 ``rotations`` (SEAL: 12 and 9).
 
@@ -29,6 +29,8 @@ project's ``--he-threads`` cannot change them afterwards.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import openfhe as ofhe  # the optional extra: the layer imports this module only when it is chosen
@@ -111,7 +113,7 @@ class OpenFHECKKSBackend(CKKSBase):
         """A complex plaintext at the scale, for a ciphertext ``level`` rescales down."""
         return self.cc.MakeCKKSPackedPlaintext(np.asarray(vec, dtype=np.complex128), 1, level)
 
-    def _encrypt_chunks(self, vecs: list[np.ndarray]) -> list:
+    def _encrypt_chunks(self, vecs: Iterable[np.ndarray]) -> list:
         return [self.cc.Encrypt(self.public, self._pt(v)) for v in vecs]
 
     def _encrypt_packed(self, vec: np.ndarray) -> bytes:
