@@ -41,12 +41,15 @@ MODES = {
     "ckks-rotations-openfhe": ("ckks", {"packing": "rotations", "backend": "openfhe"}),
     "bfv": ("bfv", {"backend": "tenseal"}),
     "bfv-openfhe": ("bfv", {"backend": "openfhe"}),  # the optional extra (CPython 3.10): --modes to leave it out
+    "bfv-rotations": ("bfv", {"backend": "tenseal", "packing": "rotations"}),
+    "bfv-rotations-openfhe": ("bfv", {"backend": "openfhe", "packing": "rotations"}),
     "paillier-3072": ("paillier", {"key_bits": 3072}),
     "paillier-2048": ("paillier", {"key_bits": 2048}),
     "paillier-naive-2048": ("paillier", {"key_bits": 2048, "packing": False}),
 }
 STEPS = {"off": 20, "ckks": 10, "ckks-rotations": 10, "ckks-openfhe": 10, "ckks-rotations-openfhe": 10, "bfv": 5,
-         "bfv-openfhe": 5, "paillier-3072": 2, "paillier-2048": 3, "paillier-naive-2048": 1}
+         "bfv-openfhe": 5, "bfv-rotations": 5, "bfv-rotations-openfhe": 5, "paillier-3072": 2, "paillier-2048": 3,
+         "paillier-naive-2048": 1}
 
 
 def run_mode(name: str, part, args) -> dict:

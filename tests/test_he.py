@@ -78,13 +78,18 @@ def small_cfg(he: str = "off", **kw) -> RunConfig:
     lambda: openfhe_bfv()({}, slot_bits=142),
     lambda: openfhe_ckks()({}),
     lambda: openfhe_ckks()({"packing": "rotations"}),
+    lambda: BFVBackend({"packing": "rotations"}, slot_bits=142),
+    lambda: openfhe_bfv()({"packing": "rotations"}, slot_bits=142),
 ], ids=["ckks", "ckks-rotations", "paillier", "paillier-naive", "bfv", "bfv-openfhe", "ckks-openfhe",
-        "ckks-rotations-openfhe"])
+        "ckks-rotations-openfhe", "bfv-rotations", "bfv-rotations-openfhe"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_backend_products_match_numpy(make, threads, monkeypatch):
+def test_backend_products_match_numpy(make, threads, monkeypatch, request):
     """Every scheme's products, on one core and on two (CKKS: TenSEAL's threads on repeated-chunk vectors;
     Paillier: worker processes), give the same numbers."""
     from securevfl.crypto import backend
+
+    if threads > 1 and "bfv-rotations" in request.node.callspec.id:
+        pytest.skip("BFV runs on one core (bfv.py); its rotation keys take seconds to make")
 
     monkeypatch.setattr(backend, "_HE_THREADS", [threads])
     owner = make()
@@ -204,12 +209,16 @@ def losses_and_utility(cfg: RunConfig) -> tuple[np.ndarray, float, dict]:
     ("bfv", {}),
     ("bfv", {"optim__optimizer": "adam", "optim__lr": 1e-3, "partition__n_parties": 3}),
     pytest.param("bfv", {"he_params": {**FAST["bfv"], "backend": "openfhe"}}, marks=NEEDS_OPENFHE),
+    pytest.param("bfv", {"he_params": {**FAST["bfv"], "packing": "rotations"}}, marks=pytest.mark.slow),
+    pytest.param("bfv", {"he_params": {**FAST["bfv"], "backend": "openfhe", "packing": "rotations"}},
+                 marks=[NEEDS_OPENFHE, pytest.mark.slow]),
     pytest.param("ckks", {"he_params": {**FAST["ckks"], "backend": "openfhe"}}, marks=NEEDS_OPENFHE),
     pytest.param("ckks", {"he_params": {**FAST["ckks"], "backend": "openfhe", "packing": "rotations"},
                           "model__head_hidden": (32,), "model__cut_dim": 16, "model__interactive_mixing": "off"},
                  marks=NEEDS_OPENFHE),
 ], ids=["ckks", "ckks-adam", "ckks-h32", "ckks-3parties", "paillier", "ckks-rotations", "ckks-rotations-h32",
-        "bfv", "bfv-adam-3parties", "bfv-openfhe", "ckks-openfhe", "ckks-rotations-h32-openfhe"])
+        "bfv", "bfv-adam-3parties", "bfv-openfhe", "bfv-rotations", "bfv-rotations-openfhe", "ckks-openfhe",
+        "ckks-rotations-h32-openfhe"])
 def test_he_matches_plaintext_same_seed(he, kw):
     off, u_off, _ = losses_and_utility(small_cfg("off", **{k: v for k, v in kw.items() if k != "he_params"}))
     on, u_on, res = losses_and_utility(small_cfg(he, **kw))

@@ -1,7 +1,7 @@
-"""CKKS ``packing=rotations`` (securevfl/crypto/ckks_rotations.py): the layout computes E·W, and what the
-key owner decrypts shows it nothing beyond the outputs — its best linear reconstruction of the active
-party's plaintext from every other slot (imaginary parts, partial sums) fails, and succeeds in the
-control with the flood and the slot masks switched off."""
+"""``packing=rotations`` (securevfl/crypto/ckks_rotations.py; CKKS, and BFV with one value a slot): the
+layout computes E·W, and what the key owner decrypts shows it nothing beyond the outputs — its best
+linear reconstruction of the active party's plaintext from every other slot (imaginary parts, partial
+sums) fails, and succeeds in the control with the flood and the slot masks switched off."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ def test_layout_computes_the_product(m, n, p):
     e, w = rng.normal(size=(m, n)), rng.normal(size=(n, p))
     z = rot.gather((m, n), p, rot.slot_vectors(e, w, 8192), 8192)
     assert np.abs(z.real - e @ w).max() < 1e-10
+    if n <= 256:  # one value a slot (BFV's layout): rows twice as wide
+        z = rot.gather((m, n), p, rot.slot_vectors(e, w, 8192, pairs=False), 8192, pairs=False)
+        assert np.abs(z.real - e @ w).max() < 1e-10
+        assert rot.rotations(rot.Plan(rot.layout(m, n, 8192, False), p)) <= set(rot.galois_steps(8192))
     # every rotation the product makes has a published key (a power of two)
     assert rot.rotations(rot.Plan(rot.layout(m, n, 8192), p)) <= set(rot.galois_steps(8192))
 
@@ -153,3 +157,57 @@ def test_default_digits_run_under_rotations(capsys):
     he = json.loads(capsys.readouterr().out)["cost"]["he"]
     assert he["hiding_bits"] == 9 and he["params"]["packing"].startswith("rotations")
     assert he["bytes"] < 70e6  # ≈ 21 MB of Galois keys once, then ≈ 3.4 MB a step (terms: ≈ 225 MB in all)
+
+
+# ------------------------------------------------------------------------------------------ BFV
+@pytest.fixture(scope="module", params=["tenseal", "openfhe"])
+def bfv_pair(request):
+    if request.param == "openfhe":
+        pytest.importorskip("openfhe")
+        from securevfl.crypto.openfhe_bfv import OpenFHEBFVBackend as cls
+    else:
+        from securevfl.crypto.bfv import BFVBackend as cls
+    owner = cls({"packing": "rotations"}, slot_bits=142)
+    return owner, cls.from_public(owner.public_bytes(), owner.params, slot_bits=142)
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["masked", "control"])
+def test_bfv_key_owner_reads_nothing_but_the_outputs(bfv_pair, protected, monkeypatch):
+    """[[gᵀt + M]] under BFV (wide: partial sums of gᵀt beside each output). P decrypts every slot of the
+    first plaintext modulus, centred, and solves for g by least squares from the slots that are not
+    outputs (it knows t and the circuit): without the slot masks it recovers g exactly (the control);
+    with them those slots are uniform mod t and R² ≤ 0.05."""
+    from securevfl.crypto.backend import unpack_blobs
+    from securevfl.crypto.bfv import CRTBFV
+
+    owner, other = bfv_pair
+    monkeypatch.setattr(CRTBFV, "garbage_masks", protected)
+    rng = np.random.default_rng(7)
+    b_rows, d, h = 32, 4, 4  # small integers: the partial sums stay far below t/2, so the control is exact
+    t, g = rng.integers(-100, 100, (b_rows, d)), rng.integers(-100, 100, (b_rows, h))
+    ex = other.loads(owner.dumps(owner.encrypt(t.astype(object), frozenset({"left"}))))
+    res, _ = other.left(g.T.astype(object), ex, np.zeros((h, d), dtype=object), 20, False, Drbg(), addend_bits=20)
+    _, blobs = unpack_blobs(other.dumps(res))
+    q, row = owner.plain[0], owner.row
+    seen = []
+    for blob in blobs[:: res.moduli]:  # the first modulus of each output ciphertext
+        v = owner._decrypt_slots(0, blob)[:row].astype(np.int64)
+        seen.append(np.where(v > q // 2, v - q, v).astype(np.float64))
+    e = t.T.astype(np.float64)  # E = tᵀ, W_m = g
+    lay = rot.layout(d, b_rows, row, pairs=False)
+    plan = rot.Plan(lay, h)
+    outputs = np.zeros(row * len(seen), dtype=bool)
+    for i, (ci, o) in enumerate((ci, o) for ci in range(lay.n_cts) for o in range(plan.outs_per_ct)):
+        outputs[i * row + rot.output_index(plan, ci, o)[0]] = True
+    basis = []
+    for idx in range(g.size):
+        unit = np.zeros(g.shape)
+        unit.flat[idx] = 1.0
+        basis.append(np.concatenate(rot.slot_vectors(e, unit, row, pairs=False)).real)
+    design, y = np.stack(basis, axis=1)[~outputs], np.concatenate(seen)[~outputs]
+    est = np.linalg.lstsq(design, y, rcond=None)[0].reshape(g.shape)
+    score = r2(est, g.astype(np.float64))
+    if protected:
+        assert score <= 0.05, score
+    else:
+        assert np.array_equal(np.rint(est), g), score

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tenseal.sealapi as sealapi
 
+from securevfl.crypto import ckks_rotations as rot
 from securevfl.crypto import tiles
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, pack_blobs, unpack_blobs
 from securevfl.crypto.ckks import SIGMA, raw_ciphertext, seal_dumps, seal_load, seal_loads
@@ -60,6 +61,7 @@ SECURE_N = {16384: 438, 32768: 881}  # max log2 q for 128-bit security (ternary 
 HALF = 1 << 30  # the decrypted reduction runs on 30-bit halves of each slot, in int64
 
 
+PACKINGS = ("terms", "rotations")
 BACKENDS = ("tenseal", "openfhe")
 """The libraries ``--he bfv`` runs on (``--he-param backend=...``); TenSEAL (SEAL) is the default, or
 the one the ``SECUREVFL_BFV_BACKEND`` environment variable names (an operator who installed the
@@ -74,22 +76,34 @@ def bfv_ranges(p: dict) -> dict:
                         f"got {p['poly_modulus_degree']}")
     if not 40 <= p["mask_bits"] <= 128:
         raise UserError(f"--he bfv: mask_bits must be in 40..128 (statistical hiding), got {p['mask_bits']}")
+    if p["packing"] not in PACKINGS:
+        raise UserError(f"--he bfv: packing must be one of {', '.join(PACKINGS)}, got {p['packing']!r}")
     return p
 
 
-def noise_bound(n: int, t: int, dropped: int) -> float:
+ROTATION_NOISE = 2.0 ** 70
+"""``packing=rotations``: a bound on what a product's rotations add to its phase noise before the switch
+(a key switch adds ≈ N·σ·q_digit/q_special ≪ 2^70 for SEAL's 60-bit special prime and OpenFHE's
+hybrid key switching); the ≤ 2^8 plaintext products a slot sums are counted in :func:`noise_bound`."""
+
+
+def noise_bound(n: int, t: int, dropped: int, products: int = 1) -> float:
     """Public bound on the phase noise of a product before the flood: [[x]]·w with masks added (BFV
-    plaintext-product growth N·t·(fresh + t) plus the mask's rounding t), divided by the ``dropped``
-    primes' product on the modulus switch, plus the switch's rounding (1 + N)/2 and a fresh public-key
-    encryption of zero, 6σ(2N + 1)."""
-    product = n * t * (2 ** 5 + 2 * t) + t
+    plaintext-product growth N·t·(fresh + t) plus the mask's rounding t; ``products`` of them summed,
+    with :data:`ROTATION_NOISE` when there are rotations), divided by the ``dropped`` primes' product on
+    the modulus switch, plus the switch's rounding (1 + N)/2 and a fresh public-key encryption of zero,
+    6σ(2N + 1)."""
+    product = products * n * t * (2 ** 5 + 2 * t) + t + (ROTATION_NOISE if products > 1 else 0)
     return product / dropped + (1 + n) / 2 + 6 * SIGMA * (2 * n + 1)
 
 
-def flooding_bits(n: int, t: int, dropped: int) -> int:
+def flooding_bits(n: int, t: int, dropped: int, products: int = 1) -> int:
     """κ_f: −log2 of the statistical distance, over a whole ciphertext (N coefficients), between the
     flooded noise and the flood alone."""
-    return math.floor(FLOOD_HI + FLOOD_SHIFT - math.log2(n * noise_bound(n, t, dropped)))
+    return math.floor(FLOOD_HI + FLOOD_SHIFT - math.log2(n * noise_bound(n, t, dropped, products)))
+
+
+MAX_PRODUCTS = 256  # packing=rotations: plaintext products a slot sums at most (diagonals, cut widths ≤ 256)
 
 
 def crt(residues: list[np.ndarray], moduli: list[int]) -> np.ndarray:
@@ -127,16 +141,52 @@ class BFVProducts(Encrypted):
     moduli: int  # the CRT's size for this product (the first ``moduli`` plaintext moduli)
 
 
+@dataclass
+class BFVRotMatrix(Encrypted):
+    """``packing=rotations``: per product side, E (X for ``right``, Xᵀ for ``left``) in ckks_rotations'
+    one-value-a-slot layout in the first row of slots: [ciphertext][modulus] bytes."""
+
+    parts: dict[str, list[list[bytes]]]
+    shape: tuple[int, int]
+    cts: dict = field(default_factory=dict)  # (side, ciphertext, modulus) → loaded (the product side)
+
+
+@dataclass
+class BFVRotProducts(Encrypted):
+    """``packing=rotations``: Z = E·W_m + addend + masks, one slot an output: [output ct][modulus]."""
+
+    cts: list
+    shape: tuple[int, int]  # the product's shape (Zᵀ for ``left``)
+    side: str
+    e_shape: tuple[int, int]
+    p: int
+    moduli: int
+
+
+def index_vectors(shape: tuple[int, int], lay: rot.Layout) -> list[np.ndarray]:
+    """Where each slot of E's packed ciphertexts reads E (1 + its row-major index; 0: empty): the layout
+    runs on indices, so values of any size (Python integers) follow it exactly."""
+    idx = np.arange(1, shape[0] * shape[1] + 1, dtype=np.float64).reshape(shape)
+    return [v.real.astype(np.int64) for v in rot.pack_input(idx, lay)]
+
+
+def take(values: np.ndarray, idx: np.ndarray, q: int) -> np.ndarray:
+    """``values`` (any integers) mod q at the indices ``idx`` of :func:`index_vectors` (0 → 0), int64."""
+    flat = np.concatenate([[0], np.mod(np.asarray(values, dtype=object).ravel(), q).astype(np.int64)])
+    return flat[idx]
+
+
 class CRTBFV(HEBackend):
     """BFV over a CRT of plaintext moduli in the ``terms`` layout, independent of the library: the layout,
     the masks that cancel per output, the CRT and the wire format. A library backend supplies the
     per-modulus calls (encrypt, multiply-and-add, leave, decrypt) and its public context."""
 
     scheme = "bfv"
-    defaults = {"poly_modulus_degree": 16384, "mask_bits": 40, "backend": "tenseal"}
+    defaults = {"poly_modulus_degree": 16384, "mask_bits": 40, "backend": "tenseal", "packing": "terms"}
     check_ranges = staticmethod(bfv_ranges)
     exact = True
     protect = True  # modulus switch, re-randomisation and flood (the attack test's control turns it off)
+    garbage_masks = True  # packing=rotations: uniform masks on the slots that are not outputs (likewise)
     plain_bits: int = PLAIN_BITS
     """Bits of each plaintext modulus (a batching prime ≡ 1 mod 2N)."""
     library: str = ""
@@ -156,6 +206,8 @@ class CRTBFV(HEBackend):
         self.params = self.validate(params)
         self.kappa = self.params["mask_bits"]
         self.slots = self.params["poly_modulus_degree"]
+        self.rotations = self.params["packing"] == "rotations"
+        self.row = self.slots // 2  # packing=rotations: a rotation turns each of the two rows of slots
         self.crt_primes = self.crt_size(slot_bits)
 
     @classmethod
@@ -186,12 +238,42 @@ class CRTBFV(HEBackend):
         """A product ciphertext's slots in [0, t_i) (uint64)."""
 
     @abstractmethod
+    def _load(self, i: int, blob: bytes):
+        """A ciphertext of context i from its bytes."""
+
+    @abstractmethod
+    def _mul_plain(self, i: int, ct, vals: np.ndarray):
+        """ct ⊙ vals (slots mod t_i, int64) in context i."""
+
+    @abstractmethod
+    def _finish(self, i: int, ct, u: np.ndarray, rng) -> bytes:
+        """ct + u (slots mod t_i) made ready to leave: switched, re-randomised and flooded (``protect``),
+        or u added as a plaintext (the control), as bytes."""
+
+    def _add(self, i: int, a, b):
+        raise NotImplementedError  # packing=rotations (each library's)
+
+    def _rotate(self, i: int, ct, step: int):
+        raise NotImplementedError
+
+    def _babies(self, i: int, ct, step: int, count: int) -> list:
+        """rot(ct, step·b) for b < count, each row of slots turning on its own."""
+        raise NotImplementedError
+
+    def _input(self, ex: BFVMatrix, ci: int, i: int):
+        if (ci, i) not in ex.cts:
+            ex.cts[ci, i] = self._load(i, ex.blobs[ci][i])
+        return ex.cts[ci, i]
+
     def _multiply(self, ex: BFVMatrix, ci: int, i: int, mult: np.ndarray, u: np.ndarray, rng) -> bytes:
-        """[[x_chunk]]·mult + u in context i, made ready to leave (switched, re-randomised, flooded)."""
+        """[[x_chunk]]·mult + u in context i, made ready to leave."""
+        return self._finish(i, self._mul_plain(i, self._input(ex, ci, i), mult), u, rng)
 
     # ------------------------------------------------------------------ key owner
     def encrypt(self, x: np.ndarray, ops: frozenset[str]) -> Encrypted:
         assert self.has_secret()
+        if self.rotations:
+            return self._encrypt_rot(np.asarray(x, dtype=object), ops)
         x = np.asarray(x, dtype=object)
         m, n = x.shape
         r, t = tiles.layout(m, n, self.slots, "bfv")
@@ -200,7 +282,32 @@ class CRTBFV(HEBackend):
                      for vec in tiles.chunk_vectors(x, r, t)]
         return BFVMatrix(blobs, x.shape, r, t)
 
+    def _full(self, row: np.ndarray) -> np.ndarray:
+        """A slot vector whose first row is ``row`` and second row zero."""
+        return np.concatenate([row, np.zeros(self.slots - len(row), dtype=np.int64)])
+
+    def _encrypt_rot(self, x: np.ndarray, ops: frozenset[str]) -> BFVRotMatrix:
+        parts: dict[str, list[list[bytes]]] = {}
+        with self.timer.time("encrypt"):
+            for side in sorted(ops):
+                e = x if side == "right" else x.T
+                lay = rot.layout(e.shape[0], e.shape[1], self.row, pairs=False)
+                parts[side] = [[self._encrypt_slots(i, self._full(take(e, idx, t))) for i, t in enumerate(self.plain)]
+                               for idx in index_vectors(e.shape, lay)]
+        return BFVRotMatrix(parts, x.shape)
+
+    def _decrypt_rot(self, e: BFVRotProducts) -> np.ndarray:
+        moduli = self.plain[:e.moduli]
+        with self.timer.time("decrypt"):
+            per_mod = [rot.gather(e.e_shape, e.p, [self._decrypt_slots(i, cts[i])[: self.row] for cts in e.cts],
+                                  self.row, pairs=False).astype(object) for i in range(len(moduli))]
+            z = crt(per_mod, moduli)
+        return z if e.side == "right" else z.T
+
     def decrypt(self, e: Encrypted) -> np.ndarray:
+        if isinstance(e, BFVRotProducts):
+            assert self.has_secret()
+            return self._decrypt_rot(e)
         assert isinstance(e, BFVProducts) and self.has_secret()
         m, n = e.x_shape
         r, t = e.rows, e.tiles
@@ -246,6 +353,14 @@ class CRTBFV(HEBackend):
             res.append((r + lo) % qq)
         return np.stack(res)
 
+    def _moduli(self, term_bits: int, reduced: int, hide: bool, addend_bits: int | None) -> list[int]:
+        """The CRT a product needs, from public bounds only (the number of ciphertexts is visible):
+        |X W + addend + mask| < 3 · 2^(the largest of their bounds)."""
+        if addend_bits is None:
+            return self.plain
+        return self.plain[:self.moduli_for(max(term_bits + bits_of(reduced), self.kappa + term_bits + bits_of(reduced)
+                                               + 1 if hide else 0, addend_bits) + 2)]
+
     def moduli_for(self, bits: int) -> int:
         """The fewest plaintext moduli whose product P holds every integer of |v| < 2^bits in (−P/2, P/2]."""
         for k in range(1, len(self.plain) + 1):
@@ -264,11 +379,7 @@ class CRTBFV(HEBackend):
         mask = (rng.ints(out_shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
                 else np.zeros(out_shape, dtype=object))
         target = np.asarray(addend, dtype=object) + mask  # what each output's masks must sum to
-        # the CRT this product needs, from public bounds only (the number of ciphertexts is visible):
-        # |X W + addend + mask| < 3 · 2^(the largest of their bounds)
-        moduli = self.plain if addend_bits is None else self.plain[:self.moduli_for(
-            max(term_bits + bits_of(reduced), self.kappa + term_bits + bits_of(reduced) + 1 if hide else 0,
-                addend_bits) + 2)]
+        moduli = self._moduli(term_bits, reduced, hide, addend_bits)
         w_mod = [np.mod(w, q).astype(np.int64) for q in moduli]  # A's plaintext, reduced once per modulus
         chunks = list(range(0, m, r))
         sums = [np.zeros(out_shape, dtype=object) for _ in moduli]  # left: mask sums of earlier chunks
@@ -296,15 +407,78 @@ class CRTBFV(HEBackend):
                 out.append(row)
         return BFVProducts(out, out_shape, side, (m, n), r, t, len(moduli)), mask
 
+    def _product_rot(self, ex: BFVRotMatrix, w: np.ndarray, side: str, addend: np.ndarray, term_bits: int,
+                     hide: bool, rng, addend_bits: int | None) -> tuple[BFVRotProducts, np.ndarray]:
+        """Z = E·W_m + addend + mask with E = X, W_m = W (``right``) or E = Xᵀ, W_m = Wᵀ (``left``, whose
+        product W·X is Zᵀ), in ckks_rotations' diagonals with one value a slot. Each output is one slot:
+        it gets the addend and (``hide``) a mask κ bits above its bound; every other slot (partial sums,
+        the second row) a mask uniform mod t_i, so uniform mod P over the CRT: perfectly hidden."""
+        if side not in ex.parts:
+            raise ValueError(f"the matrix was not encrypted for {side} products")
+        e_shape = ex.shape if side == "right" else ex.shape[::-1]
+        wm = np.asarray(w, dtype=object) if side == "right" else np.asarray(w, dtype=object).T
+        add = np.asarray(addend, dtype=object) if side == "right" else np.asarray(addend, dtype=object).T
+        lay = rot.layout(e_shape[0], e_shape[1], self.row, pairs=False)
+        plan = rot.Plan(lay, wm.shape[1])
+        reduced = e_shape[1]
+        mask = (rng.ints(add.shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
+                else np.zeros(add.shape, dtype=object))
+        target = add + mask
+        moduli = self._moduli(term_bits, reduced, hide, addend_bits)
+        w_idx = np.arange(1, wm.size + 1, dtype=np.float64).reshape(wm.shape).astype(complex)
+        diags = [rot.diagonals(plan, w_idx, o).real.astype(np.int64) for o in range(plan.outs_per_ct)]
+        outs = [rot.output_index(plan, ci, o) for ci in range(lay.n_cts) for o in range(plan.outs_per_ct)]
+        g_size = min(plan.baby, plan.n_diag)
+        out: list[list[bytes]] = [[] for _ in outs]
+        with self.timer.time("matmul"):
+            for i, q in enumerate(moduli):
+                w_q = [take(wm, d, q) for d in diags]
+                for ci in range(lay.n_cts):
+                    if (side, ci, i) not in ex.cts:
+                        ex.cts[side, ci, i] = self._load(i, ex.parts[side][ci][i])
+                    babies = self._babies(i, ex.cts[side, ci, i], plan.step, g_size)
+                    for o in range(plan.outs_per_ct):
+                        acc = None
+                        for g in reversed(range(0, plan.n_diag, g_size)):  # Horner over the giant steps
+                            inner = None
+                            for b, baby in enumerate(babies[: min(g_size, plan.n_diag - g)]):
+                                term = self._mul_plain(i, baby, self._full(np.roll(w_q[o][g + b], g * plan.step)))
+                                inner = term if inner is None else self._add(i, inner, term)
+                            acc = (inner if acc is None
+                                   else self._add(i, self._rotate(i, acc, g_size * plan.step), inner))
+                        for step in plan.sum_steps:
+                            acc = self._add(i, acc, self._rotate(i, acc, step))
+                        k = ci * plan.outs_per_ct + o
+                        slot, row, col = outs[k]
+                        u = (self._uniform_mod(rng, (self.slots,), q) if self.garbage_masks
+                             else np.zeros(self.slots, dtype=np.int64))
+                        u[slot] = take(target[row, col], np.arange(1, len(slot) + 1), q)
+                        out[k].append(self._finish(i, acc, u, rng))
+        out_shape = add.shape if side == "right" else add.shape[::-1]
+        return (BFVRotProducts(out, out_shape, side, e_shape, plan.p, len(moduli)),
+                mask if side == "right" else mask.T)
+
     def right(self, ex, w, addend, term_bits, hide, rng, addend_bits=None):
+        if isinstance(ex, BFVRotMatrix):
+            return self._product_rot(ex, w, "right", addend, term_bits, hide, rng, addend_bits)
         return self._product(ex, w, "right", addend, term_bits, hide, rng, addend_bits)
 
     def left(self, w, ex, addend, term_bits, hide, rng, addend_bits=None):
+        if isinstance(ex, BFVRotMatrix):
+            return self._product_rot(ex, w, "left", addend, term_bits, hide, rng, addend_bits)
         return self._product(ex, w, "left", addend, term_bits, hide, rng, addend_bits)
 
     # ------------------------------------------------------------------ wire format
     def dumps(self, e: Encrypted) -> bytes:
         with self.timer.time("serialize"):
+            if isinstance(e, BFVRotMatrix):
+                sides = sorted(e.parts)
+                return pack_blobs({"type": "rmatrix", "shape": e.shape, "sides": sides,
+                                   "n": [len(e.parts[k]) for k in sides]},
+                                  [b for k in sides for ct in e.parts[k] for b in ct])
+            if isinstance(e, BFVRotProducts):
+                return pack_blobs({"type": "rproducts", "shape": e.shape, "side": e.side, "e_shape": e.e_shape,
+                                   "p": e.p, "moduli": e.moduli}, [b for ct in e.cts for b in ct])
             if isinstance(e, BFVMatrix):
                 return pack_blobs({"type": "matrix", "shape": e.shape, "rows": e.rows, "tiles": e.tiles,
                                    "n": len(e.blobs)}, [b for chunk in e.blobs for b in chunk])
@@ -318,6 +492,20 @@ class CRTBFV(HEBackend):
         with self.timer.time("deserialize"):
             head, blobs = unpack_blobs(buf)
             k = len(self.plain)
+            if head["type"] == "rmatrix":
+                if len(blobs) != sum(head["n"]) * k:
+                    raise ValueError("malformed BFV ciphertext message")
+                parts, i = {}, 0
+                for side, c in zip(head["sides"], head["n"], strict=True):
+                    parts[side] = [blobs[i + j * k:i + (j + 1) * k] for j in range(c)]
+                    i += c * k
+                return BFVRotMatrix(parts, tuple(head["shape"]))
+            if head["type"] == "rproducts":
+                k = int(head["moduli"])
+                if not 1 <= k <= len(self.plain) or len(blobs) % k:
+                    raise ValueError("malformed BFV ciphertext message")
+                return BFVRotProducts([blobs[j:j + k] for j in range(0, len(blobs), k)], tuple(head["shape"]),
+                                      head["side"], tuple(head["e_shape"]), int(head["p"]), k)
             if head["type"] == "matrix":
                 if len(blobs) != head["n"] * k:
                     raise ValueError("malformed BFV ciphertext message")
@@ -338,8 +526,10 @@ class CRTBFV(HEBackend):
                 "library": self.library, "plain_moduli": len(self.plain), "plain_modulus_bits": self.plain_bits,
                 "noise_flooding": "whole phase, after a modulus switch and a fresh encryption of zero"
                 if self.protect else False, "flooding_bits": self.flooding_bits if self.protect else 0,
-                "packing": "row-major tiles, one ciphertext per row chunk and plaintext modulus; reduction after "
-                           "decryption, CRT over the moduli"}
+                "packing": ("rotations: one value a slot, doubled rows, baby-step giant-step diagonals; one slot "
+                            "per output, power-of-two Galois keys; CRT over the moduli" if self.rotations else
+                            "row-major tiles, one ciphertext per row chunk and plaintext modulus; reduction after "
+                            "decryption, CRT over the moduli")}
 
 
 class BFVBackend(CRTBFV):
@@ -362,6 +552,8 @@ class BFVBackend(CRTBFV):
             self.ctxs.append(sealapi.SEALContext(parms, True, sealapi.SEC_LEVEL_TYPE.TC128))
         self.encoders = [sealapi.BatchEncoder(c) for c in self.ctxs]
         self.evaluators = [sealapi.Evaluator(c) for c in self.ctxs]
+        self._galois_bytes: list[bytes] = []
+        self.galois: list = []
         if public is None:  # key owner: one key pair per context
             with self.timer.time("keygen"):
                 gens = [sealapi.KeyGenerator(c) for c in self.ctxs]
@@ -371,12 +563,17 @@ class BFVBackend(CRTBFV):
                     pk = sealapi.PublicKey()
                     g.create_public_key(pk)
                     self.public.append(pk)
+                if self.rotations:  # row rotations by powers of two, published once (seeded)
+                    elts = [pow(3, step, 2 * n) for step in rot.galois_steps(self.row)]
+                    self._galois_bytes = [seal_dumps(g.create_galois_keys(elts)) for g in gens]
             self.sym = [sealapi.Encryptor(c, s) for c, s in zip(self.ctxs, self.secret, strict=True)]
             self.decryptors = [sealapi.Decryptor(c, s) for c, s in zip(self.ctxs, self.secret, strict=True)]
         else:
-            self.public = []
-            for c, blob in zip(self.ctxs, public, strict=True):
-                self.public.append(seal_load(sealapi.PublicKey(), c, blob))
+            k = len(self.ctxs)
+            if len(public) != k * (2 if self.rotations else 1):
+                raise ValueError("the BFV public context does not match this run's packing")
+            self.public = [seal_load(sealapi.PublicKey(), c, b) for c, b in zip(self.ctxs, public[:k], strict=True)]
+            self.galois = [seal_load(sealapi.GaloisKeys(), c, b) for c, b in zip(self.ctxs, public[k:], strict=True)]
         self.encryptors = [sealapi.Encryptor(c, pk) for c, pk in zip(self.ctxs, self.public, strict=True)]
         # the level products leave at, and what the switch to it divides by
         self.low = []  # per context (a parms_id hashes the plaintext modulus too)
@@ -387,15 +584,16 @@ class BFVBackend(CRTBFV):
             self.low.append(data.parms_id())
         self.low_q = [m.value() for m in data.parms().coeff_modulus()]
         dropped = math.prod(m.value() for m in self.ctxs[0].first_context_data().parms().coeff_modulus()[SEND_PRIMES:])
-        self.flooding_bits = min(flooding_bits(n, t, dropped) for t in self.plain)
+        products = MAX_PRODUCTS if self.rotations else 1
+        self.flooding_bits = min(flooding_bits(n, t, dropped, products) for t in self.plain)
         delta = min(math.prod(self.low_q) // t for t in self.plain)
-        if noise_bound(n, max(self.plain), dropped) + 2 ** (FLOOD_HI + FLOOD_SHIFT) >= delta // 2:
+        if noise_bound(n, max(self.plain), dropped, products) + 2 ** (FLOOD_HI + FLOOD_SHIFT) >= delta // 2:
             raise AssertionError("BFV parameters leave no room for the flood")  # a constant above is wrong
         self._header = seal_dumps(self.public[0])[:5]  # SEAL's magic, header size and version
 
     def public_bytes(self) -> bytes:
-        return pack_blobs({"n": self.slots, "plain": [str(t) for t in self.plain]},
-                          [seal_dumps(pk) for pk in self.public])
+        head = {"n": self.slots, "plain": [str(t) for t in self.plain], **({"galois": True} if self.rotations else {})}
+        return pack_blobs(head, [seal_dumps(pk) for pk in self.public] + self._galois_bytes)
 
     def _encode(self, i: int, vals: np.ndarray) -> sealapi.Plaintext:
         """Slots mod t_i (integers of any size; int64 arrays already in [0, t_i) pass straight through)."""
@@ -422,8 +620,9 @@ class BFVBackend(CRTBFV):
         polys[0] = self.flood_residues(rng, self.low_q)
         return raw_ciphertext(self.ctxs[i], self.low[i], polys, ntt=False, header=self._header)
 
-    def _leave(self, i: int, prod: sealapi.Ciphertext, rng) -> bytes:
-        """Switch down, re-randomise, flood; the bytes the key owner receives."""
+    def _finish(self, i: int, prod: sealapi.Ciphertext, u: np.ndarray, rng) -> bytes:
+        """Add u; switch down, re-randomise, flood; the bytes the key owner receives."""
+        self.evaluators[i].add_plain_inplace(prod, self._encode(i, u))
         if self.protect:
             ev = self.evaluators[i]
             ev.mod_switch_to_inplace(prod, self.low[i])
@@ -433,16 +632,28 @@ class BFVBackend(CRTBFV):
             ev.add_inplace(prod, self._flood(i, rng))
         return seal_dumps(prod)
 
-    def _input(self, ex: BFVMatrix, ci: int, i: int) -> sealapi.Ciphertext:
-        if (ci, i) not in ex.cts:
-            ex.cts[ci, i] = seal_loads(self.ctxs[i], ex.blobs[ci][i])
-        return ex.cts[ci, i]
+    def _load(self, i: int, blob: bytes) -> sealapi.Ciphertext:
+        return seal_loads(self.ctxs[i], blob)
 
-    def _multiply(self, ex: BFVMatrix, ci: int, i: int, mult: np.ndarray, u: np.ndarray, rng) -> bytes:
+    def _mul_plain(self, i: int, ct, vals: np.ndarray):
         prod = sealapi.Ciphertext(self.ctxs[i])
-        self.evaluators[i].multiply_plain(self._input(ex, ci, i), self._encode(i, mult), prod)
-        self.evaluators[i].add_plain_inplace(prod, self._encode(i, u))
-        return self._leave(i, prod, rng)
+        self.evaluators[i].multiply_plain(ct, self._encode(i, vals), prod)
+        return prod
+
+    def _add(self, i: int, a, b):
+        self.evaluators[i].add_inplace(a, b)
+        return a
+
+    def _rotate(self, i: int, ct, step: int):
+        moved = sealapi.Ciphertext(self.ctxs[i])
+        self.evaluators[i].rotate_rows(ct, step, self.galois[i], moved)
+        return moved
+
+    def _babies(self, i: int, ct, step: int, count: int) -> list:
+        babies = [ct]
+        for _ in range(1, count):  # each from the last by one published power-of-two key
+            babies.append(self._rotate(i, babies[-1], step))
+        return babies
 
     def describe(self) -> dict:
         return {**super().describe(), "coeff_mod_bit_sizes": list(COEFF_BITS), "send_primes": SEND_PRIMES}

@@ -54,15 +54,17 @@ def galois_steps(slots: int) -> list[int]:
 
 @dataclass(frozen=True)
 class Layout:
-    """E (m×n) in complex pairs, doubled rows of width 2w, ``rows`` per ciphertext, ``tiles`` copies."""
+    """E (m×n) in complex pairs, doubled rows of width 2w, ``rows`` per ciphertext, ``tiles`` copies.
+    ``pairs`` False: one value per slot (BFV's integer slots, bfv.py's ``rotations`` packing)."""
 
     m: int
     n: int
     slots: int
+    pairs: bool = True
 
     @property
-    def nc(self) -> int:  # complex columns
-        return (self.n + 1) // 2
+    def nc(self) -> int:  # complex columns (columns, without pairs)
+        return (self.n + 1) // 2 if self.pairs else self.n
 
     @property
     def width(self) -> int:
@@ -90,12 +92,12 @@ class Layout:
 
     def check(self, what: str) -> None:
         if self.stride > self.slots:
-            raise UserError(f"--he ckks packing=rotations: {what} has rows of {self.n} values, more than "
-                            f"{self.slots} slots hold in doubled complex rows; raise poly_modulus_degree")
+            raise UserError(f"--he packing=rotations: {what} has rows of {self.n} values, more than "
+                            f"{self.slots} slots hold in doubled rows; raise poly_modulus_degree")
 
 
-def layout(m: int, n: int, slots: int) -> Layout:
-    out = Layout(int(m), int(n), int(slots))
+def layout(m: int, n: int, slots: int, pairs: bool = True) -> Layout:
+    out = Layout(int(m), int(n), int(slots), pairs)
     out.check("a matrix")
     return out
 
@@ -110,7 +112,7 @@ def complex_pairs(a: np.ndarray, conj: bool = False) -> np.ndarray:
 
 def pack_input(e: np.ndarray, lay: Layout) -> list[np.ndarray]:
     """The slot vectors (complex) of E's ciphertexts."""
-    ec = complex_pairs(e)
+    ec = complex_pairs(e) if lay.pairs else np.asarray(e, dtype=complex)
     out = []
     for ci in range(lay.n_cts):
         block = np.zeros((lay.rows, lay.width), dtype=complex)
@@ -239,13 +241,13 @@ def bound_bits(term_bits: int, n: int, f: int) -> int:
     return term_bits - 2 * f + bits_of(2 * ((max(n, 1) + 1) // 2))
 
 
-def slot_vectors(e: np.ndarray, w: np.ndarray, slots: int) -> list[np.ndarray]:
+def slot_vectors(e: np.ndarray, w: np.ndarray, slots: int, pairs: bool = True) -> list[np.ndarray]:
     """What each output ciphertext of E·W holds before masks and flood, slot by slot (complex; in the order
     the product returns them): the noise-free model of the circuit, for tests and for the key owner's
     attacks on what its decryptions show."""
-    lay = layout(e.shape[0], e.shape[1], slots)
+    lay = layout(e.shape[0], e.shape[1], slots, pairs)
     plan = Plan(lay, w.shape[1])
-    wc = complex_pairs(np.asarray(w, dtype=np.float64).T, conj=True).T
+    wc = complex_pairs(np.asarray(w, dtype=np.float64).T, conj=True).T if pairs else np.asarray(w, dtype=complex)
     out = []
     for vec in pack_input(e, lay):
         for o in range(plan.outs_per_ct):
@@ -257,9 +259,9 @@ def slot_vectors(e: np.ndarray, w: np.ndarray, slots: int) -> list[np.ndarray]:
     return out
 
 
-def gather(e_shape: tuple[int, int], p: int, vals: list[np.ndarray], slots: int) -> np.ndarray:
+def gather(e_shape: tuple[int, int], p: int, vals: list[np.ndarray], slots: int, pairs: bool = True) -> np.ndarray:
     """Z (m×p) from the output ciphertexts' slot values (in the order the product returns them)."""
-    lay = layout(e_shape[0], e_shape[1], slots)
+    lay = layout(e_shape[0], e_shape[1], slots, pairs)
     plan = Plan(lay, p)
     z = np.zeros((lay.m, p), dtype=np.asarray(vals[0]).dtype)
     i = 0

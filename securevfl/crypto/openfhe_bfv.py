@@ -34,10 +34,12 @@ import gmpy2
 import numpy as np
 import openfhe as ofhe  # the optional extra: the layer imports this module only when it is chosen
 
+from securevfl.crypto import ckks_rotations as rot
 from securevfl.crypto.backend import HETimer, pack_blobs
-from securevfl.crypto.bfv import CRTBFV, FLOOD_HI, FLOOD_SHIFT, BFVMatrix, flooding_bits, noise_bound
+from securevfl.crypto.bfv import CRTBFV, FLOOD_HI, FLOOD_SHIFT, MAX_PRODUCTS, flooding_bits, noise_bound
 
 PLAIN_BITS = 50  # above 50 bits this wheel decrypts wrong, silently
+ROTATION_PLAIN_BITS = 48  # with 50-bit moduli a rotation decrypts wrong, silently (49 passed; one bit spare)
 DEPTH = 3  # five 60-bit towers; a product leaves at SEND_TOWERS
 SEND_TOWERS = 3
 VERSION = "1.6.1.0.22.4"  # the wheel the byte layout was read from (the build-time self-test checks it)
@@ -54,6 +56,20 @@ def batching_primes(n: int, bits: int, k: int) -> list[int]:
             out.append(q)
         q -= m
     return out
+
+
+def hoisted_babies(cc, ct, step: int, count: int) -> list:
+    """rot(ct, step·b) for b < count with published power-of-two keys only, hoisted: b = r + 2^j (2^j > r)
+    comes from baby r, one digit decomposition (``EvalFastRotationPrecompute``) per source ciphertext."""
+    babies: list = [ct] + [None] * (count - 1)
+    order = cc.GetCyclotomicOrder()
+    for r in range(count):
+        targets = [r + (1 << j) for j in range(count.bit_length()) if (1 << j) > r and r + (1 << j) < count]
+        if targets:
+            digits = cc.EvalFastRotationPrecompute(babies[r])
+            for b in targets:
+                babies[b] = cc.EvalFastRotation(babies[r], step * (b - r), order, digits)
+    return babies
 
 
 def make_context(n: int, t: int):
@@ -169,27 +185,41 @@ class OpenFHEBFVBackend(CRTBFV):
 
     def __init__(self, params: dict, public: list[bytes] | None = None, timer: HETimer | None = None,
                  slot_bits: int = 120, **_) -> None:
+        if self.validate(params)["packing"] == "rotations":
+            self.plain_bits = ROTATION_PLAIN_BITS
         super().__init__(params, timer, slot_bits)
         n = self.slots
-        self.plain = batching_primes(n, PLAIN_BITS, self.crt_primes)
+        self.plain = batching_primes(n, self.plain_bits, self.crt_primes)
+        self._galois_bytes: list[bytes] = []
         if public is None:  # key owner
             self.ccs = [make_context(n, t) for t in self.plain]
             with self.timer.time("keygen"):
                 pairs = [cc.KeyGen() for cc in self.ccs]
+                if self.rotations:  # row rotations by powers of two, published once
+                    for cc, kp in zip(self.ccs, pairs, strict=True):
+                        cc.EvalRotateKeyGen(kp.secretKey, rot.galois_steps(self.row))
+                        self._galois_bytes.append(ofhe.SerializeEvalAutomorphismKeyString(
+                            ofhe.BINARY, kp.secretKey.GetKeyTag()))
             self.secret = [kp.secretKey for kp in pairs]
             self.public = [kp.publicKey for kp in pairs]
         else:
-            self.ccs = [ofhe.DeserializeCryptoContextString(b, ofhe.BINARY) for b in public[0::2]]
-            self.public = [ofhe.DeserializePublicKeyString(b, ofhe.BINARY) for b in public[1::2]]
+            k = 2 * len(self.plain)
+            if len(public) != k + (len(self.plain) if self.rotations else 0):
+                raise ValueError("the BFV public context does not match this run's packing")
+            self.ccs = [ofhe.DeserializeCryptoContextString(b, ofhe.BINARY) for b in public[0:k:2]]
+            self.public = [ofhe.DeserializePublicKeyString(b, ofhe.BINARY) for b in public[1:k:2]]
+            for b in public[k:]:
+                ofhe.DeserializeEvalAutomorphismKeyString(b, ofhe.BINARY)  # into OpenFHE's key cache
         self.towers = [towers(cc) for cc in self.ccs]
         qs = [q for q, _ in self.towers[0]]
         if len(qs) <= SEND_TOWERS:
             raise AssertionError(f"OpenFHE BFV at depth {DEPTH} has {len(qs)} towers: no room to switch down")
         self.low_q = qs[:SEND_TOWERS]
         dropped = math.prod(qs[SEND_TOWERS:])
-        self.flooding_bits = min(flooding_bits(n, t, dropped) for t in self.plain)
+        products = MAX_PRODUCTS if self.rotations else 1
+        self.flooding_bits = min(flooding_bits(n, t, dropped, products) for t in self.plain)
         delta = min(math.prod(self.low_q) // t for t in self.plain)
-        if noise_bound(n, max(self.plain), dropped) + 2 ** (FLOOD_HI + FLOOD_SHIFT) >= delta // 2:
+        if noise_bound(n, max(self.plain), dropped, products) + 2 ** (FLOOD_HI + FLOOD_SHIFT) >= delta // 2:
             raise AssertionError("OpenFHE BFV parameters leave no room for the flood")
         self.ntts = [[NTT(q, psi, n) for q, psi in tw[:SEND_TOWERS]] for tw in self.towers]
         self.layout = [c0_offsets(cc, pk, n, SEND_TOWERS) for cc, pk in zip(self.ccs, self.public, strict=True)]
@@ -200,7 +230,9 @@ class OpenFHEBFVBackend(CRTBFV):
         blobs = []
         for cc, pk in zip(self.ccs, self.public, strict=True):
             blobs += [ofhe.Serialize(cc, ofhe.BINARY), ofhe.Serialize(pk, ofhe.BINARY)]
-        return pack_blobs({"n": self.slots, "plain": [str(t) for t in self.plain], "library": "openfhe"}, blobs)
+        head = {"n": self.slots, "plain": [str(t) for t in self.plain], "library": "openfhe",
+                **({"galois": True} if self.rotations else {})}
+        return pack_blobs(head, blobs + self._galois_bytes)
 
     # ------------------------------------------------------------------ library calls
     def _plaintext(self, i: int, vals: np.ndarray, level: int = 0):
@@ -221,10 +253,21 @@ class OpenFHEBFVBackend(CRTBFV):
         v = np.asarray(pt.GetPackedValueArray(), dtype=np.int64)
         return np.where(v < 0, v + self.plain[i], v).astype(np.uint64)
 
-    def _input(self, ex: BFVMatrix, ci: int, i: int):
-        if (ci, i) not in ex.cts:
-            ex.cts[ci, i] = ofhe.DeserializeCiphertextString(ex.blobs[ci][i], ofhe.BINARY)
-        return ex.cts[ci, i]
+    def _load(self, i: int, blob: bytes):
+        return ofhe.DeserializeCiphertextString(blob, ofhe.BINARY)
+
+    def _mul_plain(self, i: int, ct, vals: np.ndarray):
+        return self.ccs[i].EvalMult(ct, self._plaintext(i, vals))
+
+    def _add(self, i: int, a, b):
+        self.ccs[i].EvalAddInPlace(a, b)  # a is always a fresh product or rotation (bfv.py), never an input
+        return a
+
+    def _rotate(self, i: int, ct, step: int):
+        return self.ccs[i].EvalRotate(ct, step)
+
+    def _babies(self, i: int, ct, step: int, count: int) -> list:
+        return hoisted_babies(self.ccs[i], ct, step, count)
 
     def _flooded_encryption(self, i: int, u: np.ndarray, rng):
         """A fresh public-key encryption of the slots ``u`` at the products' level, with u_F added to its
@@ -243,11 +286,10 @@ class OpenFHEBFVBackend(CRTBFV):
             buf[off:off + 8 * n] = np.where(s >= q, s - q, s).astype("<u8").tobytes()
         return ofhe.DeserializeCiphertextString(bytes(buf), ofhe.BINARY)
 
-    def _multiply(self, ex: BFVMatrix, ci: int, i: int, mult: np.ndarray, u: np.ndarray, rng) -> bytes:
-        """[[x]]·mult switched down, plus a fresh flooded encryption of the masks u (protect on); the
+    def _finish(self, i: int, prod, u: np.ndarray, rng) -> bytes:
+        """The product switched down, plus a fresh flooded encryption of the masks u (protect on); the
         control (protect off) adds u as a plaintext to the raw product."""
         cc = self.ccs[i]
-        prod = cc.EvalMult(self._input(ex, ci, i), self._plaintext(i, mult))
         if self.protect:
             prod = cc.EvalAdd(cc.Compress(prod, SEND_TOWERS), self._flooded_encryption(i, u, rng))
         else:
@@ -255,15 +297,19 @@ class OpenFHEBFVBackend(CRTBFV):
         return ofhe.Serialize(prod, ofhe.BINARY)
 
     def _self_test(self) -> None:
-        """A flooded product decrypts exactly in every context (the 50-bit cap, the layout, the NTT order)."""
+        """A flooded product (rotated, under ``rotations``) decrypts exactly in every context (the 50-bit cap,
+        the layout, the NTT order)."""
         rng = np.random.default_rng(0)
         n = self.slots
         x, w = rng.integers(-2**20, 2**20, n), rng.integers(-2**20, 2**20, n)
         for i, t in enumerate(self.plain):
-            ex = BFVMatrix([[b""] * len(self.plain)], (1, n), 1, 1)
-            ex.cts[0, i] = ofhe.DeserializeCiphertextString(self._encrypt_slots(i, x), ofhe.BINARY)
-            got = self._decrypt_slots(i, self._multiply(ex, 0, i, w, np.zeros(n, dtype=np.int64), _TestRng(rng)))
-            if not np.array_equal(got.astype(object), (x.astype(object) * w) % t):
+            prod = self._mul_plain(i, self._load(i, self._encrypt_slots(i, x)), w)
+            want = (x.astype(object) * w) % t
+            if self.rotations:  # and a row rotation (at 50 bits one decrypts wrong, silently)
+                prod = self._add(i, prod, self._rotate(i, prod, 1))
+                want = (want + np.roll(want.reshape(2, -1), -1, axis=1).ravel()) % t
+            got = self._decrypt_slots(i, self._finish(i, prod, np.zeros(n, dtype=np.int64), _TestRng(rng)))
+            if not np.array_equal(got.astype(object), want):
                 raise RuntimeError(f"OpenFHE BFV self-test failed in context {i} (t = {t}): this wheel "
                                    f"(want openfhe=={VERSION}) does not decrypt a flooded product exactly")
 

@@ -38,7 +38,7 @@ import openfhe as ofhe  # the optional extra: the layer imports this module only
 from securevfl.crypto import ckks_rotations as rot
 from securevfl.crypto.backend import HETimer, pack_blobs, unpack_blobs
 from securevfl.crypto.ckks import CKKSBase, CKKSMatrix
-from securevfl.crypto.openfhe_bfv import VERSION, towers
+from securevfl.crypto.openfhe_bfv import VERSION, hoisted_babies, towers
 
 FIRST_MOD_BITS = 60
 MAX_SCALE_BITS = 59  # OpenFHE's scaling towers on this (64-bit) wheel
@@ -86,7 +86,6 @@ class OpenFHECKKSBackend(CKKSBase):
             self.public = ofhe.DeserializePublicKeyString(public[1], ofhe.BINARY)
             if self.rotations:
                 ofhe.DeserializeEvalAutomorphismKeyString(public[2], ofhe.BINARY)  # into OpenFHE's key cache
-        self.order = self.cc.GetCyclotomicOrder()
 
     @classmethod
     def from_public(cls, blob: bytes, params: dict, timer: HETimer | None = None, **kw) -> OpenFHECKKSBackend:
@@ -133,14 +132,7 @@ class OpenFHECKKSBackend(CKKSBase):
         return ofhe.DeserializeCiphertextString(blob, ofhe.BINARY)
 
     def _babies(self, ct, step: int, count: int) -> list:
-        babies: list = [ct] + [None] * (count - 1)
-        for r in range(count):  # baby b = r + 2^j (2^j > r) from baby r: one decomposition per source
-            targets = [r + (1 << j) for j in range(count.bit_length()) if (1 << j) > r and r + (1 << j) < count]
-            if targets:
-                digits = self.cc.EvalFastRotationPrecompute(babies[r])
-                for b in targets:
-                    babies[b] = self.cc.EvalFastRotation(babies[r], step * (b - r), self.order, digits)
-        return babies
+        return hoisted_babies(self.cc, ct, step, count)
 
     def _mul_plain(self, ct, vec: np.ndarray):
         return self.cc.EvalMult(ct, self._pt(vec, ct.GetLevel()))
