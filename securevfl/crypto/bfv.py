@@ -573,7 +573,8 @@ class BFVBackend(CRTBFV):
             if len(public) != k * (2 if self.rotations else 1):
                 raise ValueError("the BFV public context does not match this run's packing")
             self.public = [seal_load(sealapi.PublicKey(), c, b) for c, b in zip(self.ctxs, public[:k], strict=True)]
-            self.galois = [seal_load(sealapi.GaloisKeys(), c, b) for c, b in zip(self.ctxs, public[k:], strict=True)]
+            if self.rotations:
+                self.galois = [seal_load(sealapi.GaloisKeys(), c, b) for c, b in zip(self.ctxs, public[k:], strict=True)]
         self.encryptors = [sealapi.Encryptor(c, pk) for c, pk in zip(self.ctxs, self.public, strict=True)]
         # the level products leave at, and what the switch to it divides by
         self.low = []  # per context (a parms_id hashes the plaintext modulus too)
