@@ -574,7 +574,8 @@ class BFVBackend(CRTBFV):
                 raise ValueError("the BFV public context does not match this run's packing")
             self.public = [seal_load(sealapi.PublicKey(), c, b) for c, b in zip(self.ctxs, public[:k], strict=True)]
             if self.rotations:
-                self.galois = [seal_load(sealapi.GaloisKeys(), c, b) for c, b in zip(self.ctxs, public[k:], strict=True)]
+                self.galois = [seal_load(sealapi.GaloisKeys(), c, b)
+                               for c, b in zip(self.ctxs, public[k:], strict=True)]
         self.encryptors = [sealapi.Encryptor(c, pk) for c, pk in zip(self.ctxs, self.public, strict=True)]
         # the level products leave at, and what the switch to it divides by
         self.low = []  # per context (a parms_id hashes the plaintext modulus too)
@@ -623,7 +624,7 @@ class BFVBackend(CRTBFV):
 
     def _finish(self, i: int, prod: sealapi.Ciphertext, u: np.ndarray, rng) -> bytes:
         """Add u; switch down, re-randomise, flood; the bytes the key owner receives."""
-        self.evaluators[i].add_plain_inplace(prod, self._encode(i, u))
+        self.evaluators[i].add_plain_inplace(self._coefficients(i, prod), self._encode(i, u))
         if self.protect:
             ev = self.evaluators[i]
             ev.mod_switch_to_inplace(prod, self.low[i])
@@ -636,25 +637,44 @@ class BFVBackend(CRTBFV):
     def _load(self, i: int, blob: bytes) -> sealapi.Ciphertext:
         return seal_loads(self.ctxs[i], blob)
 
+    # packing=rotations multiplies each baby by many plaintexts: the babies go to NTT form once, so a
+    # product is an NTT of the plaintext and a pointwise multiply (SEAL otherwise transforms the
+    # ciphertext both ways at every multiply_plain); rotations and the way out need coefficient form.
+    # Only fresh products and rotations are transformed in place, never an input or a baby.
     def _mul_plain(self, i: int, ct, vals: np.ndarray):
+        pt = self._encode(i, vals)
+        if ct.is_ntt_form():
+            self.evaluators[i].transform_to_ntt_inplace(pt, ct.parms_id())
         prod = sealapi.Ciphertext(self.ctxs[i])
-        self.evaluators[i].multiply_plain(ct, self._encode(i, vals), prod)
+        self.evaluators[i].multiply_plain(ct, pt, prod)
         return prod
 
+    def _coefficients(self, i: int, ct):
+        if ct.is_ntt_form():
+            self.evaluators[i].transform_from_ntt_inplace(ct)
+        return ct
+
     def _add(self, i: int, a, b):
+        if a.is_ntt_form() != b.is_ntt_form():
+            a, b = self._coefficients(i, a), self._coefficients(i, b)
         self.evaluators[i].add_inplace(a, b)
         return a
 
     def _rotate(self, i: int, ct, step: int):
         moved = sealapi.Ciphertext(self.ctxs[i])
-        self.evaluators[i].rotate_rows(ct, step, self.galois[i], moved)
+        self.evaluators[i].rotate_rows(self._coefficients(i, ct), step, self.galois[i], moved)
         return moved
 
     def _babies(self, i: int, ct, step: int, count: int) -> list:
         babies = [ct]
         for _ in range(1, count):  # each from the last by one published power-of-two key
             babies.append(self._rotate(i, babies[-1], step))
-        return babies
+        out = []
+        for b in babies:
+            d = sealapi.Ciphertext(self.ctxs[i])
+            self.evaluators[i].transform_to_ntt(b, d)
+            out.append(d)
+        return out
 
     def describe(self) -> dict:
         return {**super().describe(), "coeff_mod_bit_sizes": list(COEFF_BITS), "send_primes": SEND_PRIMES}
