@@ -351,6 +351,8 @@ def test_cli_json_cost_carries_he(capsys):
       "--he-param", "poly_modulus_degree=4096"], "128-bit security"),
     (["--he", "ckks", "--he-param", "ring=4"], "no parameter 'ring'"),
     (["--he", "ckks", "--he-param", "packing=diagonal"], "packing must be one of terms, rotations"),
+    (["--he", "bfv", "--he-param", "packing=diagonal"], "packing must be one of terms, rotations"),
+    (["--he", "ckks", "--he-param", "backend=seal"], "backend must be one of tenseal, openfhe"),
     (["--he", "ckks", "--he-param", "packing=rotations", "--cut-dim", "256"], "packing=rotations: a product over"),
     (["--he", "paillier", "--he-param", "key_bits=1024"], "insecure"),
     (["--he", "paillier", "--he-param", "mask_bits=20"], "mask_bits must be in 40..128"),
@@ -370,6 +372,16 @@ def test_he_user_errors_are_one_line(args, needle, capsys):
     lines = cap.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), cap.err
     assert needle in lines[0]
+
+
+@pytest.mark.skipif(HAVE_OPENFHE, reason="the openfhe extra is installed here")
+@pytest.mark.parametrize("he", ["ckks", "bfv"])
+def test_openfhe_without_the_extra_is_one_line(he, capsys):
+    """Where the extra does not import (every Python but 3.10), backend=openfhe names what to install."""
+    code = main(["train", "--dataset", "digits", "--epochs", "1", "--he", he, "--he-param", "backend=openfhe"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --he {he}: backend=openfhe needs")
+    assert "pip install 'securevfl[openfhe]'" in lines[0]
 
 
 # ------------------------------------------------------------------------------------------- slow
