@@ -211,3 +211,25 @@ def test_bfv_key_owner_reads_nothing_but_the_outputs(bfv_pair, protected, monkey
         assert score <= 0.05, score
     else:
         assert np.array_equal(np.rint(est), g), score
+
+
+def test_bfv_product_beyond_its_flood_bound_is_refused(bfv_pair):
+    """``flooding_bits`` counts ≤ 256 summed products a slot: a product with more diagonals is refused."""
+    from securevfl.errors import UserError
+
+    owner, other = bfv_pair
+    ex = other.loads(owner.dumps(owner.encrypt(np.zeros((1, 2048), dtype=object), frozenset({"right"}))))
+    with pytest.raises(UserError, match="512 diagonals, above the 256"):
+        other.right(ex, np.ones((2048, 1000), dtype=object), np.zeros((1, 1000), dtype=object), 40, False, Drbg(),
+                    addend_bits=20)
+
+
+def test_bfv_zero_plaintext_products_are_exact(bfv_pair):
+    """A plaintext whose diagonals (or terms) are all zero (SEAL refuses to make the zero product): the
+    product is the addend, exactly."""
+    owner, other = bfv_pair
+    x = np.arange(12, dtype=object).reshape(3, 4)
+    add = np.arange(6, dtype=object).reshape(3, 2) - 3
+    ex = other.loads(owner.dumps(owner.encrypt(x, frozenset({"right"}))))
+    res, mask = other.right(ex, np.zeros((4, 2), dtype=object), add, 40, False, Drbg(), addend_bits=20)
+    assert np.array_equal(owner.decrypt(owner.loads(other.dumps(res))), add)

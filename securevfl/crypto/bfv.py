@@ -420,6 +420,10 @@ class CRTBFV(HEBackend):
         add = np.asarray(addend, dtype=object) if side == "right" else np.asarray(addend, dtype=object).T
         lay = rot.layout(e_shape[0], e_shape[1], self.row, pairs=False)
         plan = rot.Plan(lay, wm.shape[1])
+        if plan.n_diag > MAX_PRODUCTS:  # flooding_bits bounds the noise of ≤ MAX_PRODUCTS summed products
+            raise UserError(f"--he bfv packing=rotations: a {e_shape[0]}×{e_shape[1]} by {e_shape[1]}×{wm.shape[1]} "
+                            f"product needs {plan.n_diag} diagonals, above the {MAX_PRODUCTS} its flood is sized for; "
+                            "use packing=terms or a smaller batch")
         reduced = e_shape[1]
         mask = (rng.ints(add.shape, self.kappa + term_bits + bits_of(reduced) + 1) if hide
                 else np.zeros(add.shape, dtype=object))
@@ -624,7 +628,11 @@ class BFVBackend(CRTBFV):
 
     def _finish(self, i: int, prod: sealapi.Ciphertext, u: np.ndarray, rng) -> bytes:
         """Add u; switch down, re-randomise, flood; the bytes the key owner receives."""
-        self.evaluators[i].add_plain_inplace(self._coefficients(i, prod), self._encode(i, u))
+        if prod is None:  # a zero product (_mul_plain): a fresh encryption of u in its place
+            prod = sealapi.Ciphertext(self.ctxs[i])
+            self.encryptors[i].encrypt(self._encode(i, u), prod)
+        else:
+            self.evaluators[i].add_plain_inplace(self._coefficients(i, prod), self._encode(i, u))
         if self.protect:
             ev = self.evaluators[i]
             ev.mod_switch_to_inplace(prod, self.low[i])
@@ -642,6 +650,8 @@ class BFVBackend(CRTBFV):
     # ciphertext both ways at every multiply_plain); rotations and the way out need coefficient form.
     # Only fresh products and rotations are transformed in place, never an input or a baby.
     def _mul_plain(self, i: int, ct, vals: np.ndarray):
+        if not np.any(vals):  # the product is 0, which SEAL refuses to make (a transparent ciphertext)
+            return None  # _add and _rotate pass it over; _finish then encrypts u afresh
         pt = self._encode(i, vals)
         if ct.is_ntt_form():
             self.evaluators[i].transform_to_ntt_inplace(pt, ct.parms_id())
@@ -655,12 +665,16 @@ class BFVBackend(CRTBFV):
         return ct
 
     def _add(self, i: int, a, b):
+        if a is None or b is None:
+            return b if a is None else a
         if a.is_ntt_form() != b.is_ntt_form():
             a, b = self._coefficients(i, a), self._coefficients(i, b)
         self.evaluators[i].add_inplace(a, b)
         return a
 
     def _rotate(self, i: int, ct, step: int):
+        if ct is None:
+            return None
         moved = sealapi.Ciphertext(self.ctxs[i])
         self.evaluators[i].rotate_rows(self._coefficients(i, ct), step, self.galois[i], moved)
         return moved
