@@ -1,6 +1,6 @@
 """A party's own checkpoints of a deployed run (``--checkpoint DIR``, ``train --resume``).
 
-At the end of every epoch of the supervised stage the active party asks each passive party to write
+At the end of every epoch of a supervised stage the active party asks each passive party to write
 its state, waits for each to say it did, then writes its own: so the newest epoch the active party
 has, every passive party has too (each keeps its last :data:`KEEP`). A party writes only its own
 state (models, optimizer, cut-layer ends, step count, its hooks' state such as a DP accountant's
@@ -9,7 +9,9 @@ description, so a checkpoint is never loaded into another run.
 
 Resuming (``train --resume``): the active party finds its newest epoch, says so in the run
 description, every party loads its own state of that epoch, and training goes on at the next epoch
-with the active party's batch order restored: the result equals an uninterrupted run's.
+with the active party's batch order restored: the result equals an uninterrupted run's. Epochs are
+numbered over all of a run's supervised stages; a method with several (FedUD) runs the stages before
+the resumed one again — from the same seeds, so to the same state — and then takes the checkpoint.
 
 A checkpoint is a pickle (torch.save of the party's state, numpy generator states included): load
 only checkpoints your own party wrote (the folder is made 0700, the files 0600)."""
@@ -49,6 +51,9 @@ class Checkpoints:
         self.key = key
         self.resume_epoch = resume_epoch
         """The epoch to resume after (None: start from scratch), taken once by the supervised loop."""
+        self.offset = 0
+        """Epochs of the run's supervised stages before the current one: checkpoints number epochs
+        over the whole run, so a method with several stages resumes in the right one."""
 
     def _path(self, epoch: int) -> Path:
         return self.dir / f"epoch-{epoch}.pt"

@@ -262,8 +262,8 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
                         "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
     if checkpoint is not None and not method.resumable:
         resumable = ", ".join(m for m in METHODS.names() if METHODS.get(m).resumable)
-        raise UserError(f"--checkpoint: method {cfg.method} cannot resume yet (its stages before the supervised "
-                        f"one keep state that is not checkpointed; resumable: {resumable})")
+        raise UserError(f"--checkpoint: method {cfg.method} cannot resume yet (it keeps state in or between its "
+                        f"stages that the checkpoints do not hold; resumable: {resumable})")
     if checkpoint is not None and len(cfg.train.lr_grid) > 1:
         raise UserError("--checkpoint with several --lr-grid rates is not supported (each rate is a run of its own)")
     for a in cfg.attacks:

@@ -56,6 +56,14 @@ class LabelTerm(ABC):
     def begin_epoch(self, steps: int) -> None:  # noqa: B027 - optional
         """An epoch of ``steps`` steps starts (terms that visit their rows once per epoch re-shuffle)."""
 
+    def state(self) -> dict:
+        """What a checkpoint at an epoch's end must hold for a resumed run to go on as this one would
+        (its generator, its counters)."""
+        return {}
+
+    def load_state(self, state: dict) -> None:  # noqa: B027 - optional
+        """Back to :meth:`state`'s point."""
+
 
 class SplitTrainer:
     """Sequences one federation's parties through supervised split learning.
@@ -175,7 +183,7 @@ class SplitTrainer:
         fit_to_work(bs * sum(p.n_parameters() for p in self.fed.parties))  # threads for steps of this size
         n_steps = epochs * -(-len(ids) // bs)
         self.fed.active.begin_run(desc, len(ids), bs, n_steps, participations=epochs)  # e.g. one ledger entry
-        first = self._resume()
+        first = self._resume(epochs)
         per_epoch = -(-len(ids) // bs)
         for p in self._handles():  # each passive party's progress line knows the stage's size
             p.call("progress", desc=desc, total=n_steps, per_epoch=per_epoch, done=first * per_epoch)
@@ -193,6 +201,8 @@ class SplitTrainer:
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", MB=self.fed.active.endpoint.traffic_mb())
                     bar.update(1)
                 self._checkpoint(epoch)
+        if self.fed.checkpoints is not None:  # the next supervised stage numbers its epochs after these
+            self.fed.checkpoints.offset += epochs
         return self.losses
 
     def _handles(self) -> list:
@@ -204,29 +214,39 @@ class SplitTrainer:
 
     def _checkpoint(self, epoch: int) -> None:
         """End of an epoch in a run that keeps checkpoints: every passive party writes its own state
-        (and says so), then the active party writes its own and this loop's (securevfl/checkpoint.py)."""
+        (and says so), then the active party writes its own and this loop's (securevfl/checkpoint.py).
+        Checkpoints number the run's epochs over all its supervised stages (``offset``: the epochs of
+        the stages before this one); a stage replayed before the one being resumed writes none."""
         ck = self.fed.checkpoints
-        if ck is None:
+        if ck is None or ck.resume_epoch is not None:
             return
+        number = ck.offset + epoch
         for p in self._handles():
-            p.call("checkpoint", reply=True, epoch=epoch)
-        ck.save(epoch, {"party": self.fed.active.checkpoint_state(), "epoch": epoch, "losses": list(self.losses),
-                        "rng": self.rng.bit_generator.state, "meta": dict(self.fed.meta)})
+            p.call("checkpoint", reply=True, epoch=number)
+        ck.save(number, {"party": self.fed.active.checkpoint_state(), "epoch": epoch, "losses": list(self.losses),
+                         "rng": self.rng.bit_generator.state, "meta": dict(self.fed.meta),
+                         "terms": [t.state() for t in self.label_terms]})
 
-    def _resume(self) -> int:
+    def _resume(self, epochs: int) -> int:
         """The first epoch to run: after the checkpoint being resumed, with every party's own state of
-        that epoch (each passive party loads its own on request) and the batch order's generator restored."""
+        that epoch (each passive party loads its own on request), the batch order's generator and the
+        label terms' state restored. A supervised stage that ended before that checkpoint runs again
+        from the start (a method with several stages replays the earlier ones: same seeds, same draws,
+        so the same state), and the resumed stage takes the checkpoint."""
         ck = self.fed.checkpoints
-        if ck is None or ck.resume_epoch is None:
+        if ck is None or ck.resume_epoch is None or ck.resume_epoch - ck.offset >= epochs:
             return 0
-        state = ck.load(ck.resume_epoch)
+        number = ck.resume_epoch
+        state = ck.load(number)
         for p in self._handles():  # each passive party loads its own state of that epoch, now (after the
-            p.call("resume", reply=True, epoch=ck.resume_epoch)  # program's earlier requests, e.g. a reset)
+            p.call("resume", reply=True, epoch=number)  # program's earlier requests, e.g. a reset)
         ck.resume_epoch = None  # taken once
         self.fed.active.load_checkpoint_state(state["party"])
         self.rng.bit_generator.state = state["rng"]
         self.losses = list(state["losses"])
         self.fed.meta.update(state["meta"])
+        for term, s in zip(self.label_terms, state.get("terms", []), strict=False):
+            term.load_state(s)
         return int(state["epoch"]) + 1
 
     @torch.no_grad()

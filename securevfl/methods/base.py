@@ -99,9 +99,11 @@ class Method(ABC):
     drives every party in one process (not deployable)."""
 
     resumable: ClassVar[bool] = False
-    """Whether a deployed run can resume from checkpoints (``--checkpoint``, ``--resume``): the program
-    ends with one supervised stage, the checkpoints of whose epochs hold the run's whole state, and
-    what comes before it only sets the parties' parameters (so a resumed run skips it, :meth:`resuming`)."""
+    """Whether a deployed run can resume from checkpoints (``--checkpoint``, ``--resume``): the checkpoints
+    of a supervised stage's epochs hold the whole state of its loop (parties, batch order, label terms),
+    and what comes before the resumed stage either only sets the parties' parameters (a resumed run
+    skips it, :meth:`resuming`) or replays to the same state from the same seeds (FedUD's first stage;
+    the training loop replays a stage that ended before the checkpoint)."""
 
     def resuming(self, fed: Federation) -> bool:
         """Whether this run resumes from a checkpoint of its supervised stage: the stages before it

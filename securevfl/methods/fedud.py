@@ -52,6 +52,7 @@ from securevfl.training import LabelTerm
 
 OP_OUTSIDE = "fedud.rows_outside"  # a guest's count of rows outside the aligned set (for a warning)
 OP_REINIT = "fedud.reinit"  # step 2 with re-initialised weights (reinit: true)
+R2_KEY = "_fedud_distillation_r2"  # step 1's per-step R², kept in the run's meta until the method reports it
 
 
 class RepNet(nn.Module):
@@ -88,6 +89,13 @@ class UnalignedTerm(LabelTerm):
     def begin_epoch(self, steps: int) -> None:
         self.chunks, self.k = np.array_split(self.rng.permutation(self.ids), steps), 0
         self.rows_per_step = len(self.ids) / steps
+
+    def state(self) -> dict:  # at an epoch's end: the next epoch re-shuffles from the generator
+        return {"rng": self.rng.bit_generator.state, "rows_seen": self.rows_seen, "rows_per_step": self.rows_per_step}
+
+    def load_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.rows_seen, self.rows_per_step = int(state["rows_seen"]), float(state["rows_per_step"])
 
     def _losses(self) -> tuple[torch.Tensor, np.ndarray]:
         ids = self.chunks[self.k % len(self.chunks)]
@@ -127,6 +135,9 @@ class FedUD(Method):
         return False  # Rep imitates the guest's raw representation, which the head must read whole
 
     per_role = True
+    # a resumed run replays step 1 (same seeds, same draws) when the checkpoint is in step 2; the
+    # unaligned term's generator is in the checkpoints, and the R² record in the run's meta
+    resumable = True
 
     def passive_ops(self) -> dict:
         return {OP_OUTSIDE: lambda party, req: int(len(difference(party.data.train_ids,
@@ -164,14 +175,15 @@ class FedUD(Method):
         a.install(modules={"rep": rep})  # the host owns Rep from here on (and a fresh optimizer)
 
         # step 1: VFL on aligned rows + α·MSE distillation into Rep
-        r2: list[float] = []  # how much of the guest's representation Rep explains, per step (issue 42)
+        fed.meta[R2_KEY] = []  # how much of the guest's representation Rep explains, per step (issue 42);
+        # in the run's meta, which a checkpoint holds (looked up at each step: a resume replaces the list)
 
         def distill() -> torch.Tensor:
             loss = distillation_loss(rep, a)
             with torch.no_grad():  # R² = 1 − MSE / the batch's total variance of h_G (the target moves as G trains)
                 target = torch.cat([r.detach() for r in a.received], dim=1)
                 spread = float(((target - target.mean(0)) ** 2).sum(1).mean())
-                r2.append(1.0 - float(loss.detach()) / spread if spread > 0 else 0.0)
+                fed.meta[R2_KEY].append(1.0 - float(loss.detach()) / spread if spread > 0 else 0.0)
             return alpha * loss
 
         step1 = self.finetune(fed, aligned, loss_terms=[distill])
@@ -187,6 +199,7 @@ class FedUD(Method):
         term = UnalignedTerm(a, rep, unaligned, beta, self.ctx.train.batch_size,
                              seed_for(self.ctx.seed, 0) + STREAM_FEDUD_UNALIGNED)
         self.trainer = self.finetune(fed, aligned, label_terms=[term], passive_stand_in=rep)
+        r2 = fed.meta.pop(R2_KEY)
         fed.meta["fedud"] = {"aligned_rows": int(len(aligned)), "unaligned_rows": int(len(unaligned)),
                              "unaligned_rows_per_step": round(term.rows_per_step, 2), "alpha": alpha, "beta": beta,
                              "step1_final_loss": step1.losses[-1] if step1.losses else None,
