@@ -225,7 +225,14 @@ class SplitTrainer:
             p.call("checkpoint", reply=True, epoch=number)
         ck.save(number, {"party": self.fed.active.checkpoint_state(), "epoch": epoch, "losses": list(self.losses),
                          "rng": self.rng.bit_generator.state, "meta": dict(self.fed.meta),
-                         "terms": [t.state() for t in self.label_terms]})
+                         "terms": [t.state() for t in self.label_terms], "loop": self.loop_state()})
+
+    def loop_state(self) -> dict:
+        """A subclass's own state between epochs that a resumed run needs (e.g. RISA's row selection)."""
+        return {}
+
+    def load_loop_state(self, state: dict) -> None:  # noqa: B027 - optional
+        """Back to :meth:`loop_state`'s point."""
 
     def _resume(self, epochs: int) -> int:
         """The first epoch to run: after the checkpoint being resumed, with every party's own state of
@@ -247,6 +254,7 @@ class SplitTrainer:
         self.fed.meta.update(state["meta"])
         for term, s in zip(self.label_terms, state.get("terms", []), strict=False):
             term.load_state(s)
+        self.load_loop_state(state.get("loop", {}))
         return int(state["epoch"]) + 1
 
     @torch.no_grad()

@@ -370,12 +370,13 @@ def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam", "fedhssl", "vflhlp", "fedud"])
+@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam", "fedhssl", "vflhlp", "fedud", "risa"])
 def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, method: str) -> None:
     """kill -9 the passive party's process mid-run; restarted with the same --checkpoint folder, and
     the active party run again with --resume, training ends exactly as an uninterrupted run (for a
-    method with pre-training too: the resumed run skips it, its result being in the checkpoints; for
-    FedUD, killed in its second supervised stage: the resumed run replays the first)."""
+    method with pre-training too: the resumed run skips it, its result being in the checkpoints; FedUD,
+    killed in its second supervised stage: the resumed run replays the first; RISA, whose final stage
+    keeps a row selection between epochs (no self-training here: every row is labeled))."""
     import time
 
     cfg = cfg_for(files, method, "guest")
@@ -399,7 +400,8 @@ def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, metho
     t = threading.Thread(target=active, daemon=True)
     t.start()
     deadline = time.monotonic() + 120
-    kill_after = 40 + 3 if method == "fedud" else 3  # checkpoints number epochs over the run's stages
+    stages = 2 if method == "fedud" else 1
+    kill_after = 40 * (stages - 1) + 3  # checkpoints number epochs over the run's stages
     while len(list(ck_p.glob("*/epoch-*.pt"))) < 2 or max(
             int(p.stem.split("-")[1]) for p in ck_p.glob("*/epoch-*.pt")) < kill_after:
         assert time.monotonic() < deadline and t.is_alive(), out
@@ -409,7 +411,7 @@ def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, metho
     t.join(timeout=60)
     assert "error" in out and "passive1" in out["error"], out  # the interrupted run ended with one clean error
     interrupted_at = max(int(p.stem.split("-")[1]) for p in ck_a.glob("*/epoch-*.pt"))
-    assert interrupted_at < (80 if method == "fedud" else 40) - 1  # it really stopped mid-run
+    assert interrupted_at < 40 * stages - 1  # it really stopped mid-run
     proc, addr = _passive_process(files, tmp_path / "p2.log", ck_p)
     ch = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=30),
                      peers={"passive1": addr})
@@ -422,7 +424,8 @@ def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, metho
     assert r["utility"] == sim["utility"]  # the same final model as the uninterrupted run
     assert r["cost"]["train_steps"] == sim["cost"]["train_steps"]
     assert r["method_info"].get("pretrain_final_loss") == sim["method_info"].get("pretrain_final_loss")
-    assert r["method_info"].get("fedud") == sim["method_info"].get("fedud")  # rows, R², step 1's loss
+    for key in ("fedud", "risa"):  # FedUD's rows, R² and step 1's loss; RISA's pseudo-labels and drops
+        assert r["method_info"].get(key) == sim["method_info"].get(key)
 
 
 def _with_epochs(cfg: RunConfig, epochs: int) -> RunConfig:
@@ -436,8 +439,8 @@ def test_resume_is_refused_where_it_cannot_hold(files) -> None:
     peers = {"passive1": "127.0.0.1:1"}
     with pytest.raises(UserError, match="--resume continues from checkpoints"):
         check_deployable(cfg_for(files, "splitnn", "guest"), peers, None, True)
-    with pytest.raises(UserError, match="method risa cannot resume yet"):
-        check_deployable(cfg_for(files, "risa", "guest"), peers, "ck", False)
+    with pytest.raises(UserError, match="method entity-aug cannot resume yet"):
+        check_deployable(cfg_for(files, "entity-aug", "guest"), peers, "ck", False)
 
 
 @contextlib.contextmanager

@@ -192,6 +192,20 @@ class RisaTrainer(SplitTrainer):
         self._u_cnt: np.ndarray | None = None
         self.drops: list[dict] = []
 
+    def loop_state(self) -> dict:
+        """The selection so far (kept rows, the uncertainty sums since the last drop, the drop log)."""
+        if self._kept is None:
+            return {"drops": list(self.drops)}
+        return {"rows": self._rows, "kept": self._kept, "drop_mask": self._drop_mask, "u_sum": self._u_sum,
+                "u_cnt": self._u_cnt, "drops": list(self.drops)}
+
+    def load_loop_state(self, state: dict) -> None:
+        self.drops = list(state.get("drops", []))
+        if "rows" in state:
+            self._rows, self._row_index = state["rows"], IdIndex(state["rows"])
+            self._kept, self._drop_mask = state["kept"].copy(), state["drop_mask"]
+            self._u_sum, self._u_cnt = state["u_sum"].copy(), state["u_cnt"].copy()
+
     def dropped_ids(self) -> np.ndarray:
         """The rows the selection removed (the active party's IDs), in training order."""
         return self._rows[~self._kept] if self._kept is not None else np.zeros(0, dtype=np.int64)
@@ -334,6 +348,9 @@ class RISA(Method):
     }
     imputation_mode: ClassVar[str] = "mean"  # imputation_vector's mode: "mean" (per field), or "zero" (Local+VFL)
     random_match: ClassVar[bool] = False
+    # a resumed run replays the self-training stage (same seeds, same pseudo-labels) and resumes the final
+    # one, whose row selection (RisaTrainer.loop_state) is in the checkpoints
+    resumable = True
 
     @property
     def interactive_layer(self) -> bool:
