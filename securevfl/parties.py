@@ -244,15 +244,21 @@ class Party:
             self.local_step.load_state_dict(copy.deepcopy(state["_local_step"]))
 
     def checkpoint_state(self) -> dict:
-        """Everything of this party a resumed run needs: :meth:`snapshot`, its step count and its
-        hooks' state (e.g. a DP accountant's ledger, a mechanism's generator)."""
-        return {"snapshot": self.snapshot(), "step": self.step, "hooks": [h.state_dict() for h in self.hooks]}
+        """Everything of this party a resumed run needs: :meth:`snapshot`, its step count, its
+        hooks' state (e.g. a DP accountant's ledger, a mechanism's generator) and a method's state
+        inside it where that state says how (``state_dict``: e.g. an entity-aug guest's sampler)."""
+        out = {"snapshot": self.snapshot(), "step": self.step, "hooks": [h.state_dict() for h in self.hooks]}
+        if hasattr(self.method_state, "state_dict"):
+            out["method_state"] = self.method_state.state_dict()  # type: ignore[union-attr]
+        return out
 
     def load_checkpoint_state(self, state: dict) -> None:
         self.restore(state["snapshot"])
         self.step = int(state["step"])
         for h, s in zip(self.hooks, state["hooks"], strict=True):
             h.load_state_dict(s)
+        if "method_state" in state:  # the method set its state up again before the resume (same program)
+            self.method_state.load_state_dict(state["method_state"])  # type: ignore[union-attr]
 
     # ---- a saved model: each party writes and reads only its own folder (securevfl/saved.py)
     def save_own(self, folder: Path, run: dict) -> Path:

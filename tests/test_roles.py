@@ -370,13 +370,15 @@ def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam", "fedhssl", "vflhlp", "fedud", "risa"])
+@pytest.mark.parametrize("method", ["splitnn", "fedlocal-simsiam", "fedhssl", "vflhlp", "fedud", "risa",
+                                    "entity-aug"])
 def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, method: str) -> None:
     """kill -9 the passive party's process mid-run; restarted with the same --checkpoint folder, and
     the active party run again with --resume, training ends exactly as an uninterrupted run (for a
     method with pre-training too: the resumed run skips it, its result being in the checkpoints; FedUD,
     killed in its second supervised stage: the resumed run replays the first; RISA, whose final stage
-    keeps a row selection between epochs (no self-training here: every row is labeled))."""
+    keeps a row selection between epochs (no self-training here: every row is labeled); entity-aug,
+    whose samplers at every party and queue at the host go on where they were)."""
     import time
 
     cfg = cfg_for(files, method, "guest")
@@ -424,7 +426,8 @@ def test_a_killed_passive_party_resumes_with_nothing_lost(files, tmp_path, metho
     assert r["utility"] == sim["utility"]  # the same final model as the uninterrupted run
     assert r["cost"]["train_steps"] == sim["cost"]["train_steps"]
     assert r["method_info"].get("pretrain_final_loss") == sim["method_info"].get("pretrain_final_loss")
-    for key in ("fedud", "risa"):  # FedUD's rows, R² and step 1's loss; RISA's pseudo-labels and drops
+    for key in ("fedud", "risa", "entity_aug"):  # FedUD's rows, R², step 1's loss; RISA's pseudo-labels and
+        # drops; entity-aug's rows of different entities and queue reuses
         assert r["method_info"].get(key) == sim["method_info"].get(key)
 
 
@@ -433,14 +436,18 @@ def _with_epochs(cfg: RunConfig, epochs: int) -> RunConfig:
     return cfg
 
 
-def test_resume_is_refused_where_it_cannot_hold(files) -> None:
+def test_resume_is_refused_where_it_cannot_hold(files, monkeypatch) -> None:
+    """--resume without checkpoints; --checkpoint for a method that says it cannot resume (every
+    deployable method can today: a stand-in flag)."""
     from securevfl.deploy import check_deployable
 
     peers = {"passive1": "127.0.0.1:1"}
     with pytest.raises(UserError, match="--resume continues from checkpoints"):
         check_deployable(cfg_for(files, "splitnn", "guest"), peers, None, True)
+    monkeypatch.setattr(METHODS.get("entity-aug"), "resumable", False)
     with pytest.raises(UserError, match="method entity-aug cannot resume yet"):
         check_deployable(cfg_for(files, "entity-aug", "guest"), peers, "ck", False)
+    assert all(METHODS.get(m).resumable for m in per_role_methods() if m != "entity-aug")
 
 
 @contextlib.contextmanager

@@ -89,6 +89,13 @@ class EntitySampler:
         self.ids, self.rng = np.asarray(ids), rng
         self.order, self.cursor = self.rng.permutation(self.ids), 0
 
+    def state_dict(self) -> dict:
+        return {"order": self.order.copy(), "cursor": self.cursor, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.order, self.cursor = state["order"].copy(), int(state["cursor"])
+        self.rng.bit_generator.state = state["rng"]
+
     def draw(self, b: int) -> np.ndarray:
         out = []
         while b > 0:
@@ -126,6 +133,15 @@ class GuestState:
         self.miss_rate = miss_rate
         self.skip: set[int] = set()  # steps at which this guest sends nothing (fault injection)
         self.requests = 0
+
+    def state_dict(self) -> dict:  # in the guest's own checkpoints (Party.checkpoint_state)
+        return {"sampler": self.sampler.state_dict(), "miss_rng": self.miss_rng.bit_generator.state,
+                "requests": self.requests}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self.miss_rng.bit_generator.state = state["miss_rng"]
+        self.requests = int(state["requests"])
 
 
 OP_SETUP, OP_STEP = "entity_aug.setup", "entity_aug.step"
@@ -166,6 +182,20 @@ class EntityAugTrainer(SplitTrainer):
         self.reused: list[tuple[int, str]] = []  # (host step, guest) pairs served from the queue
         self.rows = self.rows_of_different_entities = self.rows_with_mixed_labels = 0
         self._soft: torch.Tensor | None = None
+
+    def loop_state(self) -> dict:
+        """The host's sampler, its queue of the guests' last activations and the counters it reports."""
+        return {"host_sampler": self.host_sampler.state_dict() if self.host_sampler is not None else None,
+                "stale": {k: (t.cpu(), ids) for k, (t, ids) in self.stale.items()}, "reused": list(self.reused),
+                "counters": [self.rows, self.rows_of_different_entities, self.rows_with_mixed_labels]}
+
+    def load_loop_state(self, state: dict) -> None:
+        if self.host_sampler is not None:
+            self.host_sampler.load_state_dict(state["host_sampler"])
+        device = self.fed.active.device
+        self.stale = {k: (t.to(device), ids) for k, (t, ids) in state["stale"].items()}
+        self.reused = list(state["reused"])
+        self.rows, self.rows_of_different_entities, self.rows_with_mixed_labels = state["counters"]
 
     def _host_collect(self, name: str, b: int) -> tuple[torch.Tensor, np.ndarray, bool]:
         """Guest ``name``'s activation and IDs this step: (tensor, ids, live). In process, a guest
@@ -268,6 +298,9 @@ class EntityAugmentation(Method):
                            fresh_head(partition, model, seed, sum(widths)), widths)
 
     per_role = True
+    # one supervised stage: the checkpoints hold the host's sampler and queue (EntityAugTrainer.loop_state)
+    # and each guest's sampler and straggler generator (GuestState.state_dict, in its own checkpoint)
+    resumable = True
 
     def passive_ops(self) -> dict:
         miss = float(self.params["miss_rate"])
