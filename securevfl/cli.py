@@ -329,10 +329,41 @@ def party_settings(args: argparse.Namespace):
                                                                ge=0, le=2 ** 63 - 1))
     if args.he is not None and args.he not in ("off", "ckks", "bfv", "paillier"):
         raise UserError(f"--he {args.he}: expected off, ckks, bfv or paillier")
+    policy = party_policy(args)
     own = PartySettings(defense=args.defense, mechanism_seed=seed, he=args.he, he_params=he_params,
-                        interactive_mixing=args.interactive_mixing)
+                        interactive_mixing=args.interactive_mixing, **policy)
     check_own(own)
     return own
+
+
+def party_policy(args: argparse.Namespace) -> dict:
+    """``party``'s own seed and policy flags, checked (fields of ``PartySettings``)."""
+    from securevfl.lab.party_settings import PERMISSIONS
+    from securevfl.methods import METHODS
+
+    out: dict = {}
+    if args.seed is not None:
+        out["seed"] = int(number("--seed", args.seed, integer=True, ge=0, le=2 ** 63 - 1))
+    allow = [a.strip() for item in args.allow for a in item.split(",") if a.strip()]
+    for a in allow:
+        if a not in PERMISSIONS:
+            raise UserError(f"--allow {a}: expected one of {', '.join(PERMISSIONS)}")
+    out["allow"] = frozenset(allow)
+    if args.methods is not None:
+        methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+        if not methods:
+            raise UserError("--methods is empty: name the methods this party takes part in")
+        for m in methods:
+            METHODS.get(m)  # a one-line error naming the known ones
+        out["methods"] = methods
+    limits = (("--max-batch-size", "max_batch_size", True), ("--max-parameters", "max_parameters", True),
+              ("--max-requests", "max_requests", True), ("--max-rate", "max_rate", False))
+    for flag, key, integer in limits:
+        given = getattr(args, key)
+        if given is not None:
+            value = number(flag, given, integer=integer, ge=0 if key == "max_rate" else 1, le=10 ** 12)
+            out[key] = int(value) if integer else float(value)
+    return out
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
@@ -444,6 +475,19 @@ def make_parser() -> _Parser:
     own.add_argument("--he-param", action="append", default=[], metavar="KEY=VALUE",
                      help="require this HE parameter (e.g. mask_bits=40); refuse runs that differ")
     own.add_argument("--interactive-mixing", choices=("auto", "off", "on"), help="require this mixing")
+    own.add_argument("--seed", metavar="N", help="this party's own seed (its initial weights and its own draws); "
+                     "default: fresh from the OS each run. Never sent to the active party")
+    pol = pa.add_argument_group("this party's policy: what it lets the active party do (docs/deployment.md)")
+    pol.add_argument("--allow", action="append", default=[], metavar="WHAT",
+                     help="permit, beyond the safe default (repeatable or comma-separated): plain-alignment (send "
+                          "this party's IDs in the clear), unaligned-ids (risa, random-match, local-vfl announce "
+                          "the IDs of its rows outside the intersection), reinit (fedud reinit: true)")
+    pol.add_argument("--methods", metavar="LIST", help="comma-separated methods this party takes part in "
+                     "(default: every method that runs across processes)")
+    pol.add_argument("--max-batch-size", metavar="N", help="the most rows a batch may ask for (default 4096)")
+    pol.add_argument("--max-parameters", metavar="N", help="the largest bottom model it builds (default 50000000)")
+    pol.add_argument("--max-requests", metavar="N", help="the most requests in one run (default 100000000)")
+    pol.add_argument("--max-rate", metavar="R", help="requests per second at most; more wait (default 5000; 0: none)")
     _net_flags(pa)
     ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
     ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")

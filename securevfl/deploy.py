@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import secrets
 import struct
 import sys
 import time
@@ -56,9 +57,11 @@ from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, build_active, build_passive
+from securevfl.files import make_private_dir, open_new
 from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, for_head
 from securevfl.parties import PassiveParty
+from securevfl.policy import RequestLimits, ServedRows
 from securevfl.roles import ACTIVE, passive_name
 from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle, handles, serve_passive
 from securevfl.view import write_view
@@ -106,8 +109,9 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
 
     Returns:
         The report sent to the active party at the end (also what ``securevfl party`` prints)."""
-    from securevfl.lab.party_settings import reconcile  # the composition layer knows the defenses
+    from securevfl.lab.party_settings import admit, check_model_size, reconcile  # the composition layer
 
+    settings = settings or PartySettings()
     try:
         if hello.get("protocol") != PROTOCOL or hello.get("op") != "run":
             raise UserError(f"the active party speaks protocol {hello.get('protocol')!r}, this party {PROTOCOL}")
@@ -115,10 +119,11 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
         checkpoints = _own_checkpoints(hello, party_file, checkpoint_dir)
-        hello, notes = reconcile(hello, settings or PartySettings())
+        hello, notes = reconcile(hello, settings)
+        method = _method(hello, _model_config(hello["model"]), OptimConfig(**hello["optim"]), int(hello["seed"]))
+        notes += admit(hello, settings, method)
         for note in notes:
             print(f"{name}: {note}", file=sys.stderr, flush=True)
-        method = _method(hello, _model_config(hello["model"]), OptimConfig(**hello["optim"]), int(hello["seed"]))
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
         df = read_table(path)
@@ -130,18 +135,27 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own))})
-    aligned = psi.align_to(ep, ACTIVE, own, hello["alignment"])
+    # this party's own intersection: every ID the active party announces or asks for is checked against it
+    aligned, own_result = psi.align_to(ep, ACTIVE, own, hello["alignment"])
+    _within(aligned, own_result, "aligned IDs")
     test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    _within(test_ids, aligned, "test IDs")
     split = Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
     data, ingest = party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
     cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
     optim = OptimConfig(**hello["optim"])
-    cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]),
-                         mixing=_model_config(hello["model"]).interactive_mixing, **hello["he_params"])
-    party = build_passive(data, ep, _defenses(cfg), _model_config(hello["model"]), optim, cut, int(hello["index"]),
-                          cfg.seed)
+    model = _model_config(hello["model"])
+    check_model_size(bottom_parameters(data, model), settings)
+    cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]), mixing=model.interactive_mixing,
+                         **hello["he_params"])
+    party = build_passive(data, ep, _defenses(cfg), model, optim, cut, cfg.seed, own_seed(settings, checkpoints))
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
-    party.learn_alignment(ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT))
+    train_aligned = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
+    _within(train_aligned, split.train_aligned, "aligned training IDs")
+    party.learn_alignment(train_aligned)
+    party.serve_only(ServedRows(train_aligned, test_ids, settings.max_batch_size))
+    limits = RequestLimits(settings.max_requests, settings.max_rate, type(method).passive_permissions,
+                           settings.allow)
     # the method's passive program, the same as in the simulator (securevfl/runtime.py)
     def save_own(party: PassiveParty, req: dict) -> dict:
         """``--save``: this party writes its own part into the folder it chose (``party --save``)."""
@@ -155,9 +169,50 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         return {"saved": party.name}
 
     report = serve_passive(party, cut, method, progress=None, desc=f"{name} serving", checkpoints=checkpoints,
-                           own_ops={"save": save_own},
+                           own_ops={"save": save_own}, limits=limits,
                            extra={"rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]})
     return report
+
+
+def own_seed(settings: PartySettings, checkpoints: Checkpoints | None = None) -> int:
+    """This party's own seed (``party --seed``, or fresh from the OS): its initial weights and every draw
+    it makes alone (securevfl.federation.PartySeeds); never sent. With checkpoints, a fresh seed is
+    kept beside them (``own-seed``, 0600), so that a resumed run draws as the interrupted one did."""
+    if settings.seed is not None:
+        return settings.seed
+    if checkpoints is None:
+        return secrets.randbelow(2 ** 62)
+    path = checkpoints.dir / "own-seed"
+    if checkpoints.resume_epoch is not None:
+        try:
+            return int(path.read_text())
+        except (OSError, ValueError):
+            raise UserError(f"the run resumes, but this party's own seed {path} is missing or damaged; start "
+                            "over without --resume") from None
+    seed = secrets.randbelow(2 ** 62)
+    make_private_dir(checkpoints.dir)
+    path.unlink(missing_ok=True)
+    with open_new(path) as f:
+        f.write(str(seed))
+    return seed
+
+
+def bottom_parameters(data: Any, model: ModelConfig) -> int:
+    """Parameters of the bottom model ``model`` asks for on ``data``, counted on torch's meta device:
+    nothing is allocated, so a hostile description cannot make this party reserve gigabytes."""
+    from securevfl.models import build_bottom
+
+    with torch.device("meta"):
+        m = build_bottom(data.feature_shape, model, data.n_numeric, data.cardinalities)
+    return sum(q.numel() for q in m.parameters())
+
+
+def _within(ids: np.ndarray, allowed: np.ndarray, what: str) -> None:
+    """The active party's announcement stays inside what this party aligned on itself; the refusal
+    names counts only (no ID: no membership oracle)."""
+    outside = int((~np.isin(ids, allowed)).sum())
+    if outside:
+        raise UserError(f"the active party announced {outside} {what} outside this party's own PSI result; refused")
 
 
 def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | None) -> dict:
@@ -195,12 +250,16 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(ids))})
-    aligned = psi.align_to(ep, ACTIVE, ids, "plain" if hello.get("alignment") == "plain" else "psi")
+    aligned, own_result = psi.align_to(ep, ACTIVE, ids, "plain" if hello.get("alignment") == "plain" else "psi")
+    _within(aligned, own_result, "aligned IDs")
     data = party_rows(manifest, prep, ids, X, aligned)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
-    party = build_passive(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, int(manifest["index"]), cfg.seed)
+    # the saved weights replace the initial ones; the draws after them are this party's own
+    party = build_passive(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, cfg.seed,
+                          own_seed(PartySettings()))
     party.load_own(folder)
+    party.serve_only(ServedRows(aligned, aligned, PartySettings().max_batch_size))
     return serve_passive(party, cut, None, progress=None, desc=f"{name} scoring", extra={"rows": int(len(ids))})
 
 
@@ -270,6 +329,13 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
         raise UserError(f"attack {a}: attacks run in the simulator only; across processes the adversary's view lives "
                         "in its own process and scoring needs ground truth no party holds (run it with --dataset csv "
                         "and every party file)")
+    if cfg.audit:
+        raise UserError("--audit runs in the simulator only: the one-run audit plants canaries and scores its guesses "
+                        "against ground truth that no party of a deployment holds (run it with --dataset csv and every "
+                        "party file)")
+    if cfg.passive_seeds:
+        raise UserError("passive_seeds is the simulator's: a deployed passive party holds its own seed (securevfl "
+                        "party --seed)")
     if not cfg.partition.active_features:
         raise UserError("a label-only active party (partition.active_features: false) cannot run across processes "
                         "yet: its file would need no feature columns; give it features, or run in the simulator")

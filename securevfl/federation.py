@@ -21,6 +21,7 @@ from securevfl.data.partition import Partition, PartyData
 from securevfl.hooks import PartyHook
 from securevfl.models import ModelConfig, build_bottom, build_head, for_head
 from securevfl.parties import ActiveParty, OptimizerFactory, PassiveParty
+from securevfl.roles import seed_for
 from securevfl.settings import setting
 
 
@@ -84,8 +85,27 @@ class Federation:
         return next(p for p in self.parties if p.name == name)
 
 
-def seed_for(seed: int, party_index: int) -> int:
-    return seed * 1009 + party_index
+@dataclass(frozen=True)
+class PartySeeds:
+    """The seeds a federation's parties draw from. The run seed (``run``) is public: every party
+    knows it (the batch order, the test split). Each party's *own* seed is its own: the base of its
+    bottom model's initialisation and of every draw it makes alone (augmentations, its local SSL,
+    a re-initialisation). In the simulator each party holds ``own[k]`` (by default
+    :func:`seed_for` (run seed, k), so a run reproduces from its seed alone); a deployed passive party
+    draws its own from the OS (``securevfl party --seed`` fixes it) and never sends it (issue 54)."""
+
+    run: int
+    own: tuple[int, ...] = ()
+    """Own seeds of party 0 (active), 1, ...; missing entries are ``seed_for(run, k)``."""
+
+    def of(self, k: int) -> int:
+        return self.own[k] if k < len(self.own) else seed_for(self.run, k)
+
+    @classmethod
+    def simulated(cls, run: int, passive: tuple[int, ...] | list[int] = ()) -> PartySeeds:
+        """The simulator's seeds: the active party's from the run seed, the passive parties' ``passive``
+        (``RunConfig.passive_seeds``: the seeds deployed passive parties ran with, ``party --seed``)."""
+        return cls(run, (seed_for(run, 0), *passive))
 
 
 # Offsets from seed_for(run seed, party) (or from the run seed) naming each random stream a method
@@ -119,7 +139,7 @@ class PartyModels:
     """Width of each passive party's input to the head."""
 
 
-ModelsFactory = Callable[[Partition, ModelConfig, CutLayer, int, list[PartyData]], PartyModels]
+ModelsFactory = Callable[[Partition, ModelConfig, CutLayer, PartySeeds, list[PartyData]], PartyModels]
 """Builds a federation's models (a method's own layout: e.g. entity-aug's label-only host)."""
 
 
@@ -136,10 +156,9 @@ def seeded_build(seed: int, build: Callable[[], T]) -> T:
         return build()
 
 
-def fresh_bottom(data: PartyData, model: ModelConfig, seed: int, k: int) -> nn.Module:
-    """Party ``k``'s fresh bottom model, from ``seed_for(seed, k)``."""
-    return seeded_build(seed_for(seed, k),
-                        lambda: build_bottom(data.feature_shape, model, data.n_numeric, data.cardinalities))
+def fresh_bottom(data: PartyData, model: ModelConfig, own_seed: int) -> nn.Module:
+    """A party's fresh bottom model, from its own seed (:class:`PartySeeds`)."""
+    return seeded_build(own_seed, lambda: build_bottom(data.feature_shape, model, data.n_numeric, data.cardinalities))
 
 
 def fresh_head(partition: Partition, model: ModelConfig, seed: int, in_dim: int) -> nn.Module:
@@ -147,13 +166,13 @@ def fresh_head(partition: Partition, model: ModelConfig, seed: int, in_dim: int)
     return seeded_build(seed_for(seed, len(partition.parties)), lambda: build_head(in_dim, partition.n_classes, model))
 
 
-def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
+def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, seeds: PartySeeds,
                     passive_data: list[PartyData]) -> PartyModels:
     """A fresh bottom per party and the head on [r^1, r^2..r^K] (``agg``: every r^k is class logits)."""
     model = for_head(model, partition.n_classes)
-    bottoms = {d.name: fresh_bottom(d, model, seed, k) for k, d in enumerate([partition.active, *passive_data])}
+    bottoms = {d.name: fresh_bottom(d, model, seeds.of(k)) for k, d in enumerate([partition.active, *passive_data])}
     widths = [cut.out_dim(model.cut_dim)] * len(passive_data)
-    return PartyModels(bottoms, fresh_head(partition, model, seed, model.cut_dim + sum(widths)), widths)
+    return PartyModels(bottoms, fresh_head(partition, model, seeds.run, model.cut_dim + sum(widths)), widths)
 
 
 def build_active(data: PartyData, endpoint, hooks: list[PartyHook], model: ModelConfig, optim: OptimConfig,
@@ -164,43 +183,48 @@ def build_active(data: PartyData, endpoint, hooks: list[PartyHook], model: Model
     widths = [cut.out_dim(model.cut_dim)] * len(passive_names)
     head = seeded_build(seed_for(seed, len(passive_names) + 1),
                         lambda: build_head(model.cut_dim + sum(widths), n_classes, model))
-    return ActiveParty(data, endpoint, hooks, fresh_bottom(data, model, seed, 0), head,
+    return ActiveParty(data, endpoint, hooks, fresh_bottom(data, model, seed_for(seed, 0)), head,
                        functools.partial(make_optimizer, cfg=optim), cut, passive_names=passive_names,
                        passive_widths=widths, n_classes=n_classes, seed=seed, interactive_lr=optim.interactive_lr,
                        device=device)
 
 
 def build_passive(data: PartyData, endpoint, hooks: list[PartyHook], model: ModelConfig, optim: OptimConfig,
-                  cut: CutLayer, index: int, seed: int) -> PassiveParty:
-    """Passive party ``index`` with its standard bottom model, built by itself in its own process."""
-    return PassiveParty(data, endpoint, hooks, fresh_bottom(data, model, seed, index),
+                  cut: CutLayer, seed: int, own_seed: int) -> PassiveParty:
+    """A passive party with its standard bottom model, built by itself in its own process: the
+    model and every draw of its own from ``own_seed`` (:class:`PartySeeds`), never from the run seed
+    ``seed`` the active party chose."""
+    return PassiveParty(data, endpoint, hooks, fresh_bottom(data, model, own_seed),
                         functools.partial(make_optimizer, cfg=optim), cut, seed=seed,
-                        interactive_lr=optim.interactive_lr)
+                        interactive_lr=optim.interactive_lr, own_seed=own_seed)
 
 
 def build_federation(partition: Partition, model: ModelConfig, optim: OptimConfig, seed: int,
                      cut: CutLayer | None = None, hooks: list[PartyHook] | None = None,
                      with_passives: bool = True, record: bool = False,
-                     models: ModelsFactory = standard_models, device: torch.device | None = None) -> Federation:
+                     models: ModelsFactory = standard_models, device: torch.device | None = None,
+                     passive_seeds: tuple[int, ...] | list[int] = ()) -> Federation:
     """Create the parties, each whole: its data, its fresh models (``models``), an optimizer factory,
     the hooks that run at its role (each party installs its own copies, ``PartyHook.for_party``) and
     its cut-layer ends. ``record``: the channel keeps a transcript (chosen here, for the whole run).
     ``device``: where every party keeps its models and batches (resolved ``--device``; None: the CPU);
-    the models are built on the CPU and each party moves its own."""
+    the models are built on the CPU and each party moves its own. ``passive_seeds``: the passive
+    parties' own seeds (:meth:`PartySeeds.simulated`)."""
     cut = cut or PlainCutLayer()
     hooks = hooks or []
     channel = InMemoryChannel(record=record)
     passive_data = partition.passives if with_passives else []
-    built = models(partition, model, cut, seed, passive_data)
+    seeds = PartySeeds.simulated(seed, passive_seeds)
+    built = models(partition, model, cut, seeds, passive_data)
     optimizer = functools.partial(make_optimizer, cfg=optim)
     wiring: PartyWiring = {"optimizer": optimizer, "cut": cut, "seed": seed, "interactive_lr": optim.interactive_lr,
                            "device": device}
     a = partition.active
     active = ActiveParty(a, channel.endpoint(a.name), hooks, built.bottoms[a.name], built.head,
                          passive_names=[p.name for p in passive_data], passive_widths=built.passive_widths,
-                         n_classes=partition.n_classes, **wiring)
-    passives = [PassiveParty(d, channel.endpoint(d.name), hooks, built.bottoms[d.name], **wiring)
-                for d in passive_data]
+                         n_classes=partition.n_classes, own_seed=seeds.of(0), **wiring)
+    passives = [PassiveParty(d, channel.endpoint(d.name), hooks, built.bottoms[d.name], own_seed=seeds.of(k), **wiring)
+                for k, d in enumerate(passive_data, start=1)]
     return Federation(channel, active, passives, cut, partition.n_classes, regression=partition.regression)
 
 

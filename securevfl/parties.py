@@ -49,7 +49,8 @@ from securevfl.hooks import (
 from securevfl.ids import member
 from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
-from securevfl.roles import ACTIVE, PASSIVE
+from securevfl.policy import ServedRows
+from securevfl.roles import ACTIVE, PASSIVE, party_index, seed_for
 from securevfl.saved import read_party_folder, restored, write_party_folder
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
@@ -84,8 +85,11 @@ class Party:
 
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
                  optimizer: OptimizerFactory, seed: int = 0, interactive_lr: float | None = None,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, own_seed: int | None = None) -> None:
         self.name = data.name
+        # the base of every draw this party makes alone (securevfl.federation.PartySeeds): its own,
+        # never the run seed another party chose
+        self.own_seed = seed_for(seed, party_index(data.name)) if own_seed is None else own_seed
         self.data = data
         # where this party's models, batches and per-example gradients live (--device, resolved once by
         # the run); what it receives through its own endpoint arrives there too
@@ -113,6 +117,9 @@ class Party:
         # what a method keeps inside this party between its stages (FedHSSL's HybridState, Entity
         # Augmentation's GuestState): created and read only by the method's code acting as this party
         self.method_state: object | None = None
+        # the rows this party answers requests for (a deployed passive party's own check,
+        # securevfl/policy.py; None: every row it holds, as in the simulator)
+        self.serves: ServedRows | None = None
 
     def __setattr__(self, name: str, value: object) -> None:
         # once built, only the party's own methods set its attributes (the caller's ``self`` is it)
@@ -183,6 +190,18 @@ class Party:
             self.aligned_ids = train_ids
         if test_ids is not None:
             self.aligned_test_ids = test_ids
+
+    def serve_only(self, rows: ServedRows | None) -> None:
+        """From now on, answer requests only for ``rows`` (:class:`securevfl.policy.ServedRows`)."""
+        self.serves = rows
+
+    def requested_ids(self, split: str = "train") -> np.ndarray:
+        """The batch IDs the active party sends next, checked against the rows this party serves (an
+        imputing view answers rows outside them with its imputed row, as for rows it does not hold)."""
+        ids = self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
+        if self.serves is not None:
+            self.serves.check(ids, split, outside_ok=getattr(self.data, "imputed_row", None) is not None)
+        return ids
 
     def keep_method_state(self, state: object) -> None:
         """What a method keeps inside this party between its stages (:attr:`method_state`)."""
@@ -315,8 +334,9 @@ class PassiveParty(Party):
 
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
                  optimizer: OptimizerFactory, cut: CutLayer, seed: int = 0,
-                 interactive_lr: float | None = None, device: torch.device | None = None) -> None:
-        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device)
+                 interactive_lr: float | None = None, device: torch.device | None = None,
+                 own_seed: int | None = None) -> None:
+        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device, own_seed)
         self.cut_end: PassiveEnd = cut.passive_end(self.end_wiring(), ACTIVE)
         self._cut = cut  # this party runs its half of each exchange (run_step)
         # this training step's bottom output, its rows and inputs: what the returned gradient applies to
@@ -338,7 +358,7 @@ class PassiveParty(Party):
     def forward(self) -> None:
         """Receive the batch request from the active party, compute r = h(x), send it."""
         split, training = decode_batch_request(self.endpoint.recv(ACTIVE, MessageKind.CONTROL))
-        self.send_output(self.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split, training)
+        self.send_output(self.requested_ids(split), split, training)
 
     def send_output(self, ids: np.ndarray, split: str, training: bool) -> None:
         """Compute r = h(x) on the rows ``ids`` and send it through the cut layer; in training, keep it
@@ -408,8 +428,9 @@ class ActiveParty(Party):
     def __init__(self, data: PartyData, endpoint: Endpoint, hooks: list[PartyHook], bottom: nn.Module,
                  head: nn.Module, optimizer: OptimizerFactory, cut: CutLayer, passive_names: list[str],
                  passive_widths: list[int], n_classes: int, seed: int = 0,
-                 interactive_lr: float | None = None, device: torch.device | None = None) -> None:
-        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device)
+                 interactive_lr: float | None = None, device: torch.device | None = None,
+                 own_seed: int | None = None) -> None:
+        super().__init__(data, endpoint, hooks, bottom, optimizer, seed, interactive_lr, device, own_seed)
         self.passive_names = passive_names
         self.passive_widths = passive_widths  # width of each passive party's input to the head
         for w in self._wraps:

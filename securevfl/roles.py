@@ -17,6 +17,12 @@ def party_index(name: str) -> int:
     return 0 if name == ACTIVE else int(name.removeprefix("passive"))
 
 
+def seed_for(seed: int, party_index: int) -> int:
+    """The simulator's default own seed of party ``party_index`` in a run of seed ``seed``
+    (:class:`securevfl.federation.PartySeeds`)."""
+    return seed * 1009 + party_index
+
+
 def party_names(n_parties: int) -> list[str]:
     """Party 0 is the active party; the others are ``passive1``, ``passive2``, ..."""
     return [ACTIVE] + [passive_name(k) for k in range(1, n_parties)]

@@ -28,6 +28,7 @@ from securevfl.channel.base import ABANDON, StepAbandoned
 from securevfl.channel.codec import decode_batch_request, decode_json
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
 from securevfl.errors import ProtocolError, UserError
+from securevfl.policy import RequestLimits, Snapshots
 from securevfl.progress import progress_bar
 from securevfl.roles import ACTIVE
 
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-PROTOCOL = 2
+PROTOCOL = 3
 """The version of the parties' protocol (a run description names it; a party refuses another)."""
 
 PassiveOp = Callable[["PassiveParty", dict], object]
@@ -176,7 +177,7 @@ STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "chec
 
 def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | None, progress: bool | None = False,
                   desc: str | None = None, extra: dict | None = None, checkpoints: Any = None,
-                  own_ops: Mapping[str, PassiveOp] | None = None) -> dict:
+                  own_ops: Mapping[str, PassiveOp] | None = None, limits: RequestLimits | None = None) -> dict:
     """A passive party's program: answer the active party's requests until it says ``end``.
 
     Args:
@@ -189,24 +190,28 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
         checkpoints: this party's :class:`securevfl.checkpoint.Checkpoints` (None: it keeps none, and a
             request to write one is refused).
         own_ops: operations of the process this party runs in (e.g. ``save`` into the folder it chose).
+        limits: a deployed party's own budget of requests and the permissions its operations need
+            (:class:`securevfl.policy.RequestLimits`; None: none, as in the simulator).
     Returns:
         The report sent to the active party at the end."""
     ep = party.endpoint
     ops: dict[str, PassiveOp] = {**(method.passive_ops() if method is not None else {}), **(own_ops or {})}
-    snapshots: dict[int, dict] = {}
+    snapshots = Snapshots()  # bounded: the oldest is freed
     label = desc or f"{party.name} serving"
     stage = {"per_epoch": 0, "done": 0}
     bar = progress_bar(None, label, progress, unit="step")
     try:
         while True:
             msg = ep.recv(ACTIVE, MessageKind.CONTROL)
+            if limits is not None:
+                limits.request()
             try:
                 split_name, training = decode_batch_request(msg)
             except ValueError:
                 pass
             else:  # one supervised step (or an inference batch): this party's half of the cut layer
                 try:
-                    party.run_step(ep.recv_ids(ACTIVE, MessageKind.BATCH_IDS), split_name, training)
+                    party.run_step(party.requested_ids(split_name), split_name, training)
                     if training:
                         stage["done"] += 1
                         if stage["per_epoch"]:  # before update, which prints: the line names this step's epoch
@@ -219,6 +224,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
             if not isinstance(req, dict) or not isinstance(req.get("op"), str):
                 raise UserError(f"unexpected control message from the active party: {req!r}")
             op = req["op"]
+            if limits is not None:
+                limits.operation(op)
             answer: object = None
             if op == "end":
                 report = {"party": party.name, "steps": party.step, "privacy": party.privacy_reports(),
@@ -230,9 +237,9 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
             elif op == "set_lr":
                 party.set_lr(float(req["lr"]))
             elif op == "snapshot":
-                snapshots[int(req["tag"])] = party.snapshot()
+                snapshots.put(int(req["tag"]), party.snapshot())
             elif op == "restore":
-                party.restore(snapshots[int(req["tag"])])
+                party.restore(snapshots.get(int(req["tag"])))
             elif op == "progress":  # a supervised stage starts: its size, for this party's progress line
                 bar.close()
                 stage = {"per_epoch": int(req["per_epoch"]), "done": int(req["done"])}

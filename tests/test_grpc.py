@@ -6,6 +6,7 @@ test is about the process itself (``test_passive_process_never_holds_labels``)."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from securevfl.deploy import PROTOCOL, serve, train_deployed  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab import compose  # noqa: E402,F401 - imported once here, not inside a party's timed wait
 from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from securevfl.roles import party_index, seed_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "deploy-example"
@@ -90,7 +92,11 @@ class Passive:
         self.thread.start()
 
     def _run(self, path: str) -> None:
-        self.status = serve(self.channel, path, "id", own=self.own)
+        # its own seed as the simulator's default for small_cfg's seed, so that runs compare with the simulator
+        own = self.own or PartySettings()
+        if own.seed is None:
+            own = dataclasses.replace(own, seed=seed_for(3, party_index(self.channel.party)))
+        self.status = serve(self.channel, path, "id", own=own)
 
     def close(self) -> None:
         self.thread.join(timeout=2 * T)

@@ -21,7 +21,9 @@ from securevfl.config import RunConfig  # noqa: E402
 from securevfl.deploy import serve, train_deployed  # noqa: E402
 from securevfl.errors import ProtocolError, UserError  # noqa: E402
 from securevfl.lab.compose import execute  # noqa: E402
+from securevfl.lab.party_settings import PERMISSIONS, PartySettings  # noqa: E402
 from securevfl.methods import METHODS  # noqa: E402
+from securevfl.roles import seed_for  # noqa: E402
 from securevfl.view import read_view, received, write_view  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +92,9 @@ def deployed(files: dict[str, Path], cfg: RunConfig, hosts: list[str],
                          client="active", record=views is not None)
 
         def run(ch=ch, path=str(files[host]), k=k, name=name) -> None:
-            statuses[k - 1] = serve(ch, path, "id", record_view=None if views is None else str(views / name))
+            # its own seed as the simulator's default, every permission: the runs compare with the simulator
+            own = PartySettings(seed=seed_for(cfg.seed, k), allow=frozenset(PERMISSIONS))
+            statuses[k - 1] = serve(ch, path, "id", own=own, record_view=None if views is None else str(views / name))
 
         t = threading.Thread(target=run, daemon=True)
         t.start()
@@ -359,7 +363,8 @@ def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
            "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1"), "--checkpoint",
-           str(checkpoint), "--timeout", "30"]
+           str(checkpoint), "--timeout", "30", "--seed", str(seed_for(5, 1)), "--allow", "unaligned-ids",
+           "--allow", "reinit"]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out)
     deadline = time.monotonic() + 60
@@ -457,6 +462,7 @@ def one_passive(files: dict[str, Path], status: list, **serve_kw):
     certs = files["certs"]
     ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
                      listen="127.0.0.1:0", client="active")
+    serve_kw.setdefault("own", PartySettings(seed=seed_for(5, 1)))  # cfg_for's seed: as the simulator's default
     t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id", **serve_kw)), daemon=True)
     t.start()
     peers = {"passive1": f"127.0.0.1:{ch.port}"}

@@ -72,9 +72,37 @@ def decode_ids(buf: bytes) -> np.ndarray:
 
 
 def encode_json(obj: object) -> bytes:
+    """``obj`` as JSON, every finite float written at a fixed width (:func:`_fixed_float`): a message's
+    length never depends on the last bits of a value a training loop computed, which differ between
+    CPU kernels (issue 51: a golden run's byte counts moved with the CPU)."""
     if type(obj) is int:  # the per-step control message: same bytes as json.dumps, without its machinery
         return str(obj).encode()
-    return json.dumps(obj, sort_keys=True).encode()
+    floats: list[float] = []
+    text = json.dumps(_mark_floats(obj, floats), sort_keys=True)
+    for i, x in enumerate(floats):
+        text = text.replace(f'"\\u0000{i}\\u0000"', _fixed_float(x), 1)
+    return text.encode()
+
+
+def _fixed_float(x: float) -> str:
+    """A float as a JSON number of fixed width that decodes to the same float: 17 significant digits
+    in exponent form, a space where a minus sign would be (JSON allows space before a value)."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return json.dumps(x)
+    text = f"{x:.16e}"
+    return text if text.startswith("-") else " " + text
+
+
+def _mark_floats(obj: object, floats: list[float]) -> object:
+    """``obj`` with each float replaced by a marker string that :func:`encode_json` swaps back."""
+    if isinstance(obj, float):  # numpy's float64 too
+        floats.append(float(obj))
+        return f"\x00{len(floats) - 1}\x00"
+    if isinstance(obj, dict):
+        return {k: _mark_floats(v, floats) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_mark_floats(v, floats) for v in obj]
+    return obj
 
 
 def decode_json(buf: bytes) -> object:

@@ -51,11 +51,21 @@ SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
 ALPHA_BITS = 256
 
 
+KEY_SIZES = (2048, 3072, 4096)
+"""The key lengths a party generates: key generation time grows steeply and unboundedly with the size
+(a 2049-bit key took minutes, 10^9 bits crashed the process), so only these standard sizes are
+made; a key size arrives from the other party's run description, so the check is the key owner's."""
+
+
 def paillier_ranges(p: dict) -> dict:
-    """A key of at least 112-bit security and 40..128 mask bits (``p`` typed by the shared check)."""
+    """A standard key size of at least 112-bit security (:data:`KEY_SIZES`) and 40..128 mask bits
+    (``p`` typed by the shared check)."""
     if p["key_bits"] < 2048:
         raise UserError(f"--he paillier: key_bits {p['key_bits']} is insecure; use ≥ 2048 (112-bit) or the "
                         "default 3072 (128-bit)")
+    if p["key_bits"] not in KEY_SIZES:
+        raise UserError(f"--he paillier: key_bits {p['key_bits']} is not a standard size; use one of "
+                        f"{', '.join(map(str, KEY_SIZES))} (key generation for other sizes is unbounded)")
     if not 40 <= p["mask_bits"] <= 128:
         raise UserError(f"--he paillier: mask_bits must be in 40..128 (statistical hiding), got {p['mask_bits']}")
     return p

@@ -2,8 +2,14 @@
 
 The active party is the PSI client towards every passive party (the server): it learns
 I_1 ∩ I_k for each k, intersects them, and announces the aligned set to the passive parties, as
-VFL deployments do. Passive parties learn only the final aligned set. The messages are protobufs
-serialised to bytes and cross the channel under kind ``psi``, so their cost is counted.
+VFL deployments do. The messages are protobufs serialised to bytes and cross the channel under kind
+``alignment``, so their cost is counted.
+
+Across processes (:func:`align_with`, :func:`align_to`) the roles then swap: each passive party
+runs a PSI round as the client, so it holds I_1 ∩ I_k itself and checks the announcement against it
+rather than trusting the active party (issue 54; docs/threat-model.md, "a malicious active party").
+A passive party thus learns I_1 ∩ I_k (with two parties: the aligned set it is told anyway) and the
+size of the active party's set; the active party learns the same of each passive party.
 """
 
 from __future__ import annotations
@@ -59,8 +65,9 @@ def plain_intersection(id_sets: list[np.ndarray]) -> np.ndarray:
 
 def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: str) -> np.ndarray:
     """The active party's side of aligning with passive parties in other processes: ECDH PSI with each
-    (``mode`` ``psi``; ``plain``: each sends its ID list in the clear), then the intersection of all,
-    which it announces to each (kind ``alignment``)."""
+    (``mode`` ``psi``; ``plain``: each sends its ID list in the clear) and, under PSI, the passive
+    party's own round as the client; then the intersection of all, which it announces to each (kind
+    ``alignment``)."""
     theirs = []
     for name in peers:
         if mode == "plain":
@@ -68,6 +75,7 @@ def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: 
         else:
             client = psi_client_start(endpoint, name, own_ids)
             theirs.append(psi_client_finish(endpoint, name, client, own_ids))
+            psi_server_round(endpoint, name, own_ids)  # the passive party's own intersection
     aligned = plain_intersection([own_ids, *theirs])
     if len(aligned):
         for name in peers:
@@ -75,10 +83,18 @@ def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: 
     return aligned
 
 
-def align_to(endpoint: Endpoint, active: str, own_ids: np.ndarray, mode: str) -> np.ndarray:
-    """A passive party's side of :func:`align_with`: its PSI round (or its ID list), then the aligned IDs."""
+def align_to(endpoint: Endpoint, active: str, own_ids: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """A passive party's side of :func:`align_with`: its PSI rounds (or its ID list), then the aligned IDs.
+
+    Returns:
+        (the aligned IDs the active party announced, the IDs this party may align on by its own
+        account: its PSI intersection with the active party; under ``plain`` its own IDs, since it
+        does not see the active party's)."""
     if mode == "plain":
         endpoint.send_ids(active, MessageKind.ALIGNMENT, own_ids)
+        own_result = np.asarray(own_ids)
     else:
         psi_server_round(endpoint, active, own_ids)
-    return endpoint.recv_ids(active, MessageKind.ALIGNMENT)
+        client = psi_client_start(endpoint, active, own_ids)
+        own_result = psi_client_finish(endpoint, active, client, own_ids)
+    return endpoint.recv_ids(active, MessageKind.ALIGNMENT), own_result

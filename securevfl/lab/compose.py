@@ -157,7 +157,8 @@ def prepare_method(cfg: RunConfig, defenses: Sequence[PartyHook], attack_specs: 
         UserError: a bad method parameter or an incompatible combination, before any data is read."""
     method = METHODS.get(cfg.method)(MethodContext(  # validates the method's parameters
         train=cfg.train, model=cfg.model, optim=cfg.optim, seed=cfg.seed, hooks=list(defenses),
-        record=record, progress=progress, params=cfg.method_params, device=device))
+        record=record, progress=progress, params=cfg.method_params, device=device,
+        passive_seeds=tuple(cfg.passive_seeds)))
     check_compatibility(cfg, method, list(defenses), list(attack_specs), audit=audit)
     # no first linear layer to split (e.g. RISA's evidential heads, the agg head): plain concatenation
     interactive = method.interactive_layer and cfg.model.head == "split"

@@ -17,7 +17,15 @@ party's own settings, what the party runs with:
 - **HE test fixtures** (``seeded_shares``) are refused whatever the party set.
 
 Whatever is left weak (no HE, no defense at this party, mixing off, a fixed seed) is listed in the
-returned notes, which the party prints before any data moves."""
+returned notes, which the party prints before any data moves.
+
+:func:`admit` then applies the party's **policy** (issue 54), also before any byte of data leaves:
+the alignment it requires (PSI unless ``--allow plain-alignment``), the methods it accepts
+(``--methods``), the permissions a method's operations need (``--allow unaligned-ids``: RISA,
+random-match and Local+VFL announce the IDs of its rows outside the intersection; ``--allow reinit``:
+FedUD's re-initialisation), the largest batch (``--max-batch-size``) and bottom model
+(``--max-parameters``) it serves. A refusal is one line on both sides; an accepted revealing setting
+is one note on this side."""
 
 from __future__ import annotations
 
@@ -44,6 +52,30 @@ class PartySettings:
     """HE parameters it requires, e.g. ``mask_bits=40`` (``--he-param``)."""
     interactive_mixing: str | None = None
     """The interactive layer's mixing it requires (``--interactive-mixing``)."""
+    seed: int | None = None
+    """Its own seed (``--seed``): its initial weights and every draw it makes alone. None (default):
+    fresh from the OS for each run. The active party never learns it."""
+    allow: frozenset[str] = frozenset()
+    """What it lets a run do beyond the default (``--allow``, :data:`PERMISSIONS`)."""
+    methods: tuple[str, ...] | None = None
+    """The methods it takes part in (``--methods``); None: every method that runs across processes."""
+    max_batch_size: int = 4096
+    """The largest batch of rows it answers (``--max-batch-size``); the default covers the default
+    inference batch (2,048)."""
+    max_parameters: int = 50_000_000
+    """The largest bottom model it builds, in parameters (``--max-parameters``): 200 MB of weights."""
+    max_requests: int = 100_000_000
+    """The most requests it answers in one run (``--max-requests``)."""
+    max_rate: float = 5000.0
+    """Requests per second it answers at most (``--max-rate``; more wait); 0: no limit."""
+
+
+PERMISSIONS = {
+    "plain-alignment": "align by sending this party's ID list in the clear (--alignment plain)",
+    "unaligned-ids": "announce the IDs of this party's rows outside the intersection (risa, random-match, local-vfl)",
+    "reinit": "re-initialise this party's weights mid-run, from its own seed (fedud reinit: true)",
+}
+"""What ``party --allow`` can permit, and what each reveals or does."""
 
 
 def _split(spec: str | None) -> list[str]:
@@ -137,3 +169,44 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
         notes.append("--interactive-mixing off: the active party learns more of this party's activations from the "
                      "encrypted layer (docs/he-protocol.md)")
     return hello, notes
+
+
+def admit(hello: dict, own: PartySettings, method: object) -> list[str]:
+    """This party's policy on the (reconciled) run description ``hello`` and its ``method``, before
+    any data moves.
+
+    Returns:
+        Notes for stderr (each setting accepted that reveals something).
+    Raises:
+        UserError: a run the policy refuses (one line, sent to the active party too)."""
+    notes: list[str] = []
+    name = str(hello.get("method", "splitnn"))
+    if own.methods is not None and name not in own.methods:
+        raise UserError(f"the active party asked for method {name}; this party takes part in {', '.join(own.methods)} "
+                        "only (--methods); refused")
+    if hello.get("alignment") == "plain":
+        if "plain-alignment" not in own.allow:
+            raise UserError("the active party asked for plain alignment, which sends this party's IDs in the clear; "
+                            "refused (this party aligns by PSI; allow it with --allow plain-alignment)")
+        notes.append("--allow plain-alignment: this party sends all its IDs to the active party in the clear")
+    needs = getattr(method, "permissions_needed", frozenset)()
+    for need in sorted(needs):
+        if need not in own.allow:
+            raise UserError(f"method {name} as configured needs this party to {PERMISSIONS[need]}; refused (allow "
+                            f"it with --allow {need})")
+        notes.append(f"--allow {need}: method {name} makes this party {PERMISSIONS[need]}")
+    train = hello.get("train", {})
+    for key in ("batch_size", "eval_batch_size"):
+        size = train.get(key)
+        if isinstance(size, int) and size > own.max_batch_size:
+            raise UserError(f"the active party asked for {key} {size}; this party serves at most {own.max_batch_size} "
+                            "rows a batch (--max-batch-size); refused")
+    return notes
+
+
+def check_model_size(n_parameters: int, own: PartySettings) -> None:
+    """The bottom model the run description asks for fits this party's ``--max-parameters`` (counted
+    before any weight is allocated)."""
+    if n_parameters > own.max_parameters:
+        raise UserError(f"the active party asked for a bottom model of {n_parameters:,} parameters; this party "
+                        f"builds at most {own.max_parameters:,} (--max-parameters); refused")

@@ -13,7 +13,15 @@ import torch
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
-from securevfl.federation import Federation, OptimConfig, PartyModels, align, build_federation, standard_models
+from securevfl.federation import (
+    Federation,
+    OptimConfig,
+    PartyModels,
+    PartySeeds,
+    align,
+    build_federation,
+    standard_models,
+)
 from securevfl.hooks import PartyHook
 from securevfl.ids import intersect
 from securevfl.models import HEADS, ModelConfig
@@ -40,6 +48,8 @@ class MethodContext:
     """Method-specific hyperparameters (validated by the method)."""
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     """Where the parties keep their models and batches (the run's resolved ``--device``)."""
+    passive_seeds: tuple[int, ...] = ()
+    """The simulated passive parties' own seeds (``RunConfig.passive_seeds``)."""
 
 
 class Method(ABC):
@@ -112,6 +122,15 @@ class Method(ABC):
     not_deployable: ClassVar[str] = "its stages outside the supervised loop are not yet written per role"
     """Why a method that is not :attr:`per_role` cannot run across processes (the one-line error)."""
 
+    passive_permissions: ClassVar[dict[str, str]] = {}
+    """Passive operations that reveal more than a supervised step does, or reset a party's weights, and
+    the permission each needs of a deployed passive party's policy (``securevfl party --allow``)."""
+
+    def permissions_needed(self) -> frozenset[str]:
+        """The permissions (values of :attr:`passive_permissions`) this run, as configured, asks of
+        every passive party; a deployed one refuses the run before any data moves without them."""
+        return frozenset()
+
     def passive_ops(self) -> dict[str, Callable[[PassiveParty, dict], object]]:
         """The operations a passive party runs for this method besides supervised steps, by request
         name (:data:`securevfl.runtime.PassiveOp`); a method's active program asks for them with
@@ -164,17 +183,18 @@ class Method(ABC):
             The federation, its parties talking only through its channel."""
         c = self.ctx
         fed = build_federation(partition, c.model, c.optim, c.seed, cut, c.hooks,
-                               with_passives=self.uses_passives, record=c.record, models=self.models, device=c.device)
+                               with_passives=self.uses_passives, record=c.record, models=self.models, device=c.device,
+                               passive_seeds=c.passive_seeds)
         # a file-based source already ran PSI to build the partition: announce its result, don't redo it
         mode = partition.spec.alignment if self.uses_passives and "aligned_by" not in partition.meta else "given"
         align(fed, mode, partition.aligned_ids, partition.test_aligned_ids)
         return fed
 
-    def models(self, partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
+    def models(self, partition: Partition, model: ModelConfig, cut: CutLayer, seeds: PartySeeds,
                passive_data: list) -> PartyModels:
         """The models the parties are built with (:func:`securevfl.federation.standard_models`); a
         method with another layout overrides this rather than replacing a party's models afterwards."""
-        return standard_models(partition, model, cut, seed, passive_data)
+        return standard_models(partition, model, cut, seeds, passive_data)
 
     def make_trainer(self, fed: Federation, **kw) -> SplitTrainer:
         return SplitTrainer(fed, self.ctx.train, self.ctx.seed, progress=self.ctx.progress, **kw)

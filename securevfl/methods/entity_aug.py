@@ -60,6 +60,7 @@ from securevfl.federation import (
     STREAM_ENTITY_SHARED,
     Federation,
     PartyModels,
+    PartySeeds,
     fresh_bottom,
     fresh_head,
     seed_for,
@@ -69,7 +70,7 @@ from securevfl.ids import intersect
 from securevfl.methods.base import METHODS, Method
 from securevfl.models import ModelConfig, soft_cross_entropy
 from securevfl.parties import PassiveParty
-from securevfl.roles import ACTIVE, party_index
+from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
 from securevfl.training import SplitTrainer
 
@@ -287,15 +288,15 @@ class EntityAugmentation(Method):
             raise UserError(f"method {self.name} has no labeled validation rows per entity to search a learning "
                             "rate on; set optim.lr instead of train.lr_grid")
 
-    def models(self, partition: Partition, model: ModelConfig, cut: CutLayer, seed: int,
+    def models(self, partition: Partition, model: ModelConfig, cut: CutLayer, seeds: PartySeeds,
                passive_data: list) -> PartyModels:
         if partition.spec.active_features:
-            return super().models(partition, model, cut, seed, passive_data)
+            return super().models(partition, model, cut, seeds, passive_data)
         # label-only host: no bottom model, the head on the guests' activations only
-        guests = {d.name: fresh_bottom(d, model, seed, k) for k, d in enumerate(passive_data, start=1)}
+        guests = {d.name: fresh_bottom(d, model, seeds.of(k)) for k, d in enumerate(passive_data, start=1)}
         widths = [cut.out_dim(model.cut_dim)] * len(passive_data)
         return PartyModels({partition.active.name: NoFeatures(), **guests},
-                           fresh_head(partition, model, seed, sum(widths)), widths)
+                           fresh_head(partition, model, seeds.run, sum(widths)), widths)
 
     per_role = True
     # one supervised stage: the checkpoints hold the host's sampler and queue (EntityAugTrainer.loop_state)
@@ -305,7 +306,7 @@ class EntityAugmentation(Method):
     def passive_ops(self) -> dict:
         miss = float(self.params["miss_rate"])
         return {OP_SETUP: lambda party, req: guest_setup(
-                    party, seed_for(self.ctx.seed, party_index(party.name)) + STREAM_ENTITY_ORDER, miss,
+                    party, party.own_seed + STREAM_ENTITY_ORDER, miss,
                     req.get("shared_seed")),
                 OP_STEP: lambda party, req: guest_step(party, int(req["b"]))}
 

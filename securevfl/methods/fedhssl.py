@@ -39,7 +39,6 @@ from securevfl.federation import (
     STREAM_HSSL_CROSS_INIT,
     STREAM_HSSL_STATE,
     Federation,
-    seed_for,
     seeded_build,
 )
 from securevfl.hooks import HookContext, apply_hooks
@@ -47,7 +46,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
 from securevfl.models import build_bottom
 from securevfl.parties import Party
-from securevfl.roles import ACTIVE, party_index
+from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
 from securevfl.ssl import SSLConfig, neg_cosine
 from securevfl.ssl.objectives import SimSiam
@@ -138,7 +137,7 @@ def cross_party_step(fed: Federation, ids: np.ndarray) -> float:
 def passive_cross_step(party: Party, req: dict) -> None:
     """One FedCSSL mini-batch at a passive party: embed the active party's batch, send z_c^i, minimise
     D(p_c^i, z_c^1) on the z_c^1 it received (a decoded constant: the stop-gradient)."""
-    ids = party.endpoint.recv_ids(ACTIVE, MessageKind.BATCH_IDS)
+    ids = party.requested_ids("train")
     z_p, p_p = _cross_forward(party, ids)
     _send_rep(party, ACTIVE, z_p)
     z_from_active = party.endpoint.recv_tensor(ACTIVE, MessageKind.SSL_REPRESENTATION)
@@ -230,15 +229,14 @@ class FedHSSL(Method):
 
     def _init_party(self, party: Party) -> None:
         """This party's cross-party encoder f_c and SimSiam heads, from its own seed stream."""
-        k = party_index(party.name)
         cfg = ssl_config(self.params, "simsiam")
         model_cfg = self.ctx.model
 
         def build() -> HybridState:
             f_c = build_bottom(party.data.feature_shape, model_cfg, party.data.n_numeric, party.data.cardinalities)
-            return HybridState(party, f_c, cfg, seed_for(self.ctx.seed, k) + STREAM_HSSL_STATE)
+            return HybridState(party, f_c, cfg, party.own_seed + STREAM_HSSL_STATE)
 
-        party.keep_method_state(seeded_build(seed_for(self.ctx.seed, k) + STREAM_HSSL_CROSS_INIT, build))
+        party.keep_method_state(seeded_build(party.own_seed + STREAM_HSSL_CROSS_INIT, build))
 
     def _install(self, party: Party) -> None:
         """Fine-tuning encoder ½(f_c + f_l) (or f_c), with a fresh optimizer."""

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import ClassVar, cast
 
-from securevfl.federation import STREAM_LOCAL_SSL, Federation, seed_for
+from securevfl.federation import STREAM_LOCAL_SSL, Federation
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.parties import Party
-from securevfl.roles import party_index
 from securevfl.runtime import handles
 
 
@@ -25,7 +24,7 @@ class FedLocalSSL(Method):
     def pretrain(self, party: Party, req: dict | None = None) -> list[float]:
         """One party's local SSL pre-training (alone, on all its rows), from its own seed stream."""
         cfg = ssl_config(self.params, self.objective)
-        return pretrain_party_locally(party, cfg, seed_for(self.ctx.seed, party_index(party.name)) + self.stream)
+        return pretrain_party_locally(party, cfg, party.own_seed + self.stream)
 
     def passive_ops(self) -> dict:
         return {"local_ssl.pretrain": self.pretrain}

@@ -46,7 +46,6 @@ from securevfl.ids import difference
 from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty, Party
-from securevfl.roles import party_index
 from securevfl.runtime import handles
 from securevfl.training import LabelTerm
 
@@ -139,6 +138,11 @@ class FedUD(Method):
     # unaligned term's generator is in the checkpoints, and the R² record in the run's meta
     resumable = True
 
+    passive_permissions = {OP_REINIT: "reinit"}  # re-initialises a passive party's weights (from its own seed)
+
+    def permissions_needed(self) -> frozenset[str]:
+        return frozenset({"reinit"}) if self.params["reinit"] else frozenset()
+
     def passive_ops(self) -> dict:
         return {OP_OUTSIDE: lambda party, req: int(len(difference(party.data.train_ids,
                                                                   cast(np.ndarray, party.aligned_ids)))),
@@ -150,7 +154,7 @@ class FedUD(Method):
             for m in [party.bottom, *([party.head] if isinstance(party, ActiveParty) else [])]:
                 reset_parameters(m)
 
-        seeded_build(seed_for(self.ctx.seed, party_index(party.name)) + STREAM_FEDUD_REINIT, reset)
+        seeded_build(party.own_seed + STREAM_FEDUD_REINIT, reset)
 
     def fit(self, fed: Federation) -> None:
         a, params = fed.active, self.params

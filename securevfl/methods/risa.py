@@ -89,6 +89,7 @@ from securevfl.methods.evidential import (
 )
 from securevfl.models import ModelConfig, build_head
 from securevfl.parties import Party
+from securevfl.policy import ServedRows
 from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
 from securevfl.training import SplitTrainer
@@ -101,8 +102,9 @@ class ImputingView:
     party's side of ``random-match``). Everything else is the wrapped :class:`PartyData`."""
 
     def __init__(self, data: PartyData, imputed_row: np.ndarray | None,
-                 alias: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 alias: tuple[np.ndarray, np.ndarray] | None = None, served: ServedRows | None = None) -> None:
         self._data, self.imputed_row = data, imputed_row
+        self._served = served  # a deployed party's rows it serves: the others are imputed, held or not
         self._alias = None if alias is None else (IdIndex(alias[0]), np.asarray(alias[1]))
 
     def __getattr__(self, name: str):
@@ -124,6 +126,8 @@ class ImputingView:
         X = self._data.X_train
         out = np.empty((len(ids), *X.shape[1:]), dtype=X.dtype)
         held = pos >= 0
+        if self._served is not None:
+            held &= self._served.inside(ids, "train")
         out[held] = X[pos[held]]
         if not held.all():
             if self.imputed_row is None:
@@ -320,9 +324,13 @@ OP_ANNOUNCE, OP_IMPUTE, OP_PLAIN = "risa.announce_unaligned", "risa.impute", "ri
 
 
 def announce_unaligned(party: Party) -> None:
-    """A passive party sends the IDs of its non-overlapping rows to the active party."""
+    """A passive party sends the IDs of its non-overlapping rows to the active party (a deployed one
+    only where its policy allows, ``party --allow unaligned-ids``); from then on it serves them."""
     assert party.aligned_ids is not None  # RISA runs after alignment
-    party.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, difference(party.data.train_ids, party.aligned_ids))
+    own = difference(party.data.train_ids, party.aligned_ids)
+    if party.serves is not None:
+        party.serves.add_train(own)
+    party.endpoint.send_ids(ACTIVE, MessageKind.ALIGNMENT, own)
 
 
 @METHODS.register
@@ -348,6 +356,7 @@ class RISA(Method):
     }
     imputation_mode: ClassVar[str] = "mean"  # imputation_vector's mode: "mean" (per field), or "zero" (Local+VFL)
     random_match: ClassVar[bool] = False
+    passive_permissions = {OP_ANNOUNCE: "unaligned-ids"}  # the IDs of a passive party's rows outside the intersection
     # a resumed run replays the self-training stage (same seeds, same pseudo-labels) and resumes the final
     # one, whose row selection (RisaTrainer.loop_state) is in the checkpoints
     resumable = True
@@ -383,7 +392,7 @@ class RISA(Method):
     def _impute_own(self, party: Party) -> None:
         """This party's imputing view: its own mean (or zero) row for the IDs it does not hold."""
         use_view(party, ImputingView(party.data, imputation_vector(party.data, cast(np.ndarray, party.aligned_ids),
-                                                                   self.imputation_mode)))
+                                                                   self.imputation_mode), served=party.serves))
 
     def _announce_unaligned(self, fed: Federation) -> dict[str, np.ndarray]:
         """Each passive party sends the IDs of its non-overlapping rows to the active party."""
@@ -487,6 +496,11 @@ class RISA(Method):
         self.trainer.fit(label_ids)
         info["drops"] = self.trainer.drops
         info["evidential"] = evidential
+
+    def permissions_needed(self) -> frozenset[str]:
+        # random-match pairs with passive-only IDs; self-training with imputation labels them too
+        announces = self.random_match or (bool(self.params["self_training"]) and self._imputes)
+        return frozenset({"unaligned-ids"}) if announces else frozenset()
 
     @property
     def _imputes(self) -> bool:

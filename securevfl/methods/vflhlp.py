@@ -38,7 +38,6 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.models import build_head, reset_parameters
 from securevfl.parties import ActiveParty, Party
-from securevfl.roles import party_index
 from securevfl.runtime import handles
 
 OP_SCARF = "vflhlp.scarf"
@@ -139,8 +138,7 @@ class VFLHLP(Method):
         """Step 2 at a passive party: SCARF pre-training of its encoder on its own rows (Θ^k); it reports
         its rows and its InfoNCE loss at the first and last step."""
         cfg = ssl_config(self.params, "scarf")
-        losses = pretrain_party_locally(party, cfg,
-                                        seed_for(self.ctx.seed, party_index(party.name)) + STREAM_VFLHLP_PASSIVE)
+        losses = pretrain_party_locally(party, cfg, party.own_seed + STREAM_VFLHLP_PASSIVE)
         return {"rows": int(len(party.data.train_ids)), "loss_first_step": losses[0] if losses else None,
                 "loss_last_step": losses[-1] if losses else None}
 
