@@ -127,8 +127,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from securevfl.catalog import check_names
 
     check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
+    view_error = None
     if args.peer:
-        r = _train_deployed(args)
+        r, view_error = _train_deployed(args)
     else:
         given = [f for f, v in (("--tls", args.tls), ("--insecure", args.insecure), ("--timeout", args.timeout),
                                 ("--max-message-mb", args.max_message_mb), ("--record-view", args.record_view),
@@ -148,7 +149,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     if args.json:
         print(json.dumps(r))
-        return 0
+        return _view_failed(view_error)
     u, c, pr = r["utility"], r["cost"], r["privacy"]
     test = _score(u["test"])
     print(f"{r['method']} on {r['dataset']} (seed {r['seed']}): test {u['metric']} = {test}")
@@ -179,7 +180,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                         (("control", "control"), ("baseline", base)) if a.get(key) is not None)
         leak = f"; leakage {a['leakage']:+.4f}" if a.get("leakage") is not None else ""
         print(f"  attack {name}: {a['metric']} = {_score(a['value'])} (prior {_score(a.get('prior'))}{extra}){leak}")
-    return 0
+    return _view_failed(view_error)
 
 
 def _attack_kind(name: str) -> str:
@@ -211,7 +212,17 @@ def _net_config(args: argparse.Namespace, party: str):
     return grpc_mod, grpc_mod.NetConfig(tls, **kw)
 
 
-def _train_deployed(args: argparse.Namespace) -> dict:
+def _view_failed(error: str | None) -> int:
+    """After the result is out: the one line saying the view was not written (exit 2), if it was not."""
+    if error is None:
+        return 0
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
+    """The deployed run's result, and why its ``--record-view`` could not be written (None: it was, or
+    none was asked for): a view that fails never loses the result."""
     from securevfl.deploy import train_deployed
     from securevfl.roles import ACTIVE
 
@@ -219,19 +230,23 @@ def _train_deployed(args: argparse.Namespace) -> dict:
     if args.save is not None:
         _check_writable_dir(args.save, "--save")
     cfg = _build_config(args)
-    _check_new_dir(args.record_view, "--record-view")
+    prepare_view_dir(args.record_view)
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record or args.record_view is not None)
+    view_error = None
     try:
         r = train_deployed(cfg, channel, peers, progress=args.progress, checkpoint=args.checkpoint, resume=args.resume,
                            save=args.save)
     finally:
         if args.record_view is not None:  # also when the run failed: what this party saw up to then
-            from securevfl.view import write_view
+            from securevfl.view import try_write_view
 
-            write_view(args.record_view, ACTIVE, channel.transcript, {"method": cfg.method, "seed": cfg.seed})
+            view_error = try_write_view(args.record_view, ACTIVE, channel.transcript,
+                                        {"method": cfg.method, "seed": cfg.seed})
+            if view_error is not None and sys.exc_info()[0] is not None:  # the run's own error follows
+                print(f"error: {view_error}", file=sys.stderr)
         channel.close()
-    return r
+    return r, view_error
 
 
 def _peers(specs: list[str]) -> dict[str, str]:
@@ -270,6 +285,21 @@ def _predict_deployed(args: argparse.Namespace) -> dict:
         channel.close()
 
 
+def prepare_view_dir(path: str | None) -> None:
+    """``--record-view``'s folder is new or empty, and made now: a place that cannot hold it fails before
+    the run, not after it."""
+    if path is None:
+        return
+    _check_new_dir(path, "--record-view")
+    from securevfl.files import make_private_dir
+
+    try:
+        make_private_dir(Path(path))
+    except (OSError, UserError) as e:
+        raise UserError(f"--record-view {path}: cannot create the folder ({getattr(e, 'strerror', None) or e})") \
+            from None
+
+
 def _check_new_dir(path: str | None, flag: str) -> None:
     """``flag``'s folder is new or empty (checked before the run, so nothing is lost at its end)."""
     if path is None:
@@ -289,7 +319,7 @@ def cmd_party(args: argparse.Namespace) -> int:
                         "`securevfl train --peer ...`)")
     check_party_file(args.party_file)  # before listening: a server that cannot serve any run must not start
     own = party_settings(args)
-    _check_new_dir(args.record_view, "--record-view")
+    prepare_view_dir(args.record_view)
     grpc_mod, net = _net_config(args, args.role)
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",

@@ -64,7 +64,7 @@ from securevfl.parties import PassiveParty
 from securevfl.policy import RequestLimits, ServedRows
 from securevfl.roles import ACTIVE, passive_name
 from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle, handles, serve_passive
-from securevfl.view import write_view
+from securevfl.view import try_write_view
 
 _DATA_OPTIONS = ("numeric_ids", "label_column", "drop_columns", "categorical", "numeric", "min_freq", "hash_buckets")
 
@@ -611,8 +611,12 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
         runs += 1
         if record_view is not None:
             folder = Path(record_view) / f"run-{runs}" if serve_forever else Path(record_view)
-            write_view(folder, channel.party, channel.transcript, {"status": status})
-            print(f"{channel.party}: its view of the run is in {folder}", file=sys.stderr, flush=True)
+            error = try_write_view(folder, channel.party, channel.transcript, {"status": status})
+            if error is None:
+                print(f"{channel.party}: its view of the run is in {folder}", file=sys.stderr, flush=True)
+            else:
+                print(f"error: {error}", file=sys.stderr, flush=True)
+                status = 2
         if not serve_forever:
             return status
         channel.reset()

@@ -35,6 +35,16 @@ def write_view(folder: str | Path, party: str, messages: list[Message], meta: di
     return out
 
 
+def try_write_view(folder: str | Path, party: str, messages: list[Message], meta: dict) -> str | None:
+    """:func:`write_view`, or why it could not (a full disk, a folder made unwritable): the one line
+    to print beside a result that is never thrown away for it."""
+    try:
+        write_view(folder, party, messages, meta)
+    except (OSError, UserError) as e:
+        return f"--record-view {folder}: the view could not be written ({getattr(e, 'strerror', None) or e})"
+    return None
+
+
 def read_view(folder: str | Path) -> tuple[dict, list[Message]]:
     """(what the view says about itself, every message in order) from a ``--record-view`` folder."""
     d = Path(folder)

@@ -6,7 +6,6 @@ test is about the process itself (``test_passive_process_never_holds_labels``)."
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -92,10 +91,9 @@ class Passive:
         self.thread.start()
 
     def _run(self, path: str) -> None:
-        # its own seed as the simulator's default for small_cfg's seed, so that runs compare with the simulator
-        own = self.own or PartySettings()
-        if own.seed is None:
-            own = dataclasses.replace(own, seed=seed_for(3, party_index(self.channel.party)))
+        # unless told otherwise, its own seed is the simulator's default for small_cfg's seed, so that
+        # runs compare with the simulator
+        own = self.own or PartySettings(seed=seed_for(3, party_index(self.channel.party)))
         self.status = serve(self.channel, path, "id", own=own)
 
     def close(self) -> None:
@@ -441,7 +439,8 @@ def test_defenses_on_both_sides_equal_in_process(files, defense: str) -> None:
     party's): with a fixed mechanism seed, utility and both sides' ε equal the simulator's."""
     from securevfl.lab.compose import execute
 
-    p = Passive(files, own=PartySettings(mechanism_seed=5))  # the seed of its noise is its own decision
+    # the seed of its noise is its own decision (and its own seed as the simulator's default)
+    p = Passive(files, own=PartySettings(mechanism_seed=5, seed=seed_for(3, 1)))
     r = deploy(files, small_cfg(files, "guest", defense=defense, mechanism_seed=5), [p])
     p.close()
     sim = execute(small_cfg(files, "guest", "host", defense=defense, mechanism_seed=5), progress=False).to_json()
