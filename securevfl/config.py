@@ -34,12 +34,14 @@ class RunConfig:
     seed: int = setting(0, flag="--seed", ge=0, le=2**31 - 1, doc="""
         Fixes the partition, initialisation and batching (not the privacy mechanisms' noise; see
         mechanism_seed).""")
-    passive_seeds: tuple[int, ...] = setting(factory=tuple, ge=0, le=2**63 - 1, doc="""
+    passive_seeds: tuple[int, ...] = setting(factory=tuple, flag="--passive-seed", cli="append", metavar="N", ge=0,
+                                             le=2**63 - 1, doc="""
         The simulated passive parties' own seeds (passive1's first): each passive party's initial
         weights and every draw it makes alone come from its own seed, which no other party knows.
         Unset: ``seed·1009 + k`` for passive party k, so a run reproduces from ``seed`` alone. A
         deployed passive party draws its own from the OS, or takes ``securevfl party --seed``; set
-        the same values here to reproduce a deployed run in one process. The lab's attacks are never
+        the same values here (one ``--passive-seed`` per passive party, in order) to reproduce a deployed
+        run in one process. The lab's attacks are never
         given them, except ``fr-init``, whose threat model is an active party that knows them.""")
     mechanism_seed: int | None = setting(None, flag="--mechanism-seed", metavar="N", ge=0, le=2**31 - 1, doc="""
         Fixes the privacy mechanisms' noise (RR flips, DP-SGD and embedding-DP noise, the private

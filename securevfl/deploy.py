@@ -270,7 +270,7 @@ def _own_checkpoints(hello: dict, party_file: str, folder: str | None) -> Checkp
     if folder is None:
         raise UserError("the active party keeps checkpoints of this run, but this party keeps none: start it with "
                         "--checkpoint DIR (its own folder) to take part")
-    ck = Checkpoints(folder, run_key(hello, party_file), hello.get("resume_epoch"))
+    ck = Checkpoints(folder, run_key(hello, party_file), hello.get("resume_epoch"), party=str(hello.get("party")))
     if ck.resume_epoch is not None and int(ck.resume_epoch) not in ck.epochs():
         raise UserError(f"the active party resumes after epoch {ck.resume_epoch}, but this party has no checkpoint "
                         f"of it in {ck.dir} (have: {', '.join(map(str, ck.epochs())) or 'none'}); start it with the "
@@ -397,7 +397,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     ck = None
     if checkpoint is not None:
-        ck = Checkpoints(checkpoint, run_key(run_description(cfg, 1, n_parties, interactive), path))
+        ck = Checkpoints(checkpoint, run_key(run_description(cfg, 1, n_parties, interactive), path), party=ACTIVE)
         if resume:
             ck.resume_epoch = ck.latest()
             if ck.resume_epoch is None:

@@ -249,7 +249,7 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 if checkpoints is None:
                     raise UserError("the active party resumes from checkpoints, but this party keeps none (start it "
                                     "with its --checkpoint DIR)")
-                party.load_checkpoint_state(checkpoints.load(int(req["epoch"]))["party"])
+                party.load_checkpoint_state(checkpoints.load(req["epoch"])["party"])  # the epoch checked there
                 print(f"{party.name}: resumed from its checkpoint of epoch {int(req['epoch'])}", file=sys.stderr,
                       flush=True)
                 answer = {"resumed": int(req["epoch"])}
@@ -257,7 +257,7 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 if checkpoints is None:
                     raise UserError("the active party asks for checkpoints, but this party keeps none (start it "
                                     "with --checkpoint DIR)")
-                checkpoints.save(int(req["epoch"]), {"party": party.checkpoint_state()})
+                checkpoints.save(req["epoch"], {"party": party.checkpoint_state()})
                 answer = {"saved": int(req["epoch"])}
             elif op in ops:
                 answer = ops[op](party, req)
