@@ -189,7 +189,7 @@ def admit(hello: dict, own: PartySettings, method: object) -> list[str]:
             raise UserError("the active party asked for plain alignment, which sends this party's IDs in the clear; "
                             "refused (this party aligns by PSI; allow it with --allow plain-alignment)")
         notes.append("--allow plain-alignment: this party sends all its IDs to the active party in the clear")
-    needs = getattr(method, "permissions_needed", frozenset)()
+    needs: frozenset[str] = getattr(method, "permissions_needed", frozenset)()
     for need in sorted(needs):
         if need not in own.allow:
             raise UserError(f"method {name} as configured needs this party to {PERMISSIONS[need]}; refused (allow "
