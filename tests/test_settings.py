@@ -84,6 +84,8 @@ def sample(entry: settings.Entry) -> tuple[list[str], object]:
     if s.cli == "keyvalue":
         return [s.flag, "k=1", s.flag, "j=x"], {"k": 1, "j": "x"}
     if s.cli == "append":
+        if settings._scalar(entry.hint) is int:  # --passive-seed N
+            return [s.flag, "1", s.flag, "2"], [1, 2]
         return [s.flag, "a", s.flag, "b"], ["a", "b"]
     if s.cli == "comma":
         return [s.flag, "a, b,"], ["a", "b"]

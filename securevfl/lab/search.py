@@ -9,6 +9,10 @@ rebuilds it from tries 0 … t − 1 (parameters → the attack's mean AP over t
 attack, t), and asks it for try t. So the same stored history always gives the same next try, and
 a killed sweep continues where it stopped. Every attack of a try runs its own study's point.
 
+The budget is at most :data:`securevfl.lab.sweep.MAX_SEARCH_BUDGET` (10,000 tries per cell), checked
+when the sweep file is read, where the later tries also count towards the sweep's ``max_cells``; the
+space is never enumerated (each parameter is one categorical distribution of its listed values).
+
 Ray Tune's searchers are not used, also under ``engine: ray``: a trial here is a stored cell that
 any engine runs, and Ray Tune's TPE is this same Optuna sampler behind its own trial runner.
 """

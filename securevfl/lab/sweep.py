@@ -26,10 +26,13 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
 - ``attack_search``: the worst-case attacker, ``{budget: N, seed: S, space: {mc: {n_aux: [20, 80],
   steps: [200, 600]}}}``: every cell also runs ``N − 1`` further tries, each a point of the listed
   attacks' parameter grid drawn by a seeded random search (the whole grid when it is smaller); try 0
-  is the ``attacks`` entry as written. Each try is its own stored row (swept key ``search:try``); the
+  is the ``attacks`` entry as written. ``N`` is at most :data:`MAX_SEARCH_BUDGET` (10,000 tries per
+  cell); a space's values are listed without repeats. The grid is never built: up to
+  :data:`SEARCH_PERMUTED_MAX` points its indices are permuted, a larger space (any size) is sampled
+  lazily. Each try is its own stored row (swept key ``search:try``); the
   report scores each cell with the try whose mean attack performance is largest, and names it.
   ``searcher: tpe`` asks Optuna's TPE for the tries after try 0, round by round
-  (:mod:`securevfl.lab.search`).
+  (:mod:`securevfl.lab.search`); its later tries count towards ``max_cells`` too.
 - ``mechanism_seed``: debugging only: fixes the privacy mechanisms' noise. Each cell gets its own
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
@@ -44,6 +47,8 @@ import hashlib
 import itertools
 import json
 import math
+import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +59,7 @@ from securevfl.config import RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
 from securevfl.lab.search import with_params
+from securevfl.limits import brief
 from securevfl.validate import number
 
 if TYPE_CHECKING:
@@ -109,7 +115,8 @@ class Sweep:
 HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None, ("data", "task"): "auto",
                                                          ("model", "head"): "split",
                                                          ("audit",): {}, ("device",): "cpu",
-                                                         ("model", "interactive_mixing"): "off"}
+                                                         ("model", "interactive_mixing"): "off",
+                                                         ("passive_seeds",): []}
 """Settings added after stores and golden results were recorded (path in the config dict → default):
 left out of the run id while at their default, so existing run ids, and the mechanism seeds derived
 from them, stay as they were; a non-default value is hashed like any other."""
@@ -128,7 +135,7 @@ def run_id(config: dict) -> str:
                 break
             parent[key] = parent = dict(parent[key])
         else:
-            if parent.get(path[-1], default) == default:
+            if json.dumps(parent.get(path[-1], default), default=str) == json.dumps(default):  # () and [] alike
                 parent.pop(path[-1], None)
     return hashlib.sha256(json.dumps(hashed, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
@@ -213,9 +220,10 @@ def _validate_defenses(defenses: list[tuple[str, str, float | None]]) -> None:
             raise _fail(f"defenses ({spec})", str(e)) from None
 
 
-def expand_attacks(entries: object) -> list[tuple[list, dict]]:
+def expand_attacks(entries: object, cap: int | None = None) -> list[tuple[list, dict]]:
     """Sweep-file attacks → one ``(attack entries, swept values)`` pair per combination of the
-    parameter lists (``{mc: {n_aux: [20, 80]}}`` → two); each entry is validated like ``--attack``."""
+    parameter lists (``{mc: {n_aux: [20, 80]}}`` → two); each entry is validated like ``--attack``.
+    More combinations than ``cap`` (the sweep's cell cap) are refused before any is built."""
     import attacks as attack_lib  # the lab's composition layer may import the attack package
 
     if entries is None:
@@ -240,6 +248,11 @@ def expand_attacks(entries: object) -> list[tuple[list, dict]]:
             fixed.append((key, entry, {}))
         else:
             raise _fail(key, "expected an attack name, a spec like 'mc:n_aux=20' or {name: {param: value}}")
+    n = math.prod(len(v) for v in axes.values())
+    if cap is not None and n > cap:
+        raise _fail("max_cells", f"the attacks' parameter lists make {n:,} combinations "
+                                 f"({' × '.join(str(len(v)) for v in axes.values())}), more than {cap:,} cells; "
+                                 f"if you mean it, set max_cells: {n} or more in the sweep file")
     variants = []
     for combo in itertools.product(*axes.values()) if axes else [()]:
         chosen = dict(zip(axes, combo, strict=True))
@@ -268,7 +281,10 @@ def _search_spec(search: object) -> tuple[int, int, list[tuple[str, str, list]],
     budget, seed = search.get("budget", 4), search.get("seed", 0)
     for key, v, low in (("budget", budget, 1), ("seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise _fail(f"attack_search.{key}", f"expected an integer ≥ {low}, got {v!r}")
+            raise _fail(f"attack_search.{key}", f"expected an integer ≥ {low}, got {brief(v)}")
+    if budget > MAX_SEARCH_BUDGET:
+        raise _fail("attack_search.budget", f"{budget:,} tries per cell is more than the maximum of "
+                                            f"{MAX_SEARCH_BUDGET:,}")
     from securevfl.lab.search import SEARCHERS, require_optuna
 
     searcher = search.get("searcher", "random")
@@ -283,24 +299,75 @@ def _search_spec(search: object) -> tuple[int, int, list[tuple[str, str, list]],
     for name, params in space.items():
         if not isinstance(params, dict) or not params:
             raise _fail(f"attack_search.space.{name}", "expected a mapping {param: [values]}")
-        axes += [(str(name), str(k), _as_list(v, f"attack_search.space.{name}.{k}")) for k, v in params.items()]
+        for k, v in params.items():
+            key = f"attack_search.space.{name}.{k}"
+            values = _as_list(v, key)
+            seen: set[str] = set()
+            for x in values:  # a repeat adds no point to search, only draws that find nothing new
+                canonical = json.dumps(x, sort_keys=True, default=str)
+                if canonical in seen:
+                    raise _fail(key, f"value {brief(x)} is listed twice")
+                seen.add(canonical)
+            axes.append((str(name), str(k), values))
     return budget, seed, axes, searcher
 
 
-def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tuple[list, dict]]:
+MAX_SEARCH_BUDGET = 10_000
+"""The most tries per cell an ``attack_search`` may ask for (each try is a stored run)."""
+
+SEARCH_PERMUTED_MAX = 1_000_000
+"""A random search's space of up to this many points is drawn as a seeded permutation of its indices
+(as it always was: a store keeps its tries); a larger space is sampled lazily, never enumerated."""
+
+
+def _space_size(axes: list[tuple[str, str, list]]) -> int:
+    """The number of points of the space's grid, by multiplication (an exact Python integer)."""
+    return math.prod(len(values) for _, _, values in axes)
+
+
+def _grid_point(axes: list[tuple[str, str, list]], index: int) -> dict[str, dict]:
+    """Point ``index`` of the space's grid in ``itertools.product`` order (the last axis varies
+    fastest), without building the grid."""
+    digits = []
+    for _, _, values in reversed(axes):
+        index, r = divmod(index, len(values))
+        digits.append(r)
+    point: dict[str, dict] = {}
+    for (name, k, values), r in zip(axes, reversed(digits), strict=True):
+        point.setdefault(name, {})[k] = values[r]
+    return point
+
+
+def _lazy_draws(n: int, seed: int, budget: int) -> Iterator[int]:
+    """Distinct indices of a grid of ``n`` > :data:`SEARCH_PERMUTED_MAX` points, seeded, drawn one by
+    one; at most ``20 × budget`` draws (a space whose points mostly repeat one another ends early)."""
+    rng = random.Random(seed)
+    drawn: set[int] = set()
+    for _ in range(20 * budget):
+        i = rng.randrange(n)
+        if i not in drawn:
+            drawn.add(i)
+            yield i
+
+
+def expand_search(search: object, variants: list[tuple[list, dict]],
+                  cap: int | None = None) -> list[tuple[list, dict]]:
     """``attack_search`` → each attack variant followed by its search tries (swept ``search:try``).
 
     ``searcher: random`` (the default): a plain seeded random search over the grid of ``space``, every
     try expanded here as ordinary cells; try 0 is the variant itself, so a sweep that gains a search
     keeps its rows. Tries repeating an earlier point are skipped. ``searcher: tpe``: only try 0 here;
     the later tries are asked of Optuna round by round as results arrive
-    (:class:`securevfl.lab.search.TPESearch`)."""
+    (:class:`securevfl.lab.search.TPESearch`). More tries in all than ``cap`` (the sweep's cell cap)
+    are refused as soon as they are counted. The space's grid is never built (see
+    :data:`SEARCH_PERMUTED_MAX`)."""
     import attacks as attack_lib
 
     budget, seed, axes, searcher = _search_spec(search)
-    grid = list(itertools.product(*(values for _, _, values in axes)))
-    order = np.random.default_rng(seed).permutation(len(grid))
-    out = []
+    size = _space_size(axes)
+    permuted = np.random.default_rng(seed).permutation(size) if searcher == "random" \
+        and size <= SEARCH_PERMUTED_MAX else None
+    out: list[tuple[list, dict]] = []
     for entries, swept in variants:
         names = [attack_lib.parse_attack(e)[0].name for e in entries]
         missing = sorted({n for n, _, _ in axes} - set(names))
@@ -311,17 +378,20 @@ def expand_search(search: object, variants: list[tuple[list, dict]]) -> list[tup
             for v in values:
                 with_params(next(e for e in entries if attack_lib.parse_attack(e)[0].name == a), {a: {k: v}},
                              "attack_search.space")
-        seen = [_attack_key(entries)]
-        for i in order if searcher == "random" else []:
+        seen = {_attack_key(entries)}
+        order: Iterable[int] = [] if searcher != "random" else permuted if permuted is not None \
+            else _lazy_draws(size, seed, budget)
+        for i in order:
             if len(tries) >= budget:
                 break
-            point: dict[str, dict] = {}
-            for (name, k, _), v in zip(axes, grid[i], strict=True):
-                point.setdefault(name, {})[k] = v
-            tried = [with_params(e, point, "attack_search.space") for e in entries]
+            tried = [with_params(e, _grid_point(axes, int(i)), "attack_search.space") for e in entries]
             if _attack_key(tried) not in seen:
-                seen.append(_attack_key(tried))
+                seen.add(_attack_key(tried))
                 tries.append((tried, {**swept, "search:try": len(tries)}))
+                if cap is not None and len(out) + len(tries) > cap:  # refused as soon as counted
+                    raise _fail("max_cells", f"the attack search alone makes more than {cap:,} cells "
+                                             f"({len(variants):,} attack variants × up to {budget:,} tries); if "
+                                             f"you mean it, set max_cells: {len(variants) * budget} in the sweep file")
         out += tries
     return out
 
@@ -389,14 +459,15 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
     methods = _methods(data.get("methods"))
     defenses = expand_defenses(data.get("defenses"))
     _validate_defenses(defenses)
-    attack_variants = expand_attacks(data.get("attacks"))
+    cap = _cell_cap(data)
+    attack_variants = expand_attacks(data.get("attacks"), cap)
     if data.get("attack_search") is not None:
-        attack_variants = expand_search(data["attack_search"], attack_variants)
+        attack_variants = expand_search(data["attack_search"], attack_variants, cap)
     he_modes = _he_modes(data.get("he", "off"))
     seeds = _seeds(data.get("seeds", [0]))
     base, data_axes = _base_config(ds, data)
     _check_size(data, [len(v) for v in data_axes.values()] + [len(methods), len(defenses), len(he_modes),
-                                                            len(attack_variants), len(seeds)])
+                                                            len(attack_variants) * _later_tries(data), len(seeds)])
     cells = _expand_cells(base, data_axes, _Grid(methods, defenses, he_modes, attack_variants, seeds))
     if data.get("mechanism_seed") is not None:
         cells = [_with_mechanism_seed(c, _mechanism_seed(data["mechanism_seed"])) for c in cells]
@@ -404,6 +475,16 @@ def parse_sweep(data: dict, source: str = "sweep") -> Sweep:
         cells = _with_save(cells, data["save"])
     return Sweep(name, cells, list(data_axes) + [k for k in attack_variants[0][1] if k != "search:try"],
                  search_plan(data.get("attack_search"), cells))
+
+
+def _later_tries(data: dict) -> int:
+    """How many tries each attack variant becomes in the run: a ``searcher: tpe`` search's budget (its
+    later tries are asked round by round, so they are not among the expanded cells), else 1."""
+    search = data.get("attack_search")
+    if search is None:
+        return 1
+    budget, _, _, searcher = _search_spec(search)
+    return budget if searcher == "tpe" else 1
 
 
 def _mechanism_seed(value: object) -> int:
@@ -509,12 +590,17 @@ range of 30,000 would otherwise expand for minutes in silence and then run for w
 def _check_size(data: dict, axis_lengths: list[int]) -> None:
     """Refuse, before expanding, a grid over the cap (the product of its axes bounds its cells)."""
     n = math.prod(axis_lengths)
-    cap = MAX_CELLS
-    if data.get("max_cells") is not None:
-        cap = int(number("sweep key max_cells", data["max_cells"], integer=True, ge=1))
+    cap = _cell_cap(data)
     if n > cap:
         raise _fail("max_cells", f"the grid has up to {n:,} cells ({' × '.join(map(str, axis_lengths))}), more than "
                                  f"{cap:,}; if you mean it, set max_cells: {n} in the sweep file")
+
+
+def _cell_cap(data: dict) -> int:
+    """The sweep's cell cap: its ``max_cells``, else :data:`MAX_CELLS`."""
+    if data.get("max_cells") is not None:
+        return int(number("sweep key max_cells", data["max_cells"], integer=True, ge=1))
+    return MAX_CELLS
 
 
 def _is_list_axis(v: list) -> bool:
