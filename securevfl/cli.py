@@ -341,18 +341,10 @@ def check_party_file(path: str) -> None:
 
 def party_settings(args: argparse.Namespace):
     """``party``'s own privacy settings (:class:`securevfl.lab.party_settings.PartySettings`), checked."""
-    import yaml
-
     from securevfl.lab.party_settings import PartySettings, check_own
+    from securevfl.settings import parse_keyvalues
 
-    he_params = {}
-    for item in args.he_param:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise UserError(f"--he-param {item}: expected KEY=VALUE")
-        if key.strip() in he_params:
-            raise UserError(f"--he-param {key.strip()} given more than once")
-        he_params[key.strip()] = yaml.safe_load(value)
+    he_params = parse_keyvalues("--he-param", args.he_param)  # the one key=value syntax of every command
     if args.defense is not None and not args.defense.strip():
         raise UserError("--defense is empty: name a defense, or 'none'")
     seed = None if args.mechanism_seed is None else int(number("--mechanism-seed", args.mechanism_seed, integer=True,

@@ -53,7 +53,7 @@ class RunConfig:
         interactive layer; ``bfv`` and ``paillier`` hide every mask by ≥ 40 bits, ``ckks`` by 12).""")
     he_params: dict = setting(factory=dict, flag="--he-param", cli="keyvalue", doc="""
         HE scheme parameters, e.g. ``{poly_modulus_degree: 8192}`` or ``{key_bits: 3072, packing: true}``;
-        on the command line one ``KEY=VALUE`` per flag (repeatable).""")
+        on the command line ``KEY=VALUE[,KEY=VALUE...]``, the flag repeatable (a key once).""")
     defense: str = setting("none", flag="--defense", doc="""
         Defense spec, e.g. ``iso:5`` or ``dp:clip=1,noise=1``; ``+`` composes.""")
     attacks: list[str | dict] = setting(factory=list, flag="--attack", cli="append", doc="""
@@ -73,13 +73,13 @@ class RunConfig:
         with probability ½ each and reports ``privacy.audit.epsilon_lower``, an empirical ε lower bound
         beside the claimed ε; ``side=features`` audits passive1's feature rows (embedding-dp) instead.
         Also ``attack`` (``all``: every scorer that applies; ``aux-axis``, ``direction``, ``norm``:
-        binary; ``prototype``; ``dli``: agg head), ``confidence`` (0.95), ``guesses`` (0: a fixed
-        schedule), ``mode`` (``natural``; ``gradient``: white-box gradient canaries in dp's release) and
-        ``analysis`` (``binomial``; ``fdp``: the f-DP bound of a Gaussian claim). On the command line one
-        ``KEY=VALUE`` per flag.""")
+        binary; ``prototype``; ``dli``: agg head), ``confidence`` (0.95; 0.5 to 0.9999), ``guesses`` (2 to
+        the canaries; unset: a fixed schedule), ``mode`` (``natural``; ``gradient``: white-box gradient
+        canaries in dp's release) and ``analysis`` (``binomial``; ``fdp``: the f-DP bound of a Gaussian
+        claim). On the command line ``KEY=VALUE[,KEY=VALUE...]``, the flag repeatable.""")
     method_params: dict = setting(factory=dict, flag="--method-param", cli="keyvalue", doc="""
         Method-specific hyperparameters, e.g. ``evidential: false`` (risa), ``alpha: 0.5`` (fedud); on the
-        command line one ``KEY=VALUE`` per flag (repeatable).""")
+        command line ``KEY=VALUE[,KEY=VALUE...]``, the flag repeatable (a key once).""")
     data: DataConfig = setting(factory=DataConfig, doc="Which data is read and how.")
     partition: PartitionSpec = setting(factory=PartitionSpec, doc="""
         How the entities and columns are split across parties (sweep files: keys of the ``dataset``

@@ -403,6 +403,8 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
             if ck.resume_epoch is None:
                 raise UserError(f"--resume: no checkpoint of this run in {checkpoint} (a run with other settings or "
                                 "files keeps other checkpoints)")
+            print(f"active: resuming after epoch {ck.resume_epoch} (its checkpoint in {ck.dir})", file=sys.stderr,
+                  flush=True)
     resume_at = {"checkpoint": True, "resume_epoch": ck.resume_epoch} if ck is not None else {}
     # 1. every passive party gets the run and reads its file
     for k, name in enumerate(names, start=1):
@@ -482,6 +484,9 @@ def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress
         return run_deployed(cfg, channel, peers, progress, checkpoint, resume, save)
     except UserError as e:
         channel.abort(str(e))
+        if checkpoint is not None and "went away mid-run" in str(e):
+            raise UserError(f"{e}, then run this same train command again with --resume (it goes on from the newest "
+                            f"epoch every party checkpointed, {checkpoint})") from None
         raise
     except _BAD_BYTES as e:
         channel.abort("the active party failed on a malformed message")

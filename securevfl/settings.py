@@ -210,7 +210,7 @@ def metavar(entry: Entry) -> str | None:
     assert s is not None and s.flag is not None
     if s.metavar or s.choices:
         return s.metavar
-    return "KEY=VALUE" if s.cli == "keyvalue" else s.flag[2:].upper().replace("-", "_")
+    return "KEY=VALUE[,...]" if s.cli == "keyvalue" else s.flag[2:].upper().replace("-", "_")
 
 
 class _Once(argparse.Action):
@@ -266,6 +266,25 @@ def _parse_keyvalue(flag: str, text: str) -> tuple[str, object]:
         raise UserError(f"{flag} {key.strip()}: {e}") from None
 
 
+_NEXT_KEY = re.compile(r",(?=\s*[A-Za-z_][\w.-]*\s*=)")
+"""A comma that starts another ``KEY=VALUE`` (a comma inside a value, e.g. a YAML list, does not)."""
+
+
+def parse_keyvalues(flag: str, items: list[str]) -> dict[str, object]:
+    """Every ``KEY=VALUE`` of a repeatable flag (``--audit``, ``--he-param``, ``--method-param``), each
+    flag holding one or several separated by commas, as ``--defense NAME:K=V,K=V`` does: the one syntax
+    of key=value settings. A key given twice is refused, naming both values (the last would win
+    silently)."""
+    out: dict[str, object] = {}
+    for item in items:
+        for part in _NEXT_KEY.split(item):
+            key, value = _parse_keyvalue(flag, part)
+            if key in out:
+                raise UserError(f"{flag} {key} given twice ({out[key]!r} and {value!r}); give it once")
+            out[key] = value
+    return out
+
+
 def apply_flags(cfg: object, args: argparse.Namespace) -> None:
     """Set each setting of ``cfg`` whose flag was given in ``args`` (as :func:`add_flags` made them)."""
     for entry in walk(type(cfg)):
@@ -279,7 +298,7 @@ def apply_flags(cfg: object, args: argparse.Namespace) -> None:
             owner = getattr(owner, part)
         name = entry.field.name
         if s.cli == "keyvalue":
-            getattr(owner, name).update(_parse_keyvalue(s.flag, kv) for kv in value)
+            getattr(owner, name).update(parse_keyvalues(s.flag, value))
         elif s.cli == "comma":
             setattr(owner, name, [c.strip() for c in value.split(",") if c.strip()])
         elif s.cli == "append":

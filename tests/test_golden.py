@@ -88,3 +88,45 @@ def test_golden_fails_on_a_real_regression(monkeypatch):
     want = json.loads((GOLDEN / "digits-splitnn-iso-mc.json").read_text())
     diffs = compare(run("digits-splitnn-iso-mc"), want)
     assert any(".attacks.mc.value" in d for d in diffs), diffs
+
+
+def test_a_control_message_is_as_long_whatever_the_last_bits():
+    """Issue 51: a training result sent as JSON text (a loss in a control message) changed the message's
+    length with its last bits, so byte counts moved with the CPU's kernels. Floats now cross at a fixed
+    width; the control shows that plain JSON text does not."""
+    import numpy as np
+
+    from securevfl.channel.codec import decode_json, encode_json
+
+    for x in (0.1, 1 / 3, 2.5e-7, -3.75, 123456.789):
+        y = float(np.nextafter(x, np.inf))
+        assert len(encode_json({"loss": [x, 1.0]})) == len(encode_json({"loss": [y, 1.0]}))
+        assert decode_json(encode_json({"loss": [x]})) == {"loss": [x]}  # the same float back
+    assert len(json.dumps(0.1)) != len(json.dumps(float(np.nextafter(0.1, np.inf))))  # the control
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["aten-default", "aten-avx2", "mkl-compatible", "all-avx2"])
+def test_byte_counts_do_not_move_with_the_cpu_kernels(variant, tmp_path):
+    """Every byte count of the runs whose control messages carry training results (local SSL losses,
+    SCARF losses) is exact under each kernel variant of scripts/golden_spread.py."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("golden_spread", root / "scripts" / "golden_spread.py")
+    assert spec is not None and spec.loader is not None
+    spread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spread)
+    names = ["digits-fedlocal-simsiam", "cancer-vflhlp"]
+    out = tmp_path / "runs.json"
+    subprocess.run([sys.executable, "-m", "tests.golden_runs", "--out", str(out), *names], cwd=root, check=True,
+                   env={**os.environ, **spread.KERNELS[variant]}, capture_output=True)
+    got = json.loads(out.read_text())
+    for name in names:
+        want = json.loads((GOLDEN / f"{name}.json").read_text())
+        assert got[name]["cost"]["bytes_by_kind"] == want["cost"]["bytes_by_kind"], name
+        assert got[name]["cost"]["bytes_sent"] == want["cost"]["bytes_sent"], name

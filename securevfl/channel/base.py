@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from securevfl.channel import codec
+from securevfl.errors import UserError
 
 
 class MessageKind:
@@ -91,6 +92,11 @@ class ChannelStats:
 class Channel(ABC):
     """Abstract transport. Implementations move bytes; counting and transcripts live here."""
 
+    remote: bool = False
+    """Whether the other parties are other processes (another organisation): then a tensor received
+    with a non-finite value is that sender's fault, refused by name (:meth:`Endpoint.recv_tensor`),
+    not a divergence of this run's training."""
+
     def __init__(self, record: bool = False) -> None:
         self.stats = ChannelStats()
         self.record = record
@@ -159,6 +165,9 @@ class Endpoint:
         """The next tensor of ``kind`` from ``src``, on this party's device (``device="cpu"``: for an end
         that computes on the CPU, e.g. the interactive layer, without a round trip through the GPU)."""
         t = codec.decode_tensor(self.recv(src, kind))
+        if self._channel.remote and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise UserError(f"{src} sent a {kind} message with non-finite values (NaN or infinity): the run ends; "
+                            f"the fault is {src}'s message, not this run's settings")
         target = self.device if device is None else torch.device(device)
         return t if target.type == "cpu" else t.to(target)
 

@@ -143,6 +143,8 @@ class GrpcChannel(Channel):
 
     Stats count both directions of this party's own traffic (the peer's process counts its own)."""
 
+    remote = True
+
     def __init__(self, party: str, net: NetConfig, *, listen: str | None = None, client: str | None = None,
                  peers: dict[str, str] | None = None, record: bool = False) -> None:
         super().__init__(record)
@@ -503,6 +505,9 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
     code = e.code()
     detail = (e.details() or "").splitlines()[0] if e.details() else ""
     where = f"{peer} at {addr}"
+    if code == grpc.StatusCode.UNAVAILABLE and what != "connect":  # connected and past the handshake
+        return (f"{where} went away mid-run ({what}): {detail or 'unavailable'} — the peer's process stopped or "
+                "its machine became unreachable; restart it with the same flags")
     if code == grpc.StatusCode.UNAVAILABLE:
         tls_hint = ""
         low = detail.lower()

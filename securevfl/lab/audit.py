@@ -75,12 +75,13 @@ def audit_config(given: dict) -> dict:
     cfg: dict[str, Any] = {**DEFAULTS, **check_params("--audit", DEFAULTS, given)}
     if cfg["canaries"] != 0 and cfg["canaries"] < 2:
         raise UserError(f"--audit canaries must be 0 (off) or ≥ 2, got {cfg['canaries']}")
-    if not 0 < cfg["confidence"] < 1:
-        raise UserError(f"--audit confidence must be in (0, 1), got {cfg['confidence']}")
+    if not 0.5 <= cfg["confidence"] <= 0.9999:  # below ½ a "bound" is more likely wrong than right
+        raise UserError(f"--audit confidence must be in [0.5, 0.9999], got {cfg['confidence']}")
     if cfg["side"] not in ("labels", "features"):
         raise UserError(f"--audit side must be labels or features, got {cfg['side']!r}")
-    if cfg["guesses"] < 0 or cfg["guesses"] > cfg["canaries"]:
-        raise UserError(f"--audit guesses must be in [0, canaries], got {cfg['guesses']}")
+    if "guesses" in given and not 2 <= cfg["guesses"] <= cfg["canaries"]:  # unset (0): the schedule
+        raise UserError(f"--audit guesses must be in [2, canaries] (leave it unset for the schedule of guess "
+                        f"counts), got {cfg['guesses']}")
     if cfg["mode"] not in ("natural", "gradient"):
         raise UserError(f"--audit mode must be natural or gradient, got {cfg['mode']!r}")
     if cfg["analysis"] not in ("binomial", "fdp"):

@@ -155,8 +155,13 @@ class VFLHLP(Method):
         if self.use_active:
             assert a.data.label_ids is not None  # the active party's data always carries its labels
             if len(a.data.label_ids) <= len(labeled_aligned_ids(fed)):
-                raise UserError(f"{self.name} needs the active party's labels on its unaligned rows "
-                                "(partition.active_labels_unaligned: true)")
+                # fully aligned (e.g. two party files whose IDs all match): the paper's local pre-training
+                # uses all the active party's labeled rows, which are then the aligned ones
+                fed.meta.setdefault("warnings", []).append(
+                    f"{self.name}: every labeled row of the active party is aligned, so its local pre-training "
+                    f"uses those {len(a.data.label_ids)} rows and nothing beyond what the federation trains on; "
+                    "its gain comes from labeled rows the passive parties lack (add them to the active party's "
+                    "file, or see docs/methods.md)")
             record: dict = {}
             theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(params["pretrain_epochs"]),
                                                       int(params["pretrain_batch_size"]), float(params["pretrain_lr"]),
