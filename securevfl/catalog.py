@@ -27,6 +27,10 @@ METHODS: dict[str, str] = {
 
 DATASETS: tuple[str, ...] = ('avazu', 'breast-cancer', 'criteo', 'csv', 'digits', 'fashion-mnist', 'mnist', 'uci-credit')
 
+ATTACKS: tuple[str, ...] = ('backdoor-gr', 'backdoor-villain', 'bli', 'cluster', 'direction', 'dli', 'fr', 'fr-grn', 'fr-init', 'mc', 'mc-active', 'mc-full', 'mc-plain', 'missing-feature', 'noisy-sample', 'norm', 'sdar', 'sdar-label')
+
+DEFENSES: tuple[str, ...] = ('cae', 'dcae', 'dcor', 'discrete-sgd', 'dp', 'embedding-dp', 'fedpass', 'gradperturb', 'iso', 'kdk', 'laplace', 'marvell', 'max-norm', 'mid', 'noise', 'peloss', 'rr', 'sparsify')
+
 
 def check_names(dataset: str | None, method: str | None) -> None:
     """Fail fast on an unknown dataset or method name (the registries say the same, later)."""
@@ -36,6 +40,25 @@ def check_names(dataset: str | None, method: str | None) -> None:
         raise UserError(f"unknown dataset {dataset!r}; available: {', '.join(sorted(DATASETS))}")
     if method is not None and method not in METHODS:
         raise UserError(f"unknown method {method!r}; available: {', '.join(sorted(METHODS))}")
+
+
+# ATTACKS and DEFENSES are the attack and defense registries' names (tests/test_cli.py checks them; the
+# core does not import those packages, so they are kept here by hand)
+
+
+def check_component_names(attacks: list, defense: str | None) -> None:
+    """Fail fast on an unknown attack or defense name in ``--attack`` / ``--defense`` (their parameters are
+    checked by the registries, later): a typo is answered before torch is imported."""
+    from securevfl.errors import UserError
+
+    for entry in attacks:
+        name = next(iter(entry)) if isinstance(entry, dict) and len(entry) == 1 else entry
+        if isinstance(name, str) and name.split(":", 1)[0].strip() not in ATTACKS:
+            raise UserError(f"unknown attack {name.split(':', 1)[0].strip()!r}; available: {', '.join(ATTACKS)}")
+    for part in (defense or "").split("+"):
+        name = part.split(":", 1)[0].strip()
+        if name and name != "none" and name not in DEFENSES:
+            raise UserError(f"unknown defense {name!r}; available: {', '.join(DEFENSES)}")
 
 
 def render() -> str:

@@ -104,8 +104,8 @@ def _add_train(sub) -> None:
 
 def _build_config(args: argparse.Namespace):
     from securevfl.config import RunConfig, apply_dict, load_config_file
-    from securevfl.cutlayer import refuse_test_fixtures
     from securevfl.settings import apply_flags
+    from securevfl.validate import refuse_test_fixtures, validate_config
 
     cfg = RunConfig()
     if args.config:
@@ -120,7 +120,11 @@ def _build_config(args: argparse.Namespace):
     data_dir = getattr(args, "data.dir")
     if data_dir is not None and not Path(data_dir).is_dir():
         raise UserError(f"--data-dir {data_dir}: no such directory")
-    return cfg  # validated by lab.compose.execute, the one entry every run passes through
+    validate_config(cfg, data_options=False)  # every type and range now, before any heavy import (issue 51)
+    from securevfl.catalog import check_component_names
+
+    check_component_names(cfg.attacks, cfg.defense)
+    return cfg  # and again, whole, by lab.compose.execute, the one entry every run passes through
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -138,12 +142,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         if given:
             raise UserError(f"{'/'.join(given)} go{'es' if len(given) == 1 else ''} with --peer (parties in other "
                             "processes); without --peer every party runs in this process")
+        cfg = _build_config(args)  # a mistake is answered before the heavy imports below
+        _configure_threads()
         from securevfl.lab.compose import execute
 
         if args.save is not None:
             _check_writable_dir(args.save, "--save")
         progress = False if args.quiet else args.progress
-        r = execute(_build_config(args), progress=progress, save=args.save).to_json()
+        r = execute(cfg, progress=progress, save=args.save).to_json()
         if args.save is not None and not args.quiet:
             print(f"saved: each party's part in {args.save}/<party>/ (securevfl predict --model {args.save})",
                   file=sys.stderr)
@@ -223,7 +229,6 @@ def _view_failed(error: str | None) -> int:
 def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
     """The deployed run's result, and why its ``--record-view`` could not be written (None: it was, or
     none was asked for): a view that fails never loses the result."""
-    from securevfl.deploy import train_deployed
     from securevfl.roles import ACTIVE
 
     peers = _peers(args.peer)
@@ -231,6 +236,8 @@ def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
         _check_writable_dir(args.save, "--save")
     cfg = _build_config(args)
     prepare_view_dir(args.record_view)
+    _configure_threads()
+    from securevfl.deploy import train_deployed  # heavy: after every flag is checked
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record or args.record_view is not None)
     view_error = None
@@ -646,14 +653,18 @@ def _runtime_warnings_held() -> Iterator[list[warnings.WarningMessage]]:
         warnings.showwarning = shown
 
 
+def _configure_threads() -> None:
+    from securevfl import threads
+
+    threads.configure()
+
+
 def _run(argv: list[str] | None) -> int:
     try:
         args = make_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)
-        if args.command in ("train", "sweep", "predict"):  # this process's thread share (securevfl/threads.py)
-            from securevfl import threads
-
-            threads.configure()
+        if args.command in ("sweep", "predict"):  # this process's thread share (securevfl/threads.py; train's
+            _configure_threads()  # once its flags are checked: it imports torch)
         return COMMANDS[args.command](args)
     except UserError as e:
         from securevfl.limits import cap_line

@@ -14,15 +14,10 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from securevfl.data.dataset import DataConfig
-from securevfl.data.partition import PartitionSpec
-from securevfl.devices import DEVICES
 from securevfl.errors import UserError
-from securevfl.federation import OptimConfig
 from securevfl.limits import brief, load_yaml, read_text_limited
-from securevfl.models import ModelConfig
+from securevfl.options import DEVICES, DataConfig, ModelConfig, OptimConfig, PartitionSpec, TrainConfig
 from securevfl.settings import setting
-from securevfl.training import TrainConfig
 
 
 @dataclass

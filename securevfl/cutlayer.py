@@ -340,18 +340,7 @@ CUT_LAYERS.register_lazy("paillier", "securevfl.crypto:PaillierCutLayer")
 CUT_LAYERS.register_lazy("bfv", "securevfl.crypto:BFVCutLayer")
 
 
-TEST_FIXTURE_PARAMS = ("seeded_shares",)
-"""HE parameters only a test may set (through the Python API): ``seeded_shares`` derives the passive
-party's secret share of W_P and its masks from the public seed, so the active party can too and HE
-protects nothing. Step-for-step HE-on = HE-off comparisons need it; a user never does."""
-
-
-def refuse_test_fixtures(params: dict, where: str) -> None:
-    """A one-line refusal of a test-fixture HE parameter given by a user (CLI, config or sweep file)."""
-    for key in params:
-        if str(key).replace("-", "_") in TEST_FIXTURE_PARAMS:
-            raise UserError(f"{where}: {key} is a test fixture (it derives the passive party's secret share "
-                            "from the public seed, so HE would protect nothing) and cannot be set here")
+from securevfl.validate import TEST_FIXTURE_PARAMS, refuse_test_fixtures  # noqa: E402,F401  (light: checked with the flags)
 
 
 def make_cut_layer(name: str, *, interactive: bool = True, mixing: str = "off", **params: object) -> CutLayer:

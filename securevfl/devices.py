@@ -25,9 +25,7 @@ import torch
 from torch import nn
 
 from securevfl.errors import UserError
-
-DEVICES = ("auto", "cpu", "cuda", "mps")
-"""The values of ``--device``."""
+from securevfl.options import DEVICES  # noqa: E402,F401  (the values of --device; their home: the light settings module)
 
 CPU = torch.device("cpu")
 

@@ -20,26 +20,9 @@ from securevfl.data import psi
 from securevfl.data.partition import Partition, PartyData
 from securevfl.hooks import PartyHook
 from securevfl.models import ModelConfig, build_bottom, build_head, for_head
+from securevfl.options import DEFAULT_LR, OptimConfig  # noqa: F401  (their home: the light settings module)
 from securevfl.parties import ActiveParty, OptimizerFactory, PassiveParty
 from securevfl.roles import seed_for
-from securevfl.settings import setting
-
-
-@dataclass
-class OptimConfig:
-    optimizer: str = setting("adam", flag="--optimizer", choices=("adam", "sgd"), doc="""
-        Every party's optimizer: ``adam`` or ``sgd`` (momentum 0.9).""")
-    lr: float | None = setting(None, flag="--lr", gt=0, doc="""
-        Learning rate of every party's optimizer; unset = the optimizer's default (:data:`DEFAULT_LR`:
-        0.001 with adam, 0.05 with sgd — Adam's rate leaves momentum SGD at chance on small data).""")
-    weight_decay: float = setting(0.0, ge=0, doc="L2 weight decay.")
-    interactive_lr: float | None = setting(None, gt=0, doc="""
-        Learning rate of the interactive layer W_P (momentum SGD in both HE modes): unset = ``lr`` under
-        ``sgd``, 0.1 under ``adam`` (see securevfl/interactive.py).""")
-
-
-DEFAULT_LR = {"adam": 1e-3, "sgd": 0.05}
-"""Default learning rate per optimizer (sgd 0.05: digits splitnn 0.85 at 5 epochs, 0.63 at 0.01)."""
 
 
 def effective_lr(cfg: OptimConfig) -> float:

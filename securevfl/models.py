@@ -4,50 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from securevfl.errors import UserError
-from securevfl.settings import setting
-
-HEADS = ("split", "agg")
-"""The head kinds (``--head``); components declare which they apply to (``heads`` class attributes)."""
-
-
-@dataclass
-class ModelConfig:
-    bottom: str = setting("auto", flag="--bottom", choices=("auto", "mlp", "cnn"), doc="""
-        Bottom model family: ``mlp``, ``cnn`` (image slices), or ``auto`` (cnn for images ≥ 16 px
-        tall, mlp otherwise).""")
-    cut_dim: int = setting(64, flag="--cut-dim", ge=1, doc="Width of each party's bottom output r^k (the cut layer).")
-    head: str = setting("split", flag="--head", choices=HEADS, doc="""
-        The active party's head: ``split`` (a trainable top model on the parties' concatenated cut-layer
-        outputs) or ``agg`` (aggVFL: every bottom model outputs class logits and the active party sums
-        them; no trainable top model, no interactive layer).""")
-    hidden: tuple[int, ...] = setting((256, 128), ge=1, doc="Hidden widths of the MLP bottom model.")
-    cnn_channels: tuple[int, ...] = setting((16, 32), ge=1, doc="""
-        Channels of the CNN bottom model's conv blocks (conv3×3 → ReLU → maxpool2 each).""")
-    head_hidden: tuple[int, ...] = setting(factory=tuple, ge=1, doc="""
-        Hidden widths of the head; empty = one linear layer on the concatenation (FedHSSL's g).""")
-    interactive_mixing: str = setting("auto", flag="--interactive-mixing", choices=("auto", "off", "on"), doc="""
-        The interactive layer's secret mixing (issue 32, the gauge leak): ``on`` re-parameterises W_P as
-        ρ·X_m·W̃·Z_m with X_m the passive party's and Z_m the active party's secret, so over a whole run
-        the active party learns t only up to an unknown linear map and the passive party g only up to
-        one (plain SGD on W_P leaves both up to a rotation). ``auto``: on under HE, off without it (the
-        active party reads the activations in plaintext there). Same in both HE modes
-        (securevfl/interactive.py, docs/he-protocol.md).""")
-    emb_dim: int = setting(8, ge=1, doc="Embedding width per categorical field (tabular data; VFLHLP uses 8).")
-    cut: int | None = setting(None, flag="--cut", ge=1, doc="""
-        Cut-layer position: how many of the MLP bottom model's layers stay at each party (its output
-        layer included); the other ``hidden`` layers move to the head, before ``head_hidden``, so the
-        total depth is fixed. ``None`` = all of them (``len(hidden) + 1``, the default architecture).
-        Swept like a defense's strength (a deeper head leaves less of the model at the passive party).""")
-    preset: str | None = setting(None, flag="--model-preset", doc="""
-        A paper's architecture (:data:`MODEL_PRESETS`: ``vflhlp-avazu``, ``vflhlp-criteo``, ``fedud``): it
-        sets the fields it names, overriding them.""")
-
+from securevfl.options import HEADS, ModelConfig  # noqa: F401  (their home: the light settings module)
 
 MODEL_PRESETS: dict[str, dict] = {
     # VFLHLP Table 1. "#dim" there is the embedded input width (Avazu 7 fields → 56, so 8 per field;

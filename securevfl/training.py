@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,21 +19,9 @@ from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.hooks import Objective
 from securevfl.ids import member
 from securevfl.metrics import utility
+from securevfl.options import TrainConfig  # noqa: F401  (its home: the light settings module)
 from securevfl.progress import progress_bar
-from securevfl.settings import setting
 from securevfl.threads import fit_to_work
-
-
-@dataclass
-class TrainConfig:
-    epochs: int = setting(5, flag="--epochs", ge=1, doc="Passes over the training IDs.")
-    batch_size: int = setting(128, flag="--batch-size", ge=1, doc="Mini-batch size (entities per step).")
-    eval_batch_size: int = setting(2048, ge=1, doc="Batch size for inference on test rows.")
-    lr_grid: list[float] = setting(factory=list, gt=0, doc="""
-        If set, the supervised stage picks its learning rate from this list by validation on 20 % of
-        the labeled rows (held out by the active party), then retrains on all of them (FedHSSL's
-        fine-tuning searches {0.005, 0.01, 0.03}). Empty = use ``optim.lr``.""")
-
 
 LossTerm = Callable[[], torch.Tensor]
 """An extra, label-free term of the active party's objective (e.g. a distillation loss)."""

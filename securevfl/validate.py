@@ -49,8 +49,9 @@ def _describe(typ: object) -> str:
     return str(typ).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
-def validate_config(cfg: object) -> None:
-    """Raise a one-line UserError for the first value of ``cfg`` that is of the wrong type or range."""
+def validate_config(cfg: object, data_options: bool = True) -> None:
+    """Raise a one-line UserError for the first value of ``cfg`` that is of the wrong type or range
+    (``data_options``: also the dataset's own options, which needs the data layer)."""
     for entry in settings.walk(type(cfg)):
         owner = cfg
         for part in entry.key.split(".")[:-1]:
@@ -60,7 +61,7 @@ def validate_config(cfg: object) -> None:
             raise UserError(f"{entry.label}: {value!r} is not a valid {_describe(entry.hint)}"
                             + (" (numbers must be finite)" if isinstance(value, float) else ""))
         settings.check(entry, value)
-    if hasattr(cfg, "dataset") and hasattr(cfg, "data") and hasattr(cfg, "partition"):  # a whole run's config
+    if data_options and hasattr(cfg, "dataset") and hasattr(cfg, "data") and hasattr(cfg, "partition"):
         from securevfl.data.registry import check_data_options
 
         check_data_options(cfg.dataset, cfg.data, cfg.partition)
@@ -112,3 +113,17 @@ def host_port(what: str, text: str) -> tuple[str, int]:
     if not sep or not host:
         raise UserError(f"{what} {text}: expected HOST:PORT (e.g. 127.0.0.1:50051)")
     return host, port(f"{what} {text}: the port", p)
+
+
+TEST_FIXTURE_PARAMS = ("seeded_shares",)
+"""HE parameters only a test may set (through the Python API): ``seeded_shares`` derives the passive
+party's secret share of W_P and its masks from the public seed, so the active party can too and HE
+protects nothing. Step-for-step HE-on = HE-off comparisons need it; a user never does."""
+
+
+def refuse_test_fixtures(params: dict, where: str) -> None:
+    """A one-line refusal of a test-fixture HE parameter given by a user (CLI, config or sweep file)."""
+    for key in params:
+        if str(key).replace("-", "_") in TEST_FIXTURE_PARAMS:
+            raise UserError(f"{where}: {key} is a test fixture (it derives the passive party's secret share "
+                            "from the public seed, so HE would protect nothing) and cannot be set here")

@@ -139,6 +139,12 @@ def test_methods_answers_fast_from_a_catalog_that_matches_the_registry():
 
     assert METHODS == {n: METHOD_REGISTRY.get(n).summary for n in METHOD_REGISTRY.names()}, render()
     assert DATASETS == tuple(DATASET_REGISTRY.names()), render()
+    from attacks import ATTACKS as ATTACK_REGISTRY
+    from defenses import DEFENSES as DEFENSE_REGISTRY
+    from securevfl.catalog import ATTACKS, DEFENSES
+
+    assert ATTACKS == tuple(ATTACK_REGISTRY.names()), tuple(ATTACK_REGISTRY.names())
+    assert DEFENSES == tuple(DEFENSE_REGISTRY.names()), tuple(DEFENSE_REGISTRY.names())
     t0 = time.perf_counter()
     code, out, _ = run_cli("methods")
     elapsed = time.perf_counter() - t0

@@ -29,7 +29,6 @@ imputed and standardised, categorical fields get per-field vocabularies (or hash
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -39,8 +38,8 @@ from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
 from securevfl.ids import difference
+from securevfl.options import PartitionSpec  # noqa: F401  (its home: the light settings module)
 from securevfl.roles import party_names
-from securevfl.settings import setting
 
 
 class IdIndex:
@@ -68,117 +67,6 @@ class IdIndex:
         inside = (ids >= 0) & (ids < len(self._dense))
         out = np.full(len(ids), -1, dtype=np.int64)
         out[inside] = self._dense[ids[inside]]
-        return out
-
-
-@dataclass
-class PartitionSpec:
-    n_parties: int = setting(2, flag="--parties", metavar="K", ge=2, doc="""
-        Number of parties K ≥ 2; party 0 is active (labels + head), the rest passive.""")
-    aligned_fraction: float = setting(1.0, flag="--aligned-fraction", ge=0, le=1, doc="""
-        Fraction of training entities held by every party (ignored if ``aligned_count`` is set).""")
-    aligned_count: int | None = setting(None, flag="--aligned-count", ge=0, doc="""
-        Exact number of aligned training entities (overrides ``aligned_fraction``).""")
-    unaligned: str = setting("disjoint", flag="--unaligned", choices=("disjoint", "all", "active"), doc="""
-        How the unaligned remainder is spread: ``disjoint`` (each entity at exactly one party),
-        ``all`` (every party keeps all its rows) or ``active`` (only the active party has rows beyond
-        the aligned ones — FedUD's host and guest).""")
-    n_labeled: int | None = setting(None, flag="--labeled", metavar="N", ge=1, doc="""
-        Aligned entities labeled for supervised VFL; unset = all aligned entities.""")
-    active_labels_unaligned: bool | None = setting(None, doc="""
-        Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD: yes;
-        FedHSSL: no). Unset = the method's default.""")
-    test_fraction: float = setting(0.2, gt=0, lt=1, doc="""
-        Test share drawn per seed when the dataset has no predefined test split.""")
-    test_aligned_fraction: float | str | None = setting(
-        None, flag="--test-aligned-fraction", gt=0, le=1, keywords=("train",), doc="""
-        Share of test entities every party holds; the rest exist only at the active party (FedUD's
-        unaligned test rows: passive parties never see them). ``train`` = the training aligned
-        share; unset = the method's default (1.0, or ``train`` for methods that predict unaligned
-        rows).""")
-    active_labels_all: bool | None = setting(None, doc="""
-        Whether the active party also holds labels for the unaligned rows only passive parties hold
-        (Entity Augmentation: the host knows every entity's label). Unset = the method's default
-        (off).""")
-    unaligned_label_fraction: float = setting(1.0, ge=0, le=1, doc="""
-        With ``active_labels_unaligned``: the share of the active party's unaligned rows that are
-        labeled (a seeded draw); the others are unlabeled rows at the active party (RISA Fig. 1).""")
-    active_features: bool = setting(True, doc="""
-        ``false``: the active party is a label-only host (Entity Augmentation) with no feature
-        columns; ``columns`` then lists the passive parties' blocks only, and the unaligned remainder
-        is spread over the passive parties.""")
-    columns: list[list[int | str]] | str | None = setting(None, flag="--fields", metavar="PRESET", doc="""
-        Columns per party, as indices or names (image columns, tabular fields), or the name of a
-        dataset preset (e.g. ``vflhlp``, ``fedud``, ``fate``; the flag takes a preset name); unset =
-        equal contiguous blocks (2 parties on images: left/right halves).""")
-    alignment: str = setting("given", flag="--alignment", choices=("given", "psi", "plain"), doc="""
-        How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (ECDH PSI
-        through the channel, openmined-psi) or ``plain`` (plain intersection; explicit fallback only).""")
-
-    def validate(self, n_columns: int) -> None:
-        if self.n_parties < 2:
-            raise UserError(f"--parties must be at least 2, got {self.n_parties}")
-        if not 0.0 <= self.aligned_fraction <= 1.0:
-            raise UserError(f"--aligned-fraction must be in [0, 1], got {self.aligned_fraction}")
-        if self.aligned_count is not None and self.aligned_count < 0:
-            raise UserError(f"aligned_count must be ≥ 0, got {self.aligned_count}")
-        if self.unaligned not in ("disjoint", "all", "active"):
-            raise UserError(f"unaligned must be 'disjoint', 'all' or 'active', got {self.unaligned!r}")
-        if self.n_labeled is not None and self.n_labeled < 1:
-            raise UserError(f"--labeled must be ≥ 1, got {self.n_labeled}")
-        if not 0.0 < self.test_fraction < 1.0:
-            raise UserError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
-        taf = self.test_aligned_fraction
-        if taf is not None and taf != "train" and not (isinstance(taf, int | float) and 0.0 < taf <= 1.0):
-            raise UserError(f"test_aligned_fraction must be in (0, 1] or 'train', got {taf!r}")
-        if self.alignment not in ("given", "psi", "plain"):
-            raise UserError(f"alignment must be given, psi or plain, got {self.alignment!r}")
-        if not 0.0 <= self.unaligned_label_fraction <= 1.0:
-            raise UserError(f"unaligned_label_fraction must be in [0, 1], got {self.unaligned_label_fraction}")
-        if self.n_feature_parties > n_columns:
-            raise UserError(f"{self.n_feature_parties} feature-holding parties but only {n_columns} columns to split")
-
-    @property
-    def n_feature_parties(self) -> int:
-        """Parties that hold feature columns (all of them, or the passive ones behind a label-only host)."""
-        return self.n_parties if self.active_features else self.n_parties - 1
-
-    def resolve_columns(self, ds: Dataset) -> list[np.ndarray]:
-        """Per-party column indices (validated); a label-only active party gets none."""
-        out = self._resolve_feature_columns(ds)
-        return out if self.active_features else [np.zeros(0, dtype=np.int64), *out]
-
-    def _resolve_feature_columns(self, ds: Dataset) -> list[np.ndarray]:
-        cols: Sequence[Sequence[int | str]] | str | None = self.columns  # a preset replaces it below
-        if cols is None:
-            return [np.asarray(c, dtype=np.int64) for c in default_columns(ds.n_columns, self.n_feature_parties)]
-        if isinstance(cols, str):
-            if cols not in ds.presets:
-                avail = ", ".join(ds.presets) or "none"
-                raise UserError(f"dataset {ds.name} has no field preset {cols!r}; available: {avail}")
-            cols = ds.presets[cols]
-        if len(cols) != self.n_feature_parties:
-            if self.active_features:
-                raise UserError(f"the field assignment lists {len(cols)} parties but --parties is {self.n_parties}")
-            raise UserError(f"the field assignment lists {len(cols)} parties but there are {self.n_feature_parties} "
-                            "feature-holding parties (the active party is label-only)")
-        names = {n: i for i, n in enumerate(ds.column_names)}
-        out = []
-        for block in cols:
-            idx = []
-            for c in block:
-                if isinstance(c, str) and not c.lstrip("-").isdigit():
-                    if c not in names:
-                        raise UserError(f"dataset {ds.name} has no column {c!r}")
-                    idx.append(names[c])
-                else:
-                    idx.append(int(c))
-            if not idx or any(not 0 <= i < ds.n_columns for i in idx):
-                raise UserError(f"columns must be non-empty lists of indices in [0, {ds.n_columns}) or names")
-            out.append(np.asarray(idx, dtype=np.int64))
-        flat = np.concatenate(out)
-        if len(set(flat.tolist())) != len(flat):
-            raise UserError("the field assignment gives the same column to two parties")
         return out
 
 
