@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             rc = subprocess.call(cmd, cwd=ROOT)
             if rc != 0:
                 print(f"error: {' '.join(cmd[3:5])} for report {name} exited {rc}", file=sys.stderr)
+                if cmd[3] == "sweep":  # the sweep's own "rerun" would move its store aside here: say how
+                    print(f"resume with: python scripts/regenerate_reports.py {name} --resume (keeps "
+                          f"runs/{name}.sqlite and its finished cells)", file=sys.stderr)
                 return rc
         shot = first_screen(ROOT / "reports" / name)
         print(f"report {name}: {time.time() - started:.0f} s" + (f"; first screen → {shot}" if shot else

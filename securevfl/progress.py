@@ -9,10 +9,12 @@ and a last one when work that printed any ends. Work shorter than the interval p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tqdm.auto import tqdm
@@ -40,6 +42,7 @@ class PlainProgress:
         self.file = file or sys.stderr
         self.every = interval() if every is None else every
         self.n = initial
+        self.initial = initial  # done before this process started (a resumed sweep): not in the rate
         self.start = time.monotonic()
         self.postfix: dict[str, Any] = {}
         self.printed = False
@@ -67,10 +70,12 @@ class PlainProgress:
     def _line(self) -> None:
         elapsed = time.monotonic() - self.start
         n, total = self.n, self.total
-        head = f"{self.desc}: {self.unit} {n:g}" + (f"/{total:g} ({100 * n / total:.0f}%)" if total else "")
+        head = (f"{self.desc}: {self.unit} {n:g}" + (f"/{total:g} ({100 * n / total:.0f}%)" if total else "")
+                if self.unit else self.desc)  # a phase (:func:`phase`) has no count
         parts = [head, f"{elapsed:.0f} s elapsed"]
-        if total and n:
-            parts.append(f"ETA {elapsed * max(total - n, 0) / n:.0f} s")
+        done_here = n - self.initial
+        if total and done_here > 0:  # the rate of this process's own work (issue 51: a resume's skipped cells)
+            parts.append(f"ETA {elapsed * max(total - n, 0) / done_here:.0f} s")
         parts += [f"{k}={v}" for k, v in dict(self.postfix).items()]
         with _LINE_LOCK:
             self.file.write(", ".join(parts) + "\n")
@@ -101,3 +106,18 @@ def progress_bar(total: int | float | None, desc: str, enabled: bool | None = No
     if enabled or sys.stderr.isatty():
         return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, **tqdm_kw)
     return PlainProgress(total, desc, unit, initial=tqdm_kw.get("initial", 0))
+
+
+@contextlib.contextmanager
+def phase(desc: str, enabled: bool | None = None) -> Iterator[None]:
+    """A stretch of work with no count of its own (HE set-up, the final evaluation, the attacks): off a
+    terminal, a line every interval while it lasts (``HE set-up, 30 s elapsed``), so a log never goes
+    quiet for longer (issue 51); on a terminal or when disabled, nothing (tqdm's bars speak there)."""
+    if enabled is False or sys.stderr.isatty():
+        yield
+        return
+    ticker = PlainProgress(None, desc, unit="")
+    try:
+        yield
+    finally:
+        ticker.close()

@@ -14,8 +14,8 @@ rendered):
 - ``<!-- docs-test: small -->`` on a sweep: its YAML files are shrunk first (one seed, one epoch, the
   first value of each swept list, 400 rows), the only override of a setting.
 
-Files a page names but the repository does not ship (``active.csv``, FATE's ``breast_hetero_*``,
-``motor_hetero_*``) are made here, in their documented shape."""
+Each page runs in a copy of a fresh clone (the files git tracks), from its root, exactly as a reader
+pastes it: a page may name only files the repository ships or an earlier block of it wrote."""
 
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -46,27 +44,15 @@ def blocks(page: str) -> list[tuple[str, str, str]]:
 
 
 def _fixtures(folder: Path) -> None:
-    """What the pages refer to besides the repository's own files."""
-    shutil.copytree(ROOT / "sweeps", folder / "sweeps")
-    shutil.copytree(ROOT / "docs" / "deploy-example", folder / "docs" / "deploy-example")
-    for name in ("breast_hetero_guest.csv", "breast_hetero_host.csv"):  # FATE's files, as predict.md has them
-        shutil.copy(ROOT / "docs" / "deploy-example" / name, folder / name)
-    from sklearn.datasets import load_breast_cancer
-
-    X, y = load_breast_cancer(return_X_y=True)
-    ids = np.arange(len(y))
-    pd.DataFrame(X[:, :10], columns=[f"a{i}" for i in range(10)]).assign(id=ids, label=y).to_csv(
-        folder / "active.csv", index=False)
-    pd.DataFrame(X[:, 10:], columns=[f"b{i}" for i in range(20)]).assign(id=ids).to_csv(
-        folder / "passive.csv", index=False)
-    rng = np.random.default_rng(0)  # FATE's motor files: idx, the continuous motor_speed, features per party
-    n = 600
-    g, h = rng.normal(size=(n, 4)), rng.normal(size=(n, 6))
-    speed = g @ rng.normal(size=4) + h @ rng.normal(size=6) + 0.1 * rng.normal(size=n)
-    pd.DataFrame(g, columns=[f"g{i}" for i in range(4)]).assign(idx=np.arange(n), motor_speed=speed).to_csv(
-        folder / "motor_hetero_guest.csv", index=False)
-    pd.DataFrame(h, columns=[f"h{i}" for i in range(6)]).assign(idx=np.arange(n)).to_csv(
-        folder / "motor_hetero_host.csv", index=False)
+    """A fresh clone's files, nothing more (issue 51: a page whose commands only ran in a prepared folder
+    failed when pasted at a clone's root): every file git tracks, or would track once committed."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():  # (a file deleted but not yet committed is listed too)
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, folder / rel)
 
 
 def _shrink(path: Path) -> None:

@@ -120,3 +120,26 @@ def test_vflhlp_on_fully_aligned_files_runs_and_says_what_it_used(tmp_path) -> N
     r = execute(cfg, progress=False).to_json()
     assert r["utility"]["test"] > 0.5
     assert any("every labeled row of the active party is aligned" in w for w in r["warnings"])
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_stops_within_seconds(tmp_path) -> None:
+    """``kill -INT`` of a sweep waited for its cells in flight (591 s); now its workers stop with it, the
+    finished cells stay in the store, and it says how to resume."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("name: slow\ndataset: digits\nmethods: [splitnn]\ndefenses: [none]\nseeds: [0, 1, 2, 3]\n"
+                     "train: {epochs: 400}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "securevfl", "sweep", str(sweep), "--workers", "2", "--store",
+                             str(tmp_path / "s.sqlite")], stderr=subprocess.PIPE, text=True)
+    time.sleep(15)  # the workers are well into their first cells
+    assert proc.poll() is None
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert time.monotonic() - t0 < 20, err
+    assert proc.returncode == 130 and "rerun the same command to resume" in err

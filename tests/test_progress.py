@@ -95,3 +95,36 @@ def test_sweep_progress_counts_cells_and_attacks(tmp_path, capsys, monkeypatch):
     assert main(["sweep", str(f), "--store", str(tmp_path / "s.sqlite")]) == 0
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("sweep s: cell")]
     assert lines[-1].startswith("sweep s: cell 2/2 (100%)") and "attacks=2" in lines[-1], lines
+
+
+def test_a_resumed_count_does_not_flatter_the_eta(monkeypatch):
+    """Issue 51: resumed with 60 of 63 cells done, one cell in 100 s left 2 more: the ETA is 200 s, not the
+    3 s that counting the skipped cells as this process's own work gave."""
+    import io
+
+    from securevfl import progress
+
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    bar = progress.PlainProgress(63, "sweep", "cell", file=out, every=0, initial=60)
+    clock[0] = 100.0
+    bar.update(1)
+    assert "ETA 200 s" in out.getvalue()
+
+
+def test_a_phase_without_a_count_still_reports_off_a_terminal(capsys, monkeypatch):
+    """Issue 51: off a terminal an HE run printed nothing for its set-up, and nothing for its final
+    evaluation and attacks; a phase now reports every interval while it lasts (disabled: nothing)."""
+    import time
+
+    from securevfl.progress import phase
+
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0.05")
+    with phase("set-up (HE keys)"):
+        time.sleep(0.3)
+    err = capsys.readouterr().err
+    assert err.count("set-up (HE keys), ") >= 2 and "s elapsed" in err
+    with phase("attacks", False):  # the control: disabled
+        time.sleep(0.2)
+    assert capsys.readouterr().err == ""

@@ -40,6 +40,7 @@ from securevfl.lab.audit import (
 from securevfl.methods import METHODS, Method, MethodContext, adversary_exposes
 from securevfl.models import apply_model_preset, check_model_memory
 from securevfl.per_example import GradientCanaries, PerExampleActiveStep
+from securevfl.progress import phase
 from securevfl.result import RunResult, cost_report, feature_privacy, privacy_report, randomness_report
 from securevfl.roles import passive_name
 from securevfl.runtime import run_in_process
@@ -60,13 +61,15 @@ def train_and_evaluate(method: Method, fed: Federation) -> dict:
     if type(method).per_role:
         def active_program(view: Federation) -> dict:
             method.train(view)
-            return method.evaluate(view)
+            with phase("evaluation", method.ctx.progress):
+                return method.evaluate(view)
 
         utility = run_in_process(fed, method, active_program)
         method.attach(fed)
         return utility
     method.train(fed)
-    return method.evaluate(fed)
+    with phase("evaluation", method.ctx.progress):
+        return method.evaluate(fed)
 
 
 def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool | None = None,
@@ -120,7 +123,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
 
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
-    fed = method.build(partition, cut)
+    with phase("set-up (the parties, their models" + (", HE keys)" if cfg.he != "off" else ")"), progress):
+        fed = method.build(partition, cut)
     attacks = prepare_attacks(attack_specs, fed, cfg.seed, partition)
     utility = train_and_evaluate(method, fed)
     seconds = time.perf_counter() - t0
@@ -144,7 +148,8 @@ def execute(cfg: RunConfig, *, hooks: Sequence[PartyHook] = (), progress: bool |
                        warnings=warnings, federation=fed, partition=partition, method=method)
     if save is not None:  # before the attacks, which may probe (not change) the trained models
         save_run(result, Path(save))
-    result.attacks = run_attacks(attacks, result)
+    with phase(f"attacks ({', '.join(cls.name for cls, _ in attack_specs)})", progress if attack_specs else False):
+        result.attacks = run_attacks(attacks, result)
     return result
 
 

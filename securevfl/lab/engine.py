@@ -162,8 +162,8 @@ class LocalEngine(Engine):
                         suspects[:0] = lost
                     pool = self._pool()
                 fill()
-        except BaseException:  # interrupted: do not wait for cells in flight (the workers die with us)
-            pool.shutdown(wait=False, cancel_futures=True)
+        except BaseException:  # interrupted: do not wait for cells in flight
+            stop_workers(pool)
             raise
         # every cell is done: let the workers exit and release their semaphores (no "leaked semaphore"
         # warning at exit)
@@ -174,6 +174,21 @@ class LocalEngine(Engine):
 
         return ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=self.worker_init,
                                    initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool now, its cells in flight included: ``kill -INT`` reaches this process only, and the
+    executor's exit would otherwise wait for every running cell (issue 51: 591 s). Their claims in the
+    store die with this process, so a rerun takes them over; finished cells are already stored."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # the executor's own table of workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
 
 
 ENGINES: Registry[type[Engine]] = Registry("engine")
