@@ -143,3 +143,31 @@ def test_an_interrupted_sweep_stops_within_seconds(tmp_path) -> None:
     _, err = proc.communicate(timeout=120)
     assert time.monotonic() - t0 < 20, err
     assert proc.returncode == 130 and "rerun the same command to resume" in err
+
+
+def test_the_pick_is_marked_in_its_plot(tmp_path, monkeypatch) -> None:
+    """The first screen's pick is starred on both panels of its trade-off plot (issue 51); no pick, no star."""
+    import matplotlib.axes
+    import pandas as pd
+
+    from securevfl.lab.report.figures import tradeoff_figure
+    from securevfl.lab.report.text import recommendation
+    from tests.test_lab import _cells, _marked
+
+    labels: list[str] = []
+    real = matplotlib.axes.Axes.scatter
+
+    def scatter(self, *a, **kw):
+        labels.append(str(kw.get("label")))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "scatter", scatter)
+    summary = _marked(_cells({"none": (0.60, 0.01), "iso:5": (0.58, 0.04), "iso:25": (0.45, 0.02)}), local=0.5)
+    picked: dict = {}
+    _, attack = recommendation(summary, pd.DataFrame(), "d", picked)
+    assert picked["defense"] == "iso:25" and attack == "mc"
+    tradeoff_figure(summary, "d", "mc", tmp_path / "a.png", picked=picked)
+    assert labels.count("the pick (first screen)") == 2
+    labels.clear()
+    tradeoff_figure(summary, "d", "mc", tmp_path / "b.png")
+    assert "the pick (first screen)" not in labels

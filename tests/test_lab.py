@@ -323,8 +323,10 @@ def test_the_answer_picks_says_none_moves_or_says_federating_does_not_pay():
 
     clear = _marked(_cells({"none": (0.60, 0.01), "iso:5": (0.58, 0.04), "iso:25": (0.45, 0.02)}), local=0.5)
     lines, attack = recommendation(clear, pd.DataFrame(), "d")
-    assert attack == "mc" and lines[0].startswith("**Pick splitnn / iso 25**: it lowers the mc attack from 0.6 to "
-                                                  "0.45 at a utility gain of 0.015 (0.84 → 0.855, accuracy)"), lines
+    # issue 51: the attack in words, with its prior and its control beside the values
+    assert attack == "mc" and lines[0].startswith(
+        "**Pick splitnn / iso 25**: it lowers label inference by a passive party (`mc`) from 0.6 to 0.45 (its prior "
+        "0.1, control 0.5) at a utility gain of 0.015 (0.84 → 0.855, accuracy)"), lines
     noisy = _marked(_cells({"none": (0.60, 0.04), "iso:5": (0.58, 0.04), "iso:25": (0.57, 0.05)}), local=0.5)
     lines, _ = recommendation(noisy, pd.DataFrame(), "d")
     assert lines[0].startswith("**No defense here moves any attack beyond seed noise**"), lines

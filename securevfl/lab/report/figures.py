@@ -98,9 +98,10 @@ def _local_line(ax, summary: pd.DataFrame, dataset: str) -> None:
 
 
 def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path, setting: str = "",
-                    control_kind: str = "") -> Path:
+                    control_kind: str = "", picked: dict | None = None) -> Path:
     """Left: attack values down to the prior, with the control and local-SSL baseline; right: the
-    leakage (value − max(control, baseline)) per cell, labelled by defense, Pareto front ringed."""
+    leakage (value − max(control, baseline)) per cell, labelled by defense, Pareto front ringed;
+    ``picked`` (the first screen's pick: method, defense, he, swept) starred on both panels."""
     d = summary[(summary.dataset == dataset) & summary[f"{attack}_value"].notna()].copy()
     has_leak = f"{attack}_leakage" in d and d[f"{attack}_leakage"].notna().any()
     fig, (full, zoom) = plt.subplots(1, 2, figsize=(13, 5.6), dpi=100, gridspec_kw={"width_ratios": [1, 1.4]})
@@ -124,6 +125,12 @@ def tradeoff_figure(summary: pd.DataFrame, dataset: str, attack: str, path: Path
     if len(front):
         zoom.scatter(pts[front, 0], pts[front, 1], s=220, facecolors="none", edgecolors="black", lw=1.2, zorder=4,
                      label="Pareto front (higher utility, less leakage)")
+    if picked is not None:  # the cell the first screen's sentence names (issue 51)
+        at = d[(d.method == picked["method"]) & (d.defense == picked["defense"]) & (d.he == picked["he"])
+               & (d.swept == picked.get("swept", d.swept))]
+        for ax, y in ((full, f"{attack}_value"), (zoom, col)):
+            ax.scatter(at.utility, at[y], marker="*", s=380, color="gold", edgecolors="black", lw=1.0, zorder=5,
+                       label="the pick (first screen)")
     lo = (d[col] - d[f"{col}_std"].fillna(0)).min()
     hi = (d[col] + d[f"{col}_std"].fillna(0)).max()
     if has_leak:

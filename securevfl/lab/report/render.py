@@ -191,7 +191,8 @@ def _answer(summary: pd.DataFrame, table: pd.DataFrame, out: Path, kinds: dict[s
     trade-off plot of the attack it is about (text.recommendation)."""
     blocks: list = []
     for ds in sorted(summary.dataset.unique()) if len(summary) else []:
-        lines, attack = recommendation(summary, table, ds)
+        picked: dict = {}
+        lines, attack = recommendation(summary, table, ds, picked)
         blocks.append(("ul", [f"**{ds}**: {lines[0]}", *lines[1:]] if len(summary.dataset.unique()) > 1 else lines))
         if attack is None:
             continue
@@ -205,7 +206,7 @@ def _answer(summary: pd.DataFrame, table: pd.DataFrame, out: Path, kinds: dict[s
         sub = drawn[(drawn.swept == sw) | ((drawn.method == "local") & (drawn.swept == data_axes))]
         label = ", ".join(f"{k} = {v}" for k, v in json.loads(sw).items())
         blocks.append(("img", tradeoff_figure(sub, ds, attack, _figure_path(out, "answer", ds, attack), label,
-                                              kinds.get(attack, ""))))
+                                              kinds.get(attack, ""), picked=picked or None)))
     return blocks or [("p", "No finished runs.")]
 
 

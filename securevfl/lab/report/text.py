@@ -387,8 +387,10 @@ baseline, so a defense gets no credit for stopping an attack that never worked; 
 column of the score table."""
 
 
-def recommendation(summary: pd.DataFrame, table: pd.DataFrame, dataset: str) -> tuple[list[str], str | None]:
-    """The first screen's answer for one dataset, and the attack whose trade-off plot goes beside it.
+def recommendation(summary: pd.DataFrame, table: pd.DataFrame, dataset: str,
+                   picked: dict | None = None) -> tuple[list[str], str | None]:
+    """The first screen's answer for one dataset, and the attack whose trade-off plot goes beside it
+    (``picked``, if given, receives the picked cell's method, defense and he, for the plot to mark it).
 
     In order: "federating does not pay here" when no federated cell beats ``local``; else the defended
     cell with the best leading score among those above chance and above ``local`` that lower some
@@ -429,20 +431,45 @@ def recommendation(summary: pd.DataFrame, table: pd.DataFrame, dataset: str) -> 
         m = m.sort_values("delta")
     pick = m.iloc[0]
     cell = d[(d.method == pick.method) & (d.defense == pick.defense) & (d.he == pick.he)].iloc[0]
+    if picked is not None:
+        picked.update(method=pick.method, defense=pick.defense, he=pick.he, swept=cell.swept)
     ref = d[(d.method == pick.method) & (d.he == pick.he) & (d.swept == cell.swept) & (d.defense == "none")].iloc[0]
     lowered = m[(m.method == pick.method) & (m.defense == pick.defense) & (m.he == pick.he)]
     a = lowered.sort_values("delta").iloc[0].attack  # the attack this cell lowers most
     cost = ref.utility - cell.utility
     score = f"; {LEADING} {_g(pick[LEADING])}, rank 1 of the cells that qualify" if LEADING in pick and \
         not pd.isna(pick[LEADING]) else ""
-    line = (f"**Pick {scores.cell_name(cell)}**: it lowers the {a} attack from {_g(ref[f'{a}_value'])} to "
-            f"{_g(cell[f'{a}_value'])} at a utility {'cost' if cost >= 0 else 'gain'} of {_g(abs(cost))} "
-            f"({_g(ref.utility)} → {_g(cell.utility)}, {cell.metric}){score}.")
+    line = (f"**Pick {scores.cell_name(cell)}**: it lowers {attack_words(a)} (`{a}`) from {_g(ref[f'{a}_value'])} "
+            f"to {_g(cell[f'{a}_value'])}{_beside(cell, a)} at a utility {'cost' if cost >= 0 else 'gain'} of "
+            f"{_g(abs(cost))} ({_g(ref.utility)} → {_g(cell.utility)}, {cell.metric}){score}.")
     out = [line]
     others = [f"{r.attack} {_g(r.delta)}" for r in lowered.itertuples() if r.attack != a]
     if others:
         out.append(f"It also lowers: {', '.join(others)} (change of the attack's value).")
+    unmoved = [f"{attack_words(b)} (`{b}`) {_g(ref[f'{b}_value'])} → {_g(cell[f'{b}_value'])}{_beside(cell, b)}"
+               for b in attacks if b != a and b not in set(lowered.attack) and not pd.isna(cell.get(f"{b}_value"))]
+    if unmoved:  # the sweep's other attacks, so a reader sees all of them (issue 51)
+        out.append(f"Not moved beyond seed noise by it: {'; '.join(unmoved)}.")
     return out, a
+
+
+def attack_words(name: str) -> str:
+    """An attack in words, by its kind (the code name follows it in the text)."""
+    from attacks import ATTACKS
+
+    kind = str(getattr(ATTACKS.get(name), "kind", "")) if name in ATTACKS.names() else ""
+    return {"label_inference": "label inference by a passive party",
+            "feature_reconstruction": "feature reconstruction by the active party",
+            "backdoor": "a passive party's backdoor", "untargeted": "a passive party's robustness attack"}.get(
+        kind, f"the {name} attack")
+
+
+def _beside(cell: pd.Series, a: str) -> str:
+    """``(its prior P, control C)`` for attack ``a`` at ``cell``: what guessing gets, and what the attack gets
+    with no federation to attack, so a reader can tell a value near the control from a leak."""
+    parts = [f"{label} {_g(cell.get(f'{a}_{label}'))}" for label in ("prior", "control")
+             if not pd.isna(cell.get(f"{a}_{label}"))]
+    return f" (its {', '.join(parts)})" if parts else ""
 
 
 def _g(x: object) -> str:
