@@ -171,3 +171,42 @@ def test_the_pick_is_marked_in_its_plot(tmp_path, monkeypatch) -> None:
     labels.clear()
     tradeoff_figure(summary, "d", "mc", tmp_path / "b.png")
     assert "the pick (first screen)" not in labels
+
+
+@pytest.mark.parametrize("damage", ["flip-payload", "truncate-payload", "flip-index", "swap-index", "not-json",
+                                    "row-of-wrong-type", "meta-a-list"])
+def test_a_damaged_view_is_one_line(tmp_path, damage) -> None:
+    """A recorded view that was bit-flipped, truncated, swapped with another view's part or malformed is
+    refused with one line (a traceback, or a silently different transcript, before); the control reads."""
+    import json
+
+    from securevfl.channel.base import Message
+    from securevfl.view import read_view, write_view
+
+    def view(folder, payloads: list[bytes]):
+        return write_view(folder, "active", [Message(i, "passive1", "active", "activation", p, len(p))
+                                             for i, p in enumerate(payloads)], {})
+
+    a, b = view(tmp_path / "a", [b"x" * 100, b"y" * 50]), view(tmp_path / "b", [b"z" * 150])
+    assert [m.payload for m in read_view(a)[1]] == [b"x" * 100, b"y" * 50]  # the control
+    if damage == "flip-payload":
+        raw = bytearray((a / "payloads.bin").read_bytes())
+        raw[10] ^= 1
+        (a / "payloads.bin").write_bytes(bytes(raw))
+    elif damage == "truncate-payload":
+        (a / "payloads.bin").write_bytes((a / "payloads.bin").read_bytes()[:120])
+    elif damage == "flip-index":
+        (a / "index.jsonl").write_text((a / "index.jsonl").read_text().replace('"nbytes": 50', '"nbytes": 40'))
+    elif damage == "swap-index":
+        (a / "index.jsonl").write_bytes((b / "index.jsonl").read_bytes())
+    elif damage == "not-json":
+        (a / "view.json").write_text("{not json")
+    elif damage == "row-of-wrong-type":
+        meta = json.loads((a / "view.json").read_text())
+        meta.pop("sha256")  # an old view, without hashes: its rows are still checked
+        (a / "view.json").write_text(json.dumps(meta))
+        (a / "index.jsonl").write_text('{"seq": 0, "src": "p", "dst": "a", "kind": "k", "offset": "x", "nbytes": 1}\n')
+    else:
+        (a / "view.json").write_text("[1, 2]")
+    with pytest.raises(UserError):
+        read_view(a)
