@@ -236,6 +236,8 @@ def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
         _check_writable_dir(args.save, "--save")
     cfg = _build_config(args)
     prepare_view_dir(args.record_view)
+    if args.checkpoint is not None:  # a folder that cannot hold checkpoints fails now, not at the first epoch's end
+        _check_writable_dir(args.checkpoint, "--checkpoint", private=True)
     _configure_threads()
     from securevfl.deploy import train_deployed  # heavy: after every flag is checked
     grpc_mod, net = _net_config(args, ACTIVE)
@@ -327,6 +329,8 @@ def cmd_party(args: argparse.Namespace) -> int:
     check_party_file(args.party_file)  # before listening: a server that cannot serve any run must not start
     own = party_settings(args)
     prepare_view_dir(args.record_view)
+    if args.checkpoint is not None:
+        _check_writable_dir(args.checkpoint, "--checkpoint", private=True)
     grpc_mod, net = _net_config(args, args.role)
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",
@@ -602,16 +606,22 @@ def _command_line(args: argparse.Namespace) -> str:
     return "securevfl " + " ".join(shlex.quote(a) for a in args.argv)
 
 
-def _check_writable_dir(path: str, what: str) -> None:
+def _check_writable_dir(path: str, what: str, private: bool = False) -> None:
+    """``path`` is (made) a folder this process can write in; ``private``: made 0700 (checkpoints)."""
     import tempfile
+
+    from securevfl.files import make_private_dir
 
     p = Path(path)
     try:
-        p.mkdir(parents=True, exist_ok=True)
+        if private:
+            make_private_dir(p)
+        else:
+            p.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=p):
             pass
-    except OSError as e:
-        raise UserError(f"{what} {path}: not a writable directory ({e.strerror or e})") from None
+    except (OSError, UserError) as e:
+        raise UserError(f"{what} {path}: not a writable directory ({getattr(e, 'strerror', None) or e})") from None
 
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,

@@ -210,3 +210,15 @@ def test_a_damaged_view_is_one_line(tmp_path, damage) -> None:
         (a / "view.json").write_text("[1, 2]")
     with pytest.raises(UserError):
         read_view(a)
+
+
+def test_a_checkpoint_folder_that_cannot_be_made_fails_before_listening(tmp_path) -> None:
+    """``--checkpoint`` on a place that cannot hold a folder failed at the first epoch's end; now at once."""
+    from securevfl.cli import main
+
+    (tmp_path / "f").write_text("")
+    party = tmp_path / "p.csv"
+    party.write_text("id,a\n1,2\n")
+    code = main(["party", "--role", "passive1", "--listen", "127.0.0.1:0", "--party-file", str(party), "--insecure",
+                 "--checkpoint", str(tmp_path / "f" / "ck")])
+    assert code == 2
