@@ -8,15 +8,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from securevfl.errors import UserError
 from securevfl.settings import setting
 
-if TYPE_CHECKING:
-    from securevfl.data.dataset import Dataset
+
+class Dataset(Protocol):
+    """What :meth:`PartitionSpec.resolve_columns` reads of a dataset (securevfl.data.dataset.Dataset)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def n_columns(self) -> int: ...
+
+    @property
+    def column_names(self) -> Sequence[str]: ...
+
+    @property
+    def presets(self) -> dict: ...
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 """The values of ``--device`` (securevfl/devices.py)."""
@@ -212,8 +225,6 @@ class PartitionSpec:
     def _resolve_feature_columns(self, ds: Dataset) -> list[np.ndarray]:
         cols: Sequence[Sequence[int | str]] | str | None = self.columns  # a preset replaces it below
         if cols is None:
-            from securevfl.data.partition import default_columns
-
             return [np.asarray(c, dtype=np.int64) for c in default_columns(ds.n_columns, self.n_feature_parties)]
         if isinstance(cols, str):
             if cols not in ds.presets:
@@ -243,3 +254,8 @@ class PartitionSpec:
         if len(set(flat.tolist())) != len(flat):
             raise UserError("the field assignment gives the same column to two parties")
         return out
+
+
+def default_columns(n_columns: int, n_parties: int) -> list[list[int]]:
+    """Equal contiguous blocks of columns, one per party."""
+    return [list(map(int, block)) for block in np.array_split(np.arange(n_columns), n_parties)]

@@ -86,7 +86,11 @@ def sample(entry: settings.Entry) -> tuple[list[str], object]:
     if s.cli == "append":
         if settings._scalar(entry.hint) is int:  # --passive-seed N
             return [s.flag, "1", s.flag, "2"], [1, 2]
+        if entry.key == "attacks":  # names are checked with the flags (issue 51)
+            return [s.flag, "mc", s.flag, "fr"], ["mc", "fr"]
         return [s.flag, "a", s.flag, "b"], ["a", "b"]
+    if entry.key == "defense":
+        return [s.flag, "iso:5"], "iso:5"
     if s.cli == "comma":
         return [s.flag, "a, b,"], ["a", "b"]
     typ = settings._scalar(entry.hint)

@@ -38,7 +38,7 @@ from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
 from securevfl.ids import difference
-from securevfl.options import PartitionSpec  # noqa: F401  (its home: the light settings module)
+from securevfl.options import PartitionSpec, default_columns  # noqa: F401  (their home: the light settings module)
 from securevfl.roles import party_names
 
 
@@ -209,10 +209,6 @@ class Partition:
             "fingerprint": self.fingerprint(),
             **self.meta,
         }
-
-
-def default_columns(n_columns: int, n_parties: int) -> list[list[int]]:
-    return [list(map(int, block)) for block in np.array_split(np.arange(n_columns), n_parties)]
 
 
 def label_free_test_split(n_rows: int, frac: float, rng: np.random.Generator) -> np.ndarray:

@@ -160,8 +160,9 @@ class VFLHLP(Method):
                 fed.meta.setdefault("warnings", []).append(
                     f"{self.name}: every labeled row of the active party is aligned, so its local pre-training "
                     f"uses those {len(a.data.label_ids)} rows and nothing beyond what the federation trains on; "
-                    "its gain comes from labeled rows the passive parties lack (add them to the active party's "
-                    "file, or see docs/methods.md)")
+                    "its gain comes from labeled rows the passive parties lack (with files: rows of the active "
+                    "party's file that the passive parties' files do not hold; simulated: "
+                    "partition.active_labels_unaligned: true)")
             record: dict = {}
             theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(params["pretrain_epochs"]),
                                                       int(params["pretrain_batch_size"]), float(params["pretrain_lr"]),
