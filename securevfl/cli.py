@@ -241,6 +241,7 @@ def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
     _configure_threads()
     from securevfl.deploy import train_deployed  # heavy: after every flag is checked
     grpc_mod, net = _net_config(args, ACTIVE)
+    _startup_tls(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers, record=cfg.record or args.record_view is not None)
     view_error = None
     try:
@@ -318,6 +319,86 @@ def _check_new_dir(path: str | None, flag: str) -> None:
         raise UserError(f"{flag} {path}: exists and is not an empty folder")
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``securevfl doctor train ...`` / ``securevfl doctor party ...``: securevfl/doctor.py's checks."""
+    from securevfl import doctor
+
+    if not args.checked or args.checked[0] not in ("train", "party"):
+        raise UserError("doctor checks the command a party is about to run: securevfl doctor train --peer ... or "
+                        "securevfl doctor party --role ... (the same flags)")
+    inner = make_parser().parse_args(args.checked)
+    checks = _doctor_train(inner) if inner.command == "train" else _doctor_party(inner)
+    return doctor.report(checks, lambda line: print(line, flush=True))
+
+
+def _startup_tls(args: argparse.Namespace, party: str) -> None:
+    """The doctor's certificate check, run by ``train --peer`` and ``party`` as they start."""
+    if args.insecure:
+        return
+    from securevfl import doctor
+
+    check = doctor.check_tls(args.tls, party)
+    if not check.ok:
+        raise UserError(f"--tls {args.tls}: {check.detail}")
+    if check.warning:
+        print(f"warning: {check.detail} (expires soon: securevfl certs makes new ones)", file=sys.stderr)
+
+
+def _doctor_tls(args: argparse.Namespace, party: str) -> list:
+    from securevfl import doctor
+
+    if args.insecure:
+        return [doctor.Check("tls", True, "--insecure: plaintext, no certificates to check", warning=True)]
+    if not args.tls:
+        raise UserError("give --tls DIR (this party's folder from `securevfl certs`), or --insecure for plaintext")
+    return [doctor.check_tls(args.tls, party)]
+
+
+def _doctor_train(args: argparse.Namespace) -> list:
+    """The active party's checks: its certificate, its file, its resources, then every peer."""
+    from securevfl import doctor
+    from securevfl.roles import ACTIVE
+
+    if not args.peer:
+        raise UserError("doctor checks a deployment: give the train command with its --peer flags")
+    peers = _peers(args.peer)
+    cfg = _build_config(args)
+    if len(cfg.data.party_files) != 1:
+        raise UserError("with --peer, give only this (the active) party's file: --party-file ACTIVE.csv")
+    id_col = cfg.data.id_columns[0] if cfg.data.id_columns else cfg.data.id_column
+    checks = [*_doctor_tls(args, ACTIVE),
+              doctor.check_party_file(cfg.data.party_files[0], id_col, cfg.data.label_column, True,
+                                      cfg.data.numeric_ids),
+              *doctor.check_resources(cfg.data.party_files[0], [args.checkpoint, args.record_view])]
+    if not all(c.ok for c in checks):
+        return checks
+    from securevfl.deploy import run_description
+    from securevfl.lab.compose import resolve_config
+
+    resolved = resolve_config(cfg)
+    names = sorted(peers, key=lambda n: int(n.removeprefix("passive")) if n.removeprefix("passive").isdigit() else 0)
+    descriptions = {n: run_description(resolved, k, len(peers) + 1, True) for k, n in enumerate(names, start=1)}
+    grpc_mod, net = _net_config(args, ACTIVE)
+    channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers)
+    try:
+        return checks + doctor.check_peers(channel, peers, descriptions)
+    finally:
+        channel.close()
+
+
+def _doctor_party(args: argparse.Namespace) -> list:
+    """A passive party's checks: its certificate, its file, its address, its resources."""
+    from securevfl import doctor
+
+    role = args.role
+    if not (role.startswith("passive") and role.removeprefix("passive").isdigit()):
+        raise UserError(f"--role {role}: a served party is passive1, passive2, ...")
+    party_settings(args)  # its own settings and policy flags make sense
+    return [*_doctor_tls(args, role), doctor.check_party_file(args.party_file, args.id_column, None, False),
+            doctor.check_listen(args.listen),
+            *doctor.check_resources(args.party_file, [args.checkpoint, args.record_view, args.save])]
+
+
 def cmd_party(args: argparse.Namespace) -> int:
     from securevfl import threads
     from securevfl.deploy import serve
@@ -332,9 +413,13 @@ def cmd_party(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         _check_writable_dir(args.checkpoint, "--checkpoint", private=True)
     grpc_mod, net = _net_config(args, args.role)
+    _startup_tls(args, args.role)
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",
                                    record=args.record_view is not None)
+    from securevfl.doctor import passive_verdict
+
+    channel.doctor = lambda description: passive_verdict(description, own, args.party_file, args.id_column)
     print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
           f"({'mutual TLS' if net.tls else 'INSECURE plaintext'})", file=sys.stderr, flush=True)
     try:
@@ -522,6 +607,10 @@ def make_parser() -> _Parser:
     pol.add_argument("--max-requests", metavar="N", help="the most requests in one run (default 100000000)")
     pol.add_argument("--max-rate", metavar="R", help="requests per second at most; more wait (default 5000; 0: none)")
     _net_flags(pa)
+    dr = sub.add_parser("doctor", help="check a deployment before it starts: securevfl doctor train|party "
+                        "<that command's flags> (docs/deployment.md)")
+    dr.add_argument("checked", nargs=argparse.REMAINDER, metavar="COMMAND ...",
+                    help="the train --peer ... or party ... command this party is about to run, flags and all")
     ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
     ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")
     ce.add_argument("--out", required=True, help="new folder: OUT/<party>/ per party, OUT/ca/ the CA")
@@ -626,7 +715,7 @@ def _check_writable_dir(path: str, what: str, private: bool = False) -> None:
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
             "attacks": cmd_attacks, "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict,
-            "party": cmd_party, "certs": cmd_certs}
+            "party": cmd_party, "certs": cmd_certs, "doctor": cmd_doctor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,12 +24,14 @@ set to the same value). A malformed frame is refused with INVALID_ARGUMENT; the 
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import struct
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,9 @@ import grpc  # noqa: E402
 
 from securevfl.channel.base import ABANDON, Channel, Message, MessageKind, StepAbandoned
 from securevfl.errors import UserError
+
+DOCTOR_PING = b"doctor:"
+"""The prefix of a ``Ping`` that asks a party for its doctor's answer (securevfl/doctor.py)."""
 
 SERVICE = "securevfl.Channel"
 MAGIC = b"SVFL1"
@@ -169,6 +174,8 @@ class GrpcChannel(Channel):
         self._closing = False
         self._channels: list[grpc.Channel] = []
         self.port: int | None = None
+        self.doctor: Callable[[dict], dict] | None = None
+        """A server's answer to a peer's ``securevfl doctor`` (securevfl/doctor.py), set by its party."""
         if listen is not None:
             self._serve(listen)
         for name, addr in self.peers.items():
@@ -275,7 +282,15 @@ class GrpcChannel(Channel):
             yield pack_frame(self.party, kind, payload)
 
     def _on_ping(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
-        self._caller(frame, context)
+        _, _, payload = self._caller(frame, context)
+        if payload.startswith(DOCTOR_PING) and self.doctor is not None:  # a peer's doctor asks about a run
+            try:
+                description = json.loads(payload[len(DOCTOR_PING):].decode())
+                if not isinstance(description, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed doctor request: {e}")
+            return json.dumps(self.doctor(description), default=str).encode()
         return b""
 
     def _on_abort(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
@@ -345,18 +360,27 @@ class GrpcChannel(Channel):
 
     def wait_ready(self) -> None:
         """Block until every peer accepts a connection (TLS included), or fail with the reason."""
-        for name, addr in self.peers.items():
-            deadline = time.monotonic() + self.net.timeout
-            while True:
-                try:  # answers only once connected (TLS verified both ways) and this party is authorised
-                    self._stubs[name]["Ping"](pack_frame(self.party, "ping", b""), timeout=min(2.0, self.net.timeout))
-                    break
-                except grpc.RpcError as e:
-                    retry = e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
-                        and not _tls_failure(e)  # a refused handshake will not fix itself: say so at once
-                    if not retry or time.monotonic() >= deadline:
-                        raise UserError(describe_rpc_error(e, name, addr, "connect", self.net)) from None
-                    time.sleep(_POLL)
+        for name in self.peers:
+            self.wait_ready_peer(name)
+
+    def wait_ready_peer(self, name: str) -> None:
+        """Block until peer ``name`` accepts a connection (TLS included), or fail with the reason."""
+        addr = self.peers[name]
+        deadline = time.monotonic() + self.net.timeout
+        while True:
+            try:  # answers only once connected (TLS verified both ways) and this party is authorised
+                self._stubs[name]["Ping"](pack_frame(self.party, "ping", b""), timeout=min(2.0, self.net.timeout))
+                return
+            except grpc.RpcError as e:
+                retry = e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
+                    and not _tls_failure(e)  # a refused handshake will not fix itself: say so at once
+                if not retry or time.monotonic() >= deadline:
+                    raise UserError(describe_rpc_error(e, name, addr, "connect", self.net)) from None
+                time.sleep(_POLL)
+
+    def ping(self, name: str, payload: bytes) -> bytes:
+        """One ``Ping`` to ``name`` carrying ``payload`` (a doctor's question), its answer."""
+        return self._call(name, "Ping", pack_frame(self.party, "ping", payload), "doctor")
 
     # ------------------------------------------------------------------ Channel
     def _check_size(self, dst: str, kind: str, payload: bytes) -> None:
