@@ -46,12 +46,15 @@ def cell_row(cell: Cell, sweep: str) -> dict:
             "he": cell.he, "swept_json": cell.swept, "config_json": cell.config}
 
 
-def run_cell(cell: Cell, sweep: str) -> dict:
-    """Run one cell and return its store row; any exception becomes a ``failed`` row."""
+def run_cell(cell: Cell, sweep: str, node: str | None = None) -> dict:
+    """Run one cell and return its store row; any exception becomes a ``failed`` row. ``node``: where it
+    runs (a Ray node's name; default this host's)."""
+    import socket
+
     from securevfl.lab.compose import execute
     from securevfl.lab.sweep import config_from_dict
 
-    row = cell_row(cell, sweep)
+    row = {**cell_row(cell, sweep), "node": node or socket.gethostname()}
     try:
         r = execute(config_from_dict(cell.config), progress=False, save=cell.save).to_json()
     except UserError as e:  # includes TrainingDiverged: the configuration, not the code, failed

@@ -17,12 +17,18 @@ from securevfl.lab.sweep import Cell
 from securevfl.threads import idle_cores, share_for
 
 
-@ray.remote
+@ray.remote(max_retries=3)  # a node lost mid-cell: Ray runs the cell again on another node
 def _ray_cell(cell: Cell, sweep: str, threads: int) -> dict:
     from securevfl import threads as policy
 
     policy.configure(share=threads)
-    return run_cell(cell, sweep)
+    return run_cell(cell, sweep, node_name())
+
+
+def node_name() -> str:
+    """This Ray node as the store records it: its IP address and the start of its node id (two raylets on
+    one machine, as in the tests, differ by the id)."""
+    return f"{ray.util.get_node_ip_address()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
 
 START_TRIES = 2

@@ -57,6 +57,7 @@ COLUMNS = {
     "versions_json": "TEXT",
     "version": "TEXT",  # the securevfl version that ran the cell (versions_json has the commit)
     "finished_at": "REAL",
+    "node": "TEXT",  # where the cell ran: this host's name, or a Ray node's (issue 53)
 }
 
 

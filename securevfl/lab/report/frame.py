@@ -77,7 +77,7 @@ def load_frames(store_path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "feature_epsilon": feature_epsilon(res),
                      "noise_multiplier": res["privacy"].get("noise_multiplier"),
                      "config": r["config_json"], "partition": json.dumps(res["partition"]),
-                     "versions": r["versions_json"], "finished_at": r["finished_at"],
+                     "versions": r["versions_json"], "finished_at": r["finished_at"], "node": r.get("node"),
                      # trained beside an attack that acts during training (a backdoor): not the clean utility
                      "malicious": any(isinstance(a, dict) and a.get("malicious_training")
                                       for a in found.values())})

@@ -290,6 +290,9 @@ def _provenance_blocks(runs: pd.DataFrame, store_path: str | Path, command: str 
              f"Store `{Path(store_path).name}`: {len(runs)} runs; seeds {seeds}"
              + (f"; securevfl versions in the runs: {', '.join(versions)}" if versions else "") + "; "
              + _time_taken(runs) + "."]
+    nodes = runs["node"].dropna().value_counts() if "node" in runs else pd.Series(dtype=int)
+    if len(nodes):  # where each run ran (a Ray cluster's nodes; issue 53)
+        lines.append("Runs per node: " + "; ".join(f"`{n}`: {c}" for n, c in sorted(nodes.items())) + ".")
     blocks: list = [("ul", lines)]
     recorded = load_sweeps(store_path)
     if not recorded:
