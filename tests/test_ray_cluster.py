@@ -27,10 +27,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ray(*args: str, **kw) -> subprocess.Popen:
+RAY_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+"""A test cluster on loopback: no token (a real cluster keeps Ray's token authentication; docs/lab.md)."""
+
+
+def _ray(*args: str) -> subprocess.Popen:
     exe = Path(sys.executable).parent / "ray"
     return subprocess.Popen([str(exe), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, **kw)
+                            start_new_session=True, env=RAY_ENV)
 
 
 def _wait_for_nodes(port: int, n: int, timeout: float = 120.0) -> None:
@@ -38,7 +42,8 @@ def _wait_for_nodes(port: int, n: int, timeout: float = 120.0) -> None:
     exe = Path(sys.executable).parent / "ray"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        out = subprocess.run([str(exe), "status", "--address", f"127.0.0.1:{port}"], capture_output=True, text=True)
+        out = subprocess.run([str(exe), "status", "--address", f"127.0.0.1:{port}"], capture_output=True, text=True,
+                             env=RAY_ENV)
         active = out.stdout.split("Active:")[-1].split("Pending:")[0] if "Active:" in out.stdout else ""
         if active.count("node_") >= n:
             return
@@ -47,12 +52,10 @@ def _wait_for_nodes(port: int, n: int, timeout: float = 120.0) -> None:
 
 
 @pytest.fixture()
-def cluster(tmp_path):
+def cluster():
     port = _free_port()
-    tmp = tmp_path / "ray"  # its own session folder: nothing shared with another Ray on this machine
-    tmp.mkdir()
     head = _ray("start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", "1",
-                "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", str(tmp), "--block")
+                "--include-dashboard=false", "--disable-usage-stats", "--block")
     _wait_for_nodes(port, 1)
     worker = _ray("start", "--address", f"127.0.0.1:{port}", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
                   "--disable-usage-stats", "--block")
@@ -76,7 +79,7 @@ def test_a_sweep_across_two_ray_nodes_survives_losing_one(cluster, tmp_path) -> 
     sweep.write_text("name: nodes\ndataset: digits\nmethods: [splitnn]\ndefenses: [none]\nseeds: [0, 1, 2, 3, 4, 5]\n"
                      "train: {epochs: 8}\n")
     store = tmp_path / "s.sqlite"
-    env = {**os.environ, "RAY_ADDRESS": address, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**RAY_ENV, "RAY_ADDRESS": address, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     log = tmp_path / "sweep.log"
     with open(log, "w") as err_file:
         run = subprocess.Popen([sys.executable, "-m", "securevfl", "sweep", str(sweep), "--engine", "ray", "--workers",
