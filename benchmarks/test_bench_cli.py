@@ -19,6 +19,8 @@ CASES = {
     "attack-typo": ["train", "--attack", "mcc"],
     "defense-typo": ["train", "--defense", "iso:5+dpp"],
     "method-typo": ["train", "--method", "fedhsl"],
+    "party-allow": ["party", "--role", "passive1", "--listen", "127.0.0.1:0", "--party-file", "README.md",
+                    "--insecure", "--allow", "everything"],
     **{f"help-{c}": [c, "--help"] for c in ("train", "party", "sweep", "report", "predict", "certs")},
 }
 TARGET_S = 0.5

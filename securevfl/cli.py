@@ -401,7 +401,6 @@ def _doctor_party(args: argparse.Namespace) -> list:
 
 def cmd_party(args: argparse.Namespace) -> int:
     from securevfl import threads
-    from securevfl.deploy import serve
 
     host_port("--listen", args.listen)
     if not (args.role.startswith("passive") and args.role.removeprefix("passive").isdigit()):
@@ -414,6 +413,8 @@ def cmd_party(args: argparse.Namespace) -> int:
         _check_writable_dir(args.checkpoint, "--checkpoint", private=True)
     grpc_mod, net = _net_config(args, args.role)
     _startup_tls(args, args.role)
+    from securevfl.deploy import serve  # heavy (torch): after every flag is checked
+
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",
                                    record=args.record_view is not None)
@@ -456,8 +457,8 @@ def party_settings(args: argparse.Namespace):
 
 def party_policy(args: argparse.Namespace) -> dict:
     """``party``'s own seed and policy flags, checked (fields of ``PartySettings``)."""
+    from securevfl.catalog import check_names  # torch-free: a typo is answered at once
     from securevfl.lab.party_settings import PERMISSIONS
-    from securevfl.methods import METHODS
 
     out: dict = {}
     if args.seed is not None:
@@ -472,7 +473,7 @@ def party_policy(args: argparse.Namespace) -> dict:
         if not methods:
             raise UserError("--methods is empty: name the methods this party takes part in")
         for m in methods:
-            METHODS.get(m)  # a one-line error naming the known ones
+            check_names(None, m)  # a one-line error naming the known ones
         out["methods"] = methods
     limits = (("--max-batch-size", "max_batch_size", True), ("--max-parameters", "max_parameters", True),
               ("--max-requests", "max_requests", True), ("--max-rate", "max_rate", False))

@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from securevfl.errors import UserError
-from securevfl.interactive import mixing_for
 
 PASSIVE = "passive"
 
@@ -118,6 +117,8 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
         (the description with this party's decisions in place, notes for stderr).
     Raises:
         UserError: a setting asked for that this party refuses (one line, sent to the active party too)."""
+    from securevfl.interactive import mixing_for  # (torch: the party's flags are checked before it)
+
     notes: list[str] = []
     hello = dict(hello)
     if any(str(k).replace("-", "_") == "seeded_shares" for k in hello.get("he_params", {})):
