@@ -234,11 +234,8 @@ def _intersect(fed: Federation, mode: str, which: str, given: np.ndarray | None)
     if mode == "given":
         aligned = np.sort(np.asarray(given))
     elif mode == "psi":
-        per_party = []
-        for p in fed.passives:
-            client = psi.psi_client_start(a.endpoint, p.name, own)
-            psi.psi_server_round(p.endpoint, a.name, getattr(p.data, which))
-            per_party.append(psi.psi_client_finish(a.endpoint, p.name, client, own))
+        per_party = [psi.mutual_psi_local(a.endpoint, p.endpoint, own, getattr(p.data, which))[0]
+                     for p in fed.passives]
         aligned = psi.plain_intersection([own, *per_party])
     elif mode == "plain":
         for p in fed.passives:

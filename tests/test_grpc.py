@@ -313,11 +313,19 @@ class FakePassive:
             self.channel.close()
         elif self.mode == "garbage":
             ep.send("active", "alignment", b"\x00garbage")
+        elif self.mode == "midstream":  # a PSI peer that says hello, sends its first bucket, then stops
+            from securevfl.data.psi import MutualPSI
+
+            s = MutualPSI(np.arange(100, 700), "active")
+            ep.send_json("active", "alignment", s.hello())
+            s.agree(ep.recv_json("active", "alignment"))
+            ep.send("active", "alignment", s.start()[0])
 
 
 @pytest.mark.parametrize("mode,match", [("stall", "sent no alignment message within 3 s while this party waited"),
                                         ("die", "passive1 at .* went away mid-run|did not answer|sent no"),
-                                        ("garbage", "malformed message from a passive party")])
+                                        ("garbage", "malformed message from a passive party"),
+                                        ("midstream", "passive1 .*sent no alignment message within 3 s")])
 def test_misbehaving_peer_is_a_clean_error(files, mode: str, match: str) -> None:
     f = FakePassive(mode)
     _fails(files, [f], match, folder=None)

@@ -295,11 +295,8 @@ def align_ids(id_sets: list[np.ndarray], mode: str) -> tuple[np.ndarray, int]:
             ch.endpoint(name).send_ids(names[0], MessageKind.ALIGNMENT, ids)
         received = [active.recv_ids(name, MessageKind.ALIGNMENT) for name in names[1:]]
         return psi.plain_intersection([id_sets[0], *received]), ch.stats.total_bytes
-    per_party = []
-    for name, ids in zip(names[1:], id_sets[1:], strict=True):
-        client = psi.psi_client_start(active, name, id_sets[0])
-        psi.psi_server_round(ch.endpoint(name), names[0], ids)
-        per_party.append(psi.psi_client_finish(active, name, client, id_sets[0]))
+    per_party = [psi.mutual_psi_local(active, ch.endpoint(name), id_sets[0], ids)[0]
+                 for name, ids in zip(names[1:], id_sets[1:], strict=True)]
     return psi.plain_intersection([id_sets[0], *per_party]), ch.stats.total_bytes
 
 
