@@ -79,6 +79,11 @@ def buckets_of(nonce: bytes, n_buckets: int, ids: np.ndarray) -> np.ndarray:
     return np.asarray(h, dtype=np.uint32)
 
 
+def buckets_bytes(nonce: bytes, n_buckets: int, ids: np.ndarray) -> bytes:
+    """:func:`buckets_of` as bytes (a worker process's answer)."""
+    return buckets_of(nonce, n_buckets, ids).tobytes()
+
+
 def bucket_count(n_a: int, n_b: int, target: int) -> int:
     """How many buckets both parties split their sets into: about ``target`` IDs each."""
     return max(1, math.ceil(max(n_a, n_b) / target))

@@ -42,6 +42,7 @@ from securevfl import ecdh
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
 from securevfl.ids import intersect
+from securevfl.progress import phase
 
 NAME = "x25519-dh-psi/1"
 BUCKET_TARGET = 1 << 15
@@ -99,10 +100,6 @@ def _split(n: int) -> list[tuple[int, int]]:
     return [(i, min(i + CHUNK, n)) for i in range(0, n, CHUNK)]
 
 
-def _buckets_task(nonce: bytes, n_buckets: int, ids: np.ndarray) -> bytes:
-    return ecdh.buckets_of(nonce, n_buckets, ids).tobytes()
-
-
 class MutualPSI:
     """One party's side of the mutual PSI with one peer, as a state machine over messages (bytes): the
     same object drives the in-process simulator (:func:`mutual_psi_local`) and a deployed party
@@ -139,7 +136,7 @@ class MutualPSI:
         self.size_own = ecdh.padded_size(len(self.ids), self.n_buckets)
         self.size_peer = ecdh.padded_size(n, self.n_buckets)
         spans = _split(len(self.ids))
-        parts = self.workers.map(_buckets_task, [(self.nonce, self.n_buckets, self.ids[a:b]) for a, b in spans])
+        parts = self.workers.map(ecdh.buckets_bytes, [(self.nonce, self.n_buckets, self.ids[a:b]) for a, b in spans])
         bucket = np.frombuffer(b"".join(parts), dtype=np.uint32)
         self._order = np.argsort(bucket, kind="stable")
         self._bounds = np.searchsorted(bucket[self._order], np.arange(self.n_buckets + 1))
@@ -224,8 +221,13 @@ def mutual_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, workers: Work
     workers = workers or Workers.for_size(len(own_ids))
     try:
         s = MutualPSI(own_ids, peer, workers, target)
-        endpoint.send_json(peer, MessageKind.ALIGNMENT, s.hello())
-        s.agree(endpoint.recv_json(peer, MessageKind.ALIGNMENT))
+        if endpoint.party < peer:  # ("active" first: a served party speaks once its client has)
+            endpoint.send_json(peer, MessageKind.ALIGNMENT, s.hello())
+            s.agree(endpoint.recv_json(peer, MessageKind.ALIGNMENT))
+        else:
+            theirs = endpoint.recv_json(peer, MessageKind.ALIGNMENT)
+            endpoint.send_json(peer, MessageKind.ALIGNMENT, s.hello())
+            s.agree(theirs)
         for m in s.start():
             endpoint.send(peer, MessageKind.ALIGNMENT, m)
         while not s.done:
@@ -242,7 +244,11 @@ def mutual_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, workers: Work
 def mutual_psi_local(a: Endpoint, b: Endpoint, ids_a: np.ndarray, ids_b: np.ndarray,
                      target: int = BUCKET_TARGET) -> tuple[np.ndarray, np.ndarray]:
     """Both sides of the mutual PSI in one process (the simulator), every message through the channel."""
-    sa, sb = MutualPSI(ids_a, b.party, target=target), MutualPSI(ids_b, a.party, target=target)
+    return drive_local(a, b, MutualPSI(ids_a, b.party, target=target), MutualPSI(ids_b, a.party, target=target))
+
+
+def drive_local(a: Endpoint, b: Endpoint, sa: MutualPSI, sb: MutualPSI) -> tuple[np.ndarray, np.ndarray]:
+    """Run two sessions to the end in turn, in this thread (:func:`mutual_psi_local`)."""
     a.send_json(b.party, MessageKind.ALIGNMENT, sa.hello())
     b.send_json(a.party, MessageKind.ALIGNMENT, sb.hello())
     sb.agree(b.recv_json(a.party, MessageKind.ALIGNMENT))
@@ -276,7 +282,8 @@ def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: 
             if mode == "plain":
                 theirs.append(endpoint.recv_ids(name, MessageKind.ALIGNMENT))
             else:
-                theirs.append(mutual_psi(endpoint, name, own_ids, workers))
+                with phase(f"PSI with {name} ({len(own_ids):,} IDs)"):
+                    theirs.append(mutual_psi(endpoint, name, own_ids, workers))
     aligned = plain_intersection([own_ids, *theirs])
     if len(aligned):
         for name in peers:
@@ -295,5 +302,6 @@ def align_to(endpoint: Endpoint, active: str, own_ids: np.ndarray, mode: str) ->
         endpoint.send_ids(active, MessageKind.ALIGNMENT, own_ids)
         own_result = np.asarray(own_ids)
     else:
-        own_result = mutual_psi(endpoint, active, own_ids)
+        with phase(f"PSI with {active} ({len(own_ids):,} IDs)"):
+            own_result = mutual_psi(endpoint, active, own_ids)
     return endpoint.recv_ids(active, MessageKind.ALIGNMENT), own_result
