@@ -20,7 +20,6 @@ Each row also gives how far each party's resident memory rose above where it sto
 from __future__ import annotations
 
 import argparse
-import resource
 import subprocess
 import sys
 import time

@@ -372,12 +372,13 @@ def _doctor_train(args: argparse.Namespace) -> list:
               *doctor.check_resources(cfg.data.party_files[0], [args.checkpoint, args.record_view])]
     if not all(c.ok for c in checks):
         return checks
-    from securevfl.deploy import run_description
-    from securevfl.lab.compose import resolve_config
+    from securevfl.deploy import planned_descriptions
+    from securevfl.lab.party_settings import settings_digest
 
-    resolved = resolve_config(cfg)
-    names = sorted(peers, key=lambda n: int(n.removeprefix("passive")) if n.removeprefix("passive").isdigit() else 0)
-    descriptions = {n: run_description(resolved, k, len(peers) + 1, True) for k, n in enumerate(names, start=1)}
+    descriptions = planned_descriptions(cfg, peers)
+    digest = settings_digest(next(iter(descriptions.values())))
+    checks.append(doctor.Check("settings", True, f"digest {digest} (a passive party may pin it: party "
+                                                 f"--expect-settings {digest})"))
     grpc_mod, net = _net_config(args, ACTIVE)
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers)
     try:
@@ -458,7 +459,7 @@ def party_settings(args: argparse.Namespace):
 def party_policy(args: argparse.Namespace) -> dict:
     """``party``'s own seed and policy flags, checked (fields of ``PartySettings``)."""
     from securevfl.catalog import check_names  # torch-free: a typo is answered at once
-    from securevfl.lab.party_settings import PERMISSIONS
+    from securevfl.lab.party_settings import DIGEST_HEX, PERMISSIONS
 
     out: dict = {}
     if args.seed is not None:
@@ -475,6 +476,12 @@ def party_policy(args: argparse.Namespace) -> dict:
         for m in methods:
             check_names(None, m)  # a one-line error naming the known ones
         out["methods"] = methods
+    if args.expect_settings is not None:
+        digest = args.expect_settings.strip().lower()
+        if len(digest) != DIGEST_HEX or any(c not in "0123456789abcdef" for c in digest):
+            raise UserError(f"--expect-settings {args.expect_settings!r}: expected the {DIGEST_HEX} hex digits "
+                            "`securevfl doctor train` prints")
+        out["expect_settings"] = digest
     limits = (("--max-batch-size", "max_batch_size", True), ("--max-parameters", "max_parameters", True),
               ("--max-requests", "max_requests", True), ("--max-rate", "max_rate", False))
     for flag, key, integer in limits:
@@ -607,6 +614,8 @@ def make_parser() -> _Parser:
     pol.add_argument("--max-parameters", metavar="N", help="the largest bottom model it builds (default 50000000)")
     pol.add_argument("--max-requests", metavar="N", help="the most requests in one run (default 100000000)")
     pol.add_argument("--max-rate", metavar="R", help="requests per second at most; more wait (default 5000; 0: none)")
+    pol.add_argument("--expect-settings", metavar="DIGEST", help="serve only runs whose settings have this digest "
+                     "(as the active party's `securevfl doctor train` prints it); default: any its policy admits")
     _net_flags(pa)
     dr = sub.add_parser("doctor", help="check a deployment before it starts: securevfl doctor train|party "
                         "<that command's flags> (docs/deployment.md)")

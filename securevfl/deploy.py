@@ -341,6 +341,33 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
                         "yet: its file would need no feature columns; give it features, or run in the simulator")
 
 
+def _resolved(cfg: RunConfig, n_parties: int) -> RunConfig:
+    from securevfl.lab.compose import resolve_config
+
+    if cfg.partition.n_parties not in (2, n_parties):  # 2: the default
+        raise UserError(f"--parties {cfg.partition.n_parties} but {n_parties} parties (this party's file and "
+                        f"{n_parties - 1} --peer); drop --parties or give one --peer per passive party")
+    # validation sees this party's file alone (the peers hold the others): check it as a 2-party run,
+    # then record the real count
+    given = copy.deepcopy(cfg)
+    given.partition.n_parties = 2
+    cfg = resolve_config(given)
+    cfg.partition.n_parties = n_parties
+    return cfg
+
+
+def planned_descriptions(cfg: RunConfig, peers: dict[str, str]) -> dict[str, dict]:
+    """The run description ``train --peer`` will send each passive party (``securevfl doctor``: the
+    settings digest and each party's policy verdict), built as :func:`run_deployed` builds them."""
+    from securevfl.lab.compose import prepare_method
+
+    n_parties = len(peers) + 1
+    cfg = _resolved(cfg, n_parties)
+    _, cut = prepare_method(cfg, _defenses(cfg), [], record=False, progress=False, device=torch.device("cpu"))
+    names = sorted(peers, key=lambda n: int(n.removeprefix("passive")) if n.removeprefix("passive").isdigit() else 0)
+    return {n: run_description(cfg, k, n_parties, cut.interactive) for k, n in enumerate(names, start=1)}
+
+
 def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
                  checkpoint: str | None = None, resume: bool = False, save: str | None = None) -> dict:
     """Train and evaluate as the active party with every passive party in its own process.
@@ -358,20 +385,12 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
 
     Returns:
         The run's JSON object (as ``train --json``, plus ``transport`` and ``cost.network``)."""
-    from securevfl.lab.compose import check_task, prepare_method, resolve_config, run_warnings
+    from securevfl.lab.compose import check_task, prepare_method, run_warnings
 
     check_deployable(cfg, peers, checkpoint, resume, save)
     defenses = _defenses(cfg)
     n_parties = len(peers) + 1
-    if cfg.partition.n_parties not in (2, n_parties):  # 2: the default
-        raise UserError(f"--parties {cfg.partition.n_parties} but {n_parties} parties (this party's file and "
-                        f"{len(peers)} --peer); drop --parties or give one --peer per passive party")
-    # validation sees this party's file alone (the peers hold the others): check it as a 2-party run,
-    # then record the real count
-    given = copy.deepcopy(cfg)
-    given.partition.n_parties = 2
-    cfg = resolve_config(given)
-    cfg.partition.n_parties = n_parties
+    cfg = _resolved(cfg, n_parties)
     device = resolve_device(cfg.device)  # this process's own parties: the active one (each passive runs on its CPU)
     method, cut = prepare_method(cfg, defenses, [], record=cfg.record, progress=progress, device=device)
     interactive = cut.interactive

@@ -127,3 +127,38 @@ def test_doctor_party_and_its_usage(files, capsys) -> None:
     assert main([*base, "--party-file", str(files["guest"])]) == 0  # a passive party does not know the label's name
     assert main(["doctor"]) == 2 and "doctor checks the command" in capsys.readouterr().err
     assert main(["doctor", "train", "--dataset", "digits"]) == 2
+
+
+def test_the_settings_digest_pins_a_run(files, capsys) -> None:
+    """``doctor train`` prints the run's settings digest; a party started with ``--expect-settings`` of
+    that digest accepts the run and refuses any other (another number of epochs here), before data moves."""
+    import re
+
+    from securevfl.lab.party_settings import settings_digest
+
+    probe, _ = _serving(files)
+    try:
+        assert _doctor_train(files, probe) == 0
+        digest = re.search(r"ok   settings: digest ([0-9a-f]{16})", capsys.readouterr().out).group(1)
+    finally:
+        probe.close()
+    ch, _ = _serving(files, PartySettings(expect_settings=digest))
+    try:
+        assert _doctor_train(files, ch) == 0  # the control: the agreed run
+        assert "ok   policy passive1" in capsys.readouterr().out
+        train = ["train", "--dataset", "csv", "--party-file", str(files["guest"]), "--label-column", "y", "--peer",
+                 f"passive1=127.0.0.1:{ch.port}", "--tls", str(files["certs"] / "active"), "--timeout", "20"]
+        assert main(train) == 0  # the run itself sends the description the doctor digested
+        assert _doctor_train(files, ch, "--epochs", "3") == 2
+        out = capsys.readouterr().out
+        assert "FAIL policy passive1" in out and f"this party agreed to {digest}" in out
+    finally:
+        ch.close()
+    hello = {"seed": 1, "party": "passive1", "index": 1, "method": "splitnn"}
+    same = settings_digest(hello)
+    assert settings_digest({**hello, "party": "passive2", "index": 2, "resume_epoch": 3}) == same
+    assert settings_digest({**hello, "seed": 2}) != same
+    base = ["doctor", "party", "--role", "passive1", "--listen", "127.0.0.1:0", "--tls",
+            str(files["certs"] / "passive1"), "--party-file", str(files["host"])]
+    assert main([*base, "--expect-settings", "not-hex"]) == 2
+    assert "--expect-settings 'not-hex': expected the 16 hex digits" in capsys.readouterr().err

@@ -67,6 +67,26 @@ class PartySettings:
     """The most requests it answers in one run (``--max-requests``)."""
     max_rate: float = 5000.0
     """Requests per second it answers at most (``--max-rate``; more wait); 0: no limit."""
+    expect_settings: str | None = None
+    """The digest of the run settings this party agreed to out of band (``--expect-settings``, as
+    ``securevfl doctor train`` prints it): a run whose description has another digest is refused before
+    any data moves. None: any settings its policy admits."""
+
+
+DIGEST_HEX = 16
+_NOT_SETTINGS = ("party", "index", "resume_epoch", "checkpoint")  # per party, or per start of the same run
+
+
+def settings_digest(hello: dict) -> str:
+    """The digest of what a run description asks, the same for every passive party of the run and on a
+    resume: the method, model, optimiser, training, data options, seed, defenses, HE and alignment, as
+    canonical JSON, SHA-256, the first :data:`DIGEST_HEX` hex digits."""
+    import hashlib
+    import json
+
+    body = {k: v for k, v in hello.items() if k not in _NOT_SETTINGS}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode()
+                          ).hexdigest()[:DIGEST_HEX]
 
 
 PERMISSIONS = {
@@ -120,6 +140,10 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
     from securevfl.interactive import mixing_for  # (torch: the party's flags are checked before it)
 
     notes: list[str] = []
+    if own.expect_settings is not None and (got := settings_digest(hello)) != own.expect_settings:
+        raise UserError(f"the active party's run settings have digest {got}; this party agreed to "
+                        f"{own.expect_settings} (--expect-settings); refused (securevfl doctor train prints a run's "
+                        "digest)")
     hello = dict(hello)
     if any(str(k).replace("-", "_") == "seeded_shares" for k in hello.get("he_params", {})):
         # a test fixture: this party's HE share and masks would follow from the public seed
