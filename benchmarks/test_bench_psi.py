@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import private_set_intersection.python as psi_lib
 import pytest
 from conftest import timed
 
 from securevfl.channel import InMemoryChannel
 from securevfl.data import psi
+
+psi_lib = pytest.importorskip("private_set_intersection.python")  # the bench extra
 
 
 def _ids(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -512,17 +512,8 @@ def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress
         raise UserError(f"malformed message from a passive party ({type(e).__name__}: {e})") from None
 
 
-def _decode_errors() -> tuple[type[Exception], ...]:
-    errors: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
+_BAD_BYTES: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
                                            UnicodeDecodeError, struct.error, RuntimeError, AssertionError)
-    try:  # PSI messages are protobufs (openmined-psi)
-        from google.protobuf.message import Error as ProtobufError
-    except ImportError:
-        return errors
-    return (*errors, ProtobufError)
-
-
-_BAD_BYTES = _decode_errors()
 """What decoding a peer's malformed bytes raises (codec, JSON, PSI, HE deserialisation, tensor shapes)."""
 
 

@@ -186,8 +186,9 @@ class PartitionSpec:
         dataset preset (e.g. ``vflhlp``, ``fedud``, ``fate``; the flag takes a preset name); unset =
         equal contiguous blocks (2 parties on images: left/right halves).""")
     alignment: str = setting("given", flag="--alignment", choices=("given", "psi", "plain"), doc="""
-        How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (ECDH PSI
-        through the channel, openmined-psi) or ``plain`` (plain intersection; explicit fallback only).""")
+        How the aligned set is established: ``given`` (the simulator knows it), ``psi`` (a
+        mutual Diffie–Hellman PSI over X25519 through the channel) or ``plain`` (plain intersection;
+        explicit fallback only).""")
 
     def validate(self, n_columns: int) -> None:
         if self.n_parties < 2:

@@ -288,23 +288,68 @@ class SplitTrainer:
 
 
 
+MIN_VALIDATION = 10
+"""The fewest held-out rows a learning-rate search scores candidates on; with fewer (a run's labeled
+rows under 50) the search is replaced by its fallback, the grid's middle rate (issue 52)."""
+VALIDATION_SHARE = 0.2
+
+
+def validation_split(ids: np.ndarray, y: np.ndarray | None, seed: int) -> np.ndarray | str:
+    """The held-out rows of a learning-rate search: :data:`VALIDATION_SHARE` of ``ids``, stratified by
+    class when ``y`` (class labels) is given, so every class with two rows or more has one held out; or,
+    when no split can score (fewer than :data:`MIN_VALIDATION` rows, or one class), the reason.
+
+    The share, the minimum and the draw (its own stream of the run seed) are the same for every method,
+    so arms training on the same labeled rows validate on the same rows."""
+    ids = np.asarray(ids)
+    n_val = int(round(VALIDATION_SHARE * len(ids)))
+    if n_val < MIN_VALIDATION:
+        return (f"{len(ids)} labeled rows leave {n_val} for validation, fewer than {MIN_VALIDATION}")
+    rng = np.random.default_rng(seed + STREAM_LR_GRID)
+    perm = rng.permutation(len(ids))
+    if y is None:
+        return ids[perm[:n_val]]
+    y = np.asarray(y)[perm]
+    take: list[np.ndarray] = []
+    for c in np.unique(y):
+        rows = perm[y == c]  # (in the permuted order: a random draw within the class)
+        k = int(round(VALIDATION_SHARE * len(rows)))
+        take.append(rows[:max(k, 1) if len(rows) >= 2 else 0])
+    val = np.sort(np.concatenate(take))
+    if len(np.unique(np.asarray(y)[np.isin(perm, val)])) < 2:
+        return "the labeled rows hold one class with two rows or more: no split can score a candidate"
+    return ids[val]
+
+
+def _middle(grid: list[float]) -> float:
+    return sorted(grid)[(len(grid) - 1) // 2]
+
+
 def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[[], SplitTrainer],
-                       lr_grid: list[float], seed: int, epochs: int | None = None) -> SplitTrainer:
+                       lr_grid: list[float], seed: int, epochs: int | None = None,
+                       validation_pool: np.ndarray | None = None, stage: str = "fit") -> SplitTrainer:
     """Train on ``ids`` at the one learning rate of ``lr_grid``, or choose it when the grid lists several.
 
-    With several rates, the active party holds out 20 % of ``ids`` for validation, each rate trains
-    from the same starting state (every party snapshots and restores its own models), and the best
-    retrains on all ``ids``. Defense hooks see every grid run, so a DP accountant charges all of them;
-    the active party's step rule scores and chooses (under DP-SGD the choice itself is private:
-    accuracy, sensitivity 1/n_val, charged to its ledger). An empty grid keeps the optimizers' rates.
+    With several rates, the active party holds out a stratified 20 % of the rows with a true label
+    (:func:`validation_split`), each rate trains from the same starting state on the rest (every party
+    snapshots and restores its own models), and the best retrains on all ``ids``. Too few rows to
+    score (or one class) is not divergence: the search falls back to the grid's middle rate and says
+    so (``fed.meta["lr_search"]["fallback"]``). Defense hooks see every grid run, so a DP accountant
+    charges all of them; the active party's step rule scores and chooses (under DP-SGD the choice
+    itself is private: accuracy, sensitivity 1/n_val, charged to its ledger). An empty grid keeps the
+    optimizers' rates.
 
     Args:
-        fed: the federation, trained in place; ``fed.meta["lr_search"]`` records the scores.
-        ids: labeled rows to train on.
+        fed: the federation, trained in place; ``fed.meta["lr_search"]`` records the scores (and
+            ``fed.meta["lr_searches"][stage]``, each stage's own).
+        ids: the rows to train on.
         make_trainer: a fresh trainer over ``fed`` (one per grid run).
         lr_grid: candidate learning rates.
         seed: the run's seed (the validation split draws from its own stream).
         epochs: epochs of every run (None: the trainer's ``cfg.epochs``).
+        validation_pool: the rows of ``ids`` that carry a true label at the active party (None: all;
+            a stage that also trains on pseudo-labeled or paired rows validates on its true ones only).
+        stage: the stage's name in ``fed.meta["lr_searches"]``.
 
     Returns:
         The trainer of the final run.
@@ -313,36 +358,46 @@ def fit_with_lr_search(fed: Federation, ids: np.ndarray, make_trainer: Callable[
         TrainingDiverged: every rate diverged."""
     grid = list(lr_grid)
     if len(grid) > 1:
-        rng = np.random.default_rng(seed + STREAM_LR_GRID)
-        perm = rng.permutation(np.asarray(ids))
-        n_val = max(1, int(round(0.2 * len(perm))))
-        val, tr = perm[:n_val], perm[n_val:]
-        start = {party.name: party.snapshot() for party in fed.parties}
-        scores = {}
-        for lr in grid:
-            for party in fed.parties:
-                party.restore(start[party.name])
-                party.set_lr(lr)
-            trainer = make_trainer()
-            try:
-                trainer.fit(tr, epochs=epochs, desc=f"lr {lr}")
-            except TrainingDiverged:
-                scores[lr] = float("nan")  # this learning rate cannot train here; try the others
-                continue
-            y_val = fed.active.data.labels(val)
-            probs = trainer.predict_proba(val, "train")
-            scores[lr] = fed.active.score_candidate(probs, y_val, fed.n_classes)
-        if all(np.isnan(v) for v in scores.values()):
-            raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
-                                   "defense strength")
-        best = fed.active.choose_lr(grid, scores, len(val))
-        for party in fed.parties:
-            party.restore(start[party.name])
-        fed.meta["lr_search"] = {"scores": {str(k): v for k, v in scores.items()}, "chosen": best}
-        grid = [best]
+        pool = np.asarray(ids if validation_pool is None else validation_pool)
+        y_pool = None if fed.regression else np.asarray(fed.active.data.labels(pool))
+        val = validation_split(pool, y_pool, seed)
+        if isinstance(val, str):
+            record: dict = {"fallback": f"{val}; trained at the grid's middle rate", "chosen": _middle(grid)}
+        else:
+            record = _search(fed, np.asarray(ids)[~member(ids, val)], val, make_trainer, grid, epochs)
+        fed.meta["lr_search"] = record
+        fed.meta.setdefault("lr_searches", {})[stage] = record
+        grid = [record["chosen"]]
     if grid:
         for party in fed.parties:
             party.set_lr(grid[0])
     trainer = make_trainer()
     trainer.fit(ids, epochs=epochs)
     return trainer
+
+
+def _search(fed: Federation, tr: np.ndarray, val: np.ndarray, make_trainer: Callable[[], SplitTrainer],
+            grid: list[float], epochs: int | None) -> dict:
+    """Each rate trained on ``tr`` from the same start and scored on ``val``; the start restored."""
+    start = {party.name: party.snapshot() for party in fed.parties}
+    scores = {}
+    for lr in grid:
+        for party in fed.parties:
+            party.restore(start[party.name])
+            party.set_lr(lr)
+        trainer = make_trainer()
+        try:
+            trainer.fit(tr, epochs=epochs, desc=f"lr {lr}")
+        except TrainingDiverged:
+            scores[lr] = float("nan")  # this learning rate cannot train here; try the others
+            continue
+        y_val = fed.active.data.labels(val)
+        probs = trainer.predict_proba(val, "train")
+        scores[lr] = fed.active.score_candidate(probs, y_val, fed.n_classes)
+    for party in fed.parties:
+        party.restore(start[party.name])
+    if all(np.isnan(v) for v in scores.values()):
+        raise TrainingDiverged(f"training diverged at every learning rate in {grid}; lower them or the "
+                               "defense strength")
+    best = fed.active.choose_lr(grid, scores, len(val))
+    return {"scores": {str(k): v for k, v in scores.items()}, "chosen": best, "validation_rows": int(len(val))}

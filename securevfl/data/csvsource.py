@@ -1,11 +1,11 @@
 """The ``csv`` source: the data a real user brings — one CSV or Parquet file per party, each with
 an entity-ID column; labels only in the active party's file (the first file).
 
-Each party's ID set comes from its own file. The aligned set is computed by ECDH PSI
-(openmined-psi) between the active party and every passive party through a setup channel whose
-bytes are reported (``partition.psi_bytes``); ``--alignment plain`` intersects in the clear. Test
-rows are a seeded ``test_fraction`` draw from the aligned, labeled entities; the rest of the
-aligned set is for training. The spec's ``aligned_fraction``/``unaligned`` do not apply: the files
+Each party's ID set comes from its own file. The aligned set is computed by the mutual
+Diffie–Hellman PSI (:mod:`securevfl.data.psi`) between the active party and every passive party
+through a setup channel whose bytes are reported (``partition.psi_bytes``); ``--alignment plain``
+intersects in the clear. Test rows are a seeded ``test_fraction`` draw from the aligned, labeled
+entities; the rest of the aligned set is for training. The spec's ``aligned_fraction``/``unaligned`` do not apply: the files
 define who holds what.
 
 What the reader decides, and tells (``partition.ingest`` in the run JSON, and a summary on stderr):

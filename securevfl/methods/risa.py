@@ -92,7 +92,7 @@ from securevfl.parties import Party
 from securevfl.policy import ServedRows
 from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
-from securevfl.training import SplitTrainer
+from securevfl.training import SplitTrainer, fit_with_lr_search
 
 
 # ----------------------------------------------------------------------------- party-local pieces
@@ -407,12 +407,13 @@ class RISA(Method):
         return rng.permutation(theirs)[:n], rng.permutation(own)[:n]
 
     def privacy_plan(self, fed: Federation) -> tuple[int, int]:
-        # self-training (a finetune at self_training_epochs) and the final fit (no lr grid). The final
-        # pool shrinks as rows are dropped, but a row is still in at most one step per epoch.
+        # self-training (a finetune at self_training_epochs) and the final fit, each with its own lr
+        # search. The final pool shrinks as rows are dropped, but a row is still in at most one step per epoch.
         k, s = (0, 0)
         if self.params["self_training"]:
             k, s = self.finetune_plan(int(self.params["self_training_epochs"]) or None)
-        return k + self.ctx.train.epochs, s
+        k2, s2 = self.finetune_plan()
+        return k + k2, s + s2
 
     def fit(self, fed: Federation) -> None:
         self._check_setting(fed)
@@ -485,15 +486,20 @@ class RISA(Method):
     def _train_final(self, fed: Federation, rows: _RowSets, label_ids: np.ndarray, label_y: np.ndarray,
                      evidential: bool, info: dict) -> None:
         """Step 4, the final model: RISA's objective with uncertainty-based row dropping."""
-        lr = fed.meta.get("lr_search", {}).get("chosen")
         self.reset_optimizers(fed)
-        if lr is not None:  # the self-training stage's learning-rate search also sets the final stage's
-            for party in fed.parties:
-                party.set_lr(lr)
-        self.trainer = RisaTrainer(fed, self.ctx.train, self.ctx.seed, (label_ids, label_y),
-                                   droppable=difference(label_ids, rows.labeled_aligned), evidential=evidential,
-                                   params=self.params, progress=self.ctx.progress)
-        self.trainer.fit(label_ids)
+        droppable = difference(label_ids, rows.labeled_aligned)
+
+        def make() -> RisaTrainer:
+            return RisaTrainer(fed, self.ctx.train, self.ctx.seed, (label_ids, label_y), droppable=droppable,
+                               evidential=evidential, params=self.params, progress=self.ctx.progress)
+
+        # its own learning-rate search (issue 52: it reused the self-training stage's, and local-vfl, with
+        # no self-training, had none), validated on the rows with a true label (not pseudo-labeled, not paired)
+        true = label_ids[member(label_ids, fed.active.data.label_ids)]
+        trainer = fit_with_lr_search(fed, label_ids, make, self.ctx.train.lr_grid, self.ctx.seed,
+                                     validation_pool=true, stage="final")
+        assert isinstance(trainer, RisaTrainer)
+        self.trainer = trainer
         info["drops"] = self.trainer.drops
         info["evidential"] = evidential
 
