@@ -5,8 +5,8 @@ Each party's ID set comes from its own file. The aligned set is computed by the 
 Diffie–Hellman PSI (:mod:`securevfl.data.psi`) between the active party and every passive party
 through a setup channel whose bytes are reported (``partition.psi_bytes``); ``--alignment plain``
 intersects in the clear. Test rows are a seeded ``test_fraction`` draw from the aligned, labeled
-entities; the rest of the aligned set is for training. The spec's ``aligned_fraction``/``unaligned`` do not apply: the files
-define who holds what.
+entities; the rest of the aligned set is for training. The spec's ``aligned_fraction``/``unaligned``
+do not apply: the files define who holds what.
 
 What the reader decides, and tells (``partition.ingest`` in the run JSON, and a summary on stderr):
 - IDs are exact strings (whitespace stripped) unless ``numeric_ids`` asks for numeric matching, so
