@@ -519,3 +519,4 @@ def test_deployed_save_and_predict_each_party_with_its_own_folder(files, tmp_pat
                                    peers)
     assert status == [0, 0] and summary["rows_scored"] > 0
     assert (tmp_path / "remote.csv").read_text() == (tmp_path / "sim.csv").read_text()
+
