@@ -45,5 +45,5 @@ def test_every_stage_of_local_vfl_and_risa_searches_its_own_rate() -> None:
         if method == "risa":
             cfg.method_params = {"self_training_epochs": 1}
         searches = execute(cfg, progress=False).to_json()["method_info"]["lr_searches"]
-        assert set(searches) == ({"final"} if method == "local-vfl" else {"fit", "final"})
+        assert set(searches) == ({"final"} if method == "local-vfl" else {"self-training", "final"})
         assert searches["final"]["chosen"] in (0.001, 0.03) and set(searches["final"]["scores"]) == {"0.001", "0.03"}

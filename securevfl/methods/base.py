@@ -205,7 +205,8 @@ class Method(ABC):
         for party in fed.parties:
             party.reset_optimizer()
 
-    def finetune(self, fed: Federation, ids: np.ndarray, epochs: int | None = None, **kw) -> SplitTrainer:
+    def finetune(self, fed: Federation, ids: np.ndarray, epochs: int | None = None, stage: str = "fit",
+                 **kw) -> SplitTrainer:
         """The supervised VFL stage every method ends with: train on ``ids`` (choosing the learning
         rate from ``train.lr_grid`` when it lists several, :func:`securevfl.training.fit_with_lr_search`).
 
@@ -214,13 +215,14 @@ class Method(ABC):
             ids: labeled rows to train on.
             epochs: this stage's epochs (None: ``train.epochs``); a stage with its own count passes it
                 here rather than changing the run's configuration.
+            stage: the stage's name, under which its own search is recorded (``lr_searches``).
             **kw: passed to :class:`SplitTrainer` (extra loss terms, the passive inputs of rows only the
                 active party holds).
 
         Returns:
             The trainer, which answers inference requests afterwards."""
         return fit_with_lr_search(fed, ids, lambda: self.make_trainer(fed, **kw), self.ctx.train.lr_grid,
-                                  self.ctx.seed, epochs=epochs)
+                                  self.ctx.seed, epochs=epochs, stage=stage)
 
     def finetune_plan(self, epochs: int | None = None) -> tuple[int, int]:
         """(participations, private selections) one :meth:`finetune` charges a labeled row: ``epochs``

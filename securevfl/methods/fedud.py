@@ -190,7 +190,7 @@ class FedUD(Method):
                 fed.meta[R2_KEY].append(1.0 - float(loss.detach()) / spread if spread > 0 else 0.0)
             return alpha * loss
 
-        step1 = self.finetune(fed, aligned, loss_terms=[distill])
+        step1 = self.finetune(fed, aligned, stage="distill", loss_terms=[distill])
 
         # step 2: Rep frozen; aligned CE + β·CE on the host's unaligned rows
         rep.requires_grad_(False)

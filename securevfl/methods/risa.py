@@ -517,7 +517,8 @@ class RISA(Method):
         """Train the vertical self-training model, pseudo-label confident candidates, restore the
         initial weights. Returns (ids, pseudo-labels, summary)."""
         start = {party.name: party.snapshot() for party in fed.parties}
-        trainer = self.finetune(fed, labeled, epochs=int(self.params["self_training_epochs"]) or None)
+        trainer = self.finetune(fed, labeled, epochs=int(self.params["self_training_epochs"]) or None,
+                                stage="self-training")
         probs = trainer.predict_proba(candidates, "train")
         keep = probs.max(1) >= float(self.params["confidence"])
         for party in fed.parties:
