@@ -336,9 +336,6 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
     if cfg.passive_seeds:
         raise UserError("passive_seeds is the simulator's: a deployed passive party holds its own seed (securevfl "
                         "party --seed)")
-    if not cfg.partition.active_features:
-        raise UserError("a label-only active party (partition.active_features: false) cannot run across processes "
-                        "yet: its file would need no feature columns; give it features, or run in the simulator")
 
 
 def _resolved(cfg: RunConfig, n_parties: int) -> RunConfig:
@@ -442,11 +439,13 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
     labels = ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
-    a_data, ingest = party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels)
+    a_data, ingest = party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels,
+                                features=cfg.partition.active_features)
     remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
                for n in names]
     # the active party's models from the same seed streams as the simulator's standard_models
-    active = build_active(a_data, ep, defenses, cfg.model, cfg.optim, cut, names, n_classes, cfg.seed, device)
+    active = build_active(a_data, ep, defenses, cfg.model, cfg.optim, cut, names, n_classes, cfg.seed, device,
+                          features=cfg.partition.active_features)
     fed = Federation(channel, active, remotes, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
                      regression=regression, checkpoints=ck)
     active.learn_alignment(split.train_aligned, a_data.test_ids)

@@ -19,7 +19,7 @@ from securevfl.cutlayer import CutLayer, PlainCutLayer
 from securevfl.data import psi
 from securevfl.data.partition import Partition, PartyData
 from securevfl.hooks import PartyHook
-from securevfl.models import ModelConfig, build_bottom, build_head, for_head
+from securevfl.models import ModelConfig, NoFeatures, build_bottom, build_head, for_head
 from securevfl.options import DEFAULT_LR, OptimConfig  # noqa: F401  (their home: the light settings module)
 from securevfl.parties import ActiveParty, OptimizerFactory, PassiveParty
 from securevfl.roles import seed_for
@@ -160,13 +160,17 @@ def standard_models(partition: Partition, model: ModelConfig, cut: CutLayer, see
 
 def build_active(data: PartyData, endpoint, hooks: list[PartyHook], model: ModelConfig, optim: OptimConfig,
                  cut: CutLayer, passive_names: list[str], n_classes: int, seed: int,
-                 device: torch.device | None = None) -> ActiveParty:
+                 device: torch.device | None = None, features: bool = True) -> ActiveParty:
     """The active party with the standard models (:func:`standard_models`), built by itself in its own
-    process: its bottom model from party 0's seed stream, the head from the last one."""
+    process: its bottom model from party 0's seed stream, the head from the last one. ``features``
+    False: a label-only active party (Entity Augmentation's host), no bottom model, the head on the
+    passive parties' activations only (as ``EntityAugmentation.models`` in the simulator)."""
     widths = [cut.out_dim(model.cut_dim)] * len(passive_names)
+    own = model.cut_dim if features else 0
     head = seeded_build(seed_for(seed, len(passive_names) + 1),
-                        lambda: build_head(model.cut_dim + sum(widths), n_classes, model))
-    return ActiveParty(data, endpoint, hooks, fresh_bottom(data, model, seed_for(seed, 0)), head,
+                        lambda: build_head(own + sum(widths), n_classes, model))
+    bottom = fresh_bottom(data, model, seed_for(seed, 0)) if features else NoFeatures()
+    return ActiveParty(data, endpoint, hooks, bottom, head,
                        functools.partial(make_optimizer, cfg=optim), cut, passive_names=passive_names,
                        passive_widths=widths, n_classes=n_classes, seed=seed, interactive_lr=optim.interactive_lr,
                        device=device)

@@ -162,6 +162,16 @@ def build_bottom(feature_shape: tuple[int, ...], cfg: ModelConfig, n_numeric: in
     raise ValueError(f"unknown bottom model {cfg.bottom!r}")
 
 
+class NoFeatures(nn.Module):
+    """A label-only active party's 'bottom model' (Entity Augmentation's host): a zero-width output, so
+    the head reads only the passive parties' activations."""
+
+    out_dim = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_zeros((x.shape[0], 0))
+
+
 class SumHead(nn.Module):
     """aggVFL's head: no parameters; its input is the parties' logits side by side, its output their sum."""
 

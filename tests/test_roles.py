@@ -151,6 +151,31 @@ def test_regression_and_the_agg_head_deploy(files, setting: str) -> None:
         assert dep["utility"]["metric"] == "r2"
 
 
+def test_entity_aug_with_a_label_only_host_deploys(files, tmp_path) -> None:
+    """Entity Augmentation in its paper's setting across processes (issue 52): the host (active party)
+    holds IDs and labels only, the guest every feature; deployed equals in-process, and the host's
+    file needs no feature column."""
+    guest = pd.read_csv(files["guest_full"])
+    host_only = tmp_path / "labels.csv"
+    guest[["id", "y"]].to_csv(host_only, index=False)  # the label-only host: every entity's label
+    features = tmp_path / "features.csv"
+    guest.drop(columns=["y"]).iloc[:450].to_csv(features, index=False)  # the guest: 450 entities' features
+    files = {**files, "labels": host_only, "features": features}
+
+    def cfg(*party_files: str) -> RunConfig:
+        c = cfg_for(files, "entity-aug", *party_files)
+        c.partition.active_features = False
+        return c
+
+    dep, statuses = deployed(files, cfg("labels"), ["features"])
+    sim = execute(cfg("labels", "features"), progress=False).to_json()
+    assert statuses == [0]
+    _same_run(dep, sim)
+    host = dep["partition"]["ingest"]  # (deployed: the active party's own file only)
+    assert host["numeric_columns"] == host["categorical_columns"] == []  # its file: ID and label only
+    assert dep["method_info"]["entity_aug"]["rows_per_party"][0] > 0  # the guest's rows, and no host rows
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n_parties", [2, 3])
 @pytest.mark.parametrize("method", per_role_methods())

@@ -339,7 +339,8 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
     parties, ingest = [], []
     for k, (df, own) in enumerate(zip(frames, ids, strict=True)):
         labels = ActiveLabels(y_all, has_label, spec.active_labels_unaligned) if k == 0 else None
-        party, info = party_data(names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, labels)
+        party, info = party_data(names[k], df, paths[k], id_cols[k], own, aligned, split, cfg, labels,
+                                 features=k > 0 or spec.active_features)
         parties.append(party)
         ingest.append(info)
     # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
@@ -410,14 +411,22 @@ def split_rows(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarra
 
 
 def party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.ndarray, aligned: np.ndarray,
-                split: Split, cfg: DataConfig, labels: ActiveLabels | None) -> tuple[PartyData, dict]:
-    """One party's encoded rows (with ``labels``: the active party's, labeled) and what was read."""
+                split: Split, cfg: DataConfig, labels: ActiveLabels | None,
+                features: bool = True) -> tuple[PartyData, dict]:
+    """One party's encoded rows (with ``labels``: the active party's, labeled) and what was read;
+    ``features`` False: a label-only active party (``partition.active_features: false``), whose file
+    needs the ID and label columns only (any other column is read as ignored)."""
     index = pd.Index(own)
     train_ids = own[~member(own, split.test_ids)]
     tr, te = index.get_indexer(train_ids), index.get_indexer(split.test_ids)
     drop = [id_col, cfg.label_column, *cfg.drop_columns]
-    num, cat, num_cols, cat_cols, missing = _features(df, path, drop, cfg)
-    if num.shape[1] + cat.shape[1] == 0:
+    if not features:
+        drop += [c for c in df.columns if c not in drop]
+        num, cat = np.zeros((len(df), 0)), np.zeros((len(df), 0), dtype=np.int64)
+        num_cols, cat_cols, missing = [], [], {}
+    else:
+        num, cat, num_cols, cat_cols, missing = _features(df, path, drop, cfg)
+    if features and num.shape[1] + cat.shape[1] == 0:
         raise UserError(f"party file {path}: no feature columns besides the ID")
     matched = int(member(own, aligned).sum())
     info = {"file": str(path), "id_column": id_col, "rows_read": int(len(df)),

@@ -68,7 +68,7 @@ from securevfl.federation import (
 from securevfl.hooks import Objective
 from securevfl.ids import intersect
 from securevfl.methods.base import METHODS, Method
-from securevfl.models import ModelConfig, soft_cross_entropy
+from securevfl.models import ModelConfig, NoFeatures, soft_cross_entropy
 from securevfl.parties import PassiveParty
 from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
@@ -107,15 +107,6 @@ class EntitySampler:
             b -= len(take)
             out.append(take)
         return np.concatenate(out)
-
-
-class NoFeatures(nn.Module):
-    """The label-only host's 'bottom model': a zero-width output, so the head reads only the guests."""
-
-    out_dim = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.new_zeros((x.shape[0], 0))
 
 
 # ---------------------------------------------------------------------------------- guest role
