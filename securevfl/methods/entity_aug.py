@@ -49,7 +49,6 @@ from typing import cast
 
 import numpy as np
 import torch
-from torch import nn
 
 from securevfl.channel import MessageKind
 from securevfl.cutlayer import CutLayer
