@@ -107,6 +107,10 @@ def _party(role: str, n: int, cores: int, port: int) -> None:
         t0 = time.perf_counter()
         got = psi.mutual_psi(ch.endpoint(role), peer, ids, w)
         dt = time.perf_counter() - t0
+        if role == "active":  # wait for the passive party's last answer before closing the stream
+            ch.endpoint(role).recv_json(peer, "control")
+        else:
+            ch.endpoint(role).send_json(peer, "control", {"done": 1})
         workers_rss = max(w.map(_rss_mb, [(None,), (None,)])) if cores > 1 else 0.0
     assert len(got) == n // 2
     print(f"{role} {dt:.3f} {_rss_mb() - base:.0f} {workers_rss:.0f} {base:.0f}", flush=True)
