@@ -123,9 +123,11 @@ class TrainConfig:
     batch_size: int = setting(128, flag="--batch-size", ge=1, doc="Mini-batch size (entities per step).")
     eval_batch_size: int = setting(2048, ge=1, doc="Batch size for inference on test rows.")
     lr_grid: list[float] = setting(factory=list, gt=0, doc="""
-        If set, the supervised stage picks its learning rate from this list by validation on 20 % of
-        the labeled rows (held out by the active party), then retrains on all of them (FedHSSL's
-        fine-tuning searches {0.005, 0.01, 0.03}). Empty = use ``optim.lr``.""")
+        If set, every supervised stage (each stage of a multi-stage method, and every baseline) picks
+        its learning rate from this list by validation on a stratified 20 % of its rows with a true
+        label (held out by the active party), then retrains on all of them (FedHSSL's fine-tuning
+        searches {0.005, 0.01, 0.03}); with fewer than 10 validation rows or one class it trains at
+        the list's middle rate and says so. Empty = use ``optim.lr``.""")
 
 
 @dataclass
