@@ -423,7 +423,9 @@ def party_data(name: str, df: pd.DataFrame, path: Path, id_col: str, own: np.nda
     if not features:
         drop += [c for c in df.columns if c not in drop]
         num, cat = np.zeros((len(df), 0)), np.zeros((len(df), 0), dtype=np.int64)
-        num_cols, cat_cols, missing = [], [], {}
+        num_cols: list = []
+        cat_cols: list = []
+        missing: dict[str, int] = {}
     else:
         num, cat, num_cols, cat_cols, missing = _features(df, path, drop, cfg)
     if features and num.shape[1] + cat.shape[1] == 0:

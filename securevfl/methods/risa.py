@@ -495,6 +495,7 @@ class RISA(Method):
 
         # its own learning-rate search (issue 52: it reused the self-training stage's, and local-vfl, with
         # no self-training, had none), validated on the rows with a true label (not pseudo-labeled, not paired)
+        assert fed.active.data.label_ids is not None  # the active party's data always carries its labels
         true = label_ids[member(label_ids, fed.active.data.label_ids)]
         trainer = fit_with_lr_search(fed, label_ids, make, self.ctx.train.lr_grid, self.ctx.seed,
                                      validation_pool=true, stage="final")
