@@ -184,3 +184,19 @@ def test_the_active_party_learns_nothing_of_ids_outside_the_intersection(control
         assert right / n == 0.5
     else:
         assert right / n == 1.0
+
+
+def test_a_peer_cannot_make_a_small_party_pad_without_end(monkeypatch):
+    """A peer announcing 2^34 IDs would split the sets into 524,288 buckets, each padded for the small
+    party: refused at the hello, before any exponentiation; an honest large peer (10M IDs against 1,000)
+    is accepted (the control)."""
+    from securevfl.data import psi
+    from securevfl.errors import UserError
+
+    small = psi.MutualPSI(np.arange(1000), "active")
+    with pytest.raises(UserError, match="announced 17,179,869,184 IDs.*refused"):
+        small.agree({"psi": psi.NAME, "n": 1 << 34, "nonce": "00" * 16})
+    psi.MutualPSI(np.arange(1000), "active").agree({"psi": psi.NAME, "n": 10_000_000, "nonce": "00" * 16})
+    monkeypatch.setenv("SECUREVFL_PSI_WORKERS", "two")
+    with pytest.raises(UserError, match="SECUREVFL_PSI_WORKERS='two'"):
+        psi.Workers.for_size(100_000)

@@ -54,6 +54,9 @@ CHUNK = 4096
 POOL_MIN = 50_000
 """Sets smaller than this are exponentiated in this process (a worker process takes ≈ 0.3 s to start)."""
 MAX_IDS = 1 << 34
+MAX_PADDING = 1 << 20
+"""The padding a peer's announced set size may cost this party beyond twice its own set (a minute of
+one core): more is refused, so a peer cannot make a small party exponentiate without end."""
 _BLIND, _ANSWER = b"B", b"A"
 
 
@@ -76,7 +79,10 @@ class Workers:
     def for_size(cls, n_ids: int, n: int | None = None) -> Workers:
         """``SECUREVFL_PSI_WORKERS`` or this process's cores, for a set of at least :data:`POOL_MIN` IDs."""
         if n is None:
-            n = int(os.environ.get("SECUREVFL_PSI_WORKERS", "0") or 0) or cores()
+            given = os.environ.get("SECUREVFL_PSI_WORKERS", "").strip()
+            if given and not (given.isdigit() and int(given) >= 1):
+                raise UserError(f"SECUREVFL_PSI_WORKERS={given!r}: expected a whole number of processes, at least 1")
+            n = int(given) if given else cores()
         return cls(n if n_ids >= POOL_MIN else 1)
 
     def map(self, fn: Callable[..., bytes], calls: list[tuple]) -> list[bytes]:
@@ -140,6 +146,11 @@ class MutualPSI:
         bucket = np.frombuffer(b"".join(parts), dtype=np.uint32)
         self._order = np.argsort(bucket, kind="stable")
         self._bounds = np.searchsorted(bucket[self._order], np.arange(self.n_buckets + 1))
+        padded = self.n_buckets * self.size_own
+        if padded > 2 * len(self.ids) + MAX_PADDING:  # a peer's huge set size would make this party pad for it
+            raise UserError(f"{self.peer} announced {n:,} IDs, which would make this party pad its {len(self.ids):,} "
+                            f"to {padded:,} blinded points; refused (a peer's set at most "
+                            f"{MAX_PADDING:,} points of padding away)")
         fullest = int(np.diff(self._bounds).max(initial=0))
         if fullest > self.size_own:  # probability < n_buckets · 2^-40
             raise UserError(f"PSI: a bucket holds {fullest} IDs, over its padded size {self.size_own}; run again "
