@@ -49,8 +49,8 @@ BUCKET_TARGET = 1 << 15
 """IDs per bucket (the larger set's): 32,768 IDs are 1 MiB of points, streamed one bucket at a time."""
 WINDOW = 4
 """Buckets a party sends ahead of the ones it has finished."""
-CHUNK = 4096
-"""IDs per task of a worker process."""
+CHUNK = 2048
+"""IDs per task of a worker process (16 to a bucket: the workers finish a bucket within a task of each other)."""
 POOL_MIN = 50_000
 """Sets smaller than this are exponentiated in this process (a worker process takes ≈ 0.3 s to start)."""
 MAX_IDS = 1 << 34
@@ -86,9 +86,14 @@ class Workers:
         return cls(n if n_ids >= POOL_MIN else 1)
 
     def map(self, fn: Callable[..., bytes], calls: list[tuple]) -> list[bytes]:
-        if self._pool is None or len(calls) < 2:
-            return [fn(*c) for c in calls]
-        return list(self._pool.map(fn, *zip(*calls, strict=True)))
+        return self.run([(fn, c) for c in calls])
+
+    def run(self, tasks: list[tuple[Callable[..., bytes], tuple]]) -> list[bytes]:
+        """Each ``(fn, args)`` of ``tasks``, all in flight at once (no barrier between kinds), in order."""
+        if self._pool is None or len(tasks) < 2:
+            return [fn(*args) for fn, args in tasks]
+        pool = self._pool
+        return [f.result() for f in [pool.submit(fn, *args) for fn, args in tasks]]
 
     def close(self) -> None:
         if self._pool is not None:
@@ -198,9 +203,10 @@ class MutualPSI:
         self._sent += 1
         rows = self._order[self._bounds[j]:self._bounds[j + 1]]
         ids, pad = self.ids[rows], self.size_own - len(rows)
-        calls: list[tuple] = [(self._key, self.nonce, ids[a:b]) for a, b in _split(len(ids))]
-        parts = self.workers.map(ecdh.blind_ids, calls)
-        parts += self.workers.map(ecdh.blind_random, [(self._key, b - a) for a, b in _split(pad)])
+        tasks: list[tuple[Callable[..., bytes], tuple]] = [
+            (ecdh.blind_ids, (self._key, self.nonce, ids[a:b])) for a, b in _split(len(ids))]
+        tasks += [(ecdh.blind_random, (self._key, b - a)) for a, b in _split(pad)]
+        parts = self.workers.run(tasks)
         points = np.frombuffer(b"".join(parts), dtype=f"V{ecdh.POINT}")
         perm = self._rng.permutation(self.size_own)
         slot_rows = np.concatenate([rows, np.full(pad, -1, dtype=np.int64)])
