@@ -45,10 +45,11 @@ def test_psi_with_string_ids_both_sides_learn_it():
     assert ch.pending() == 0
 
 
-def test_psi_across_threads_with_worker_processes_and_buckets():
+def test_psi_across_threads_with_worker_processes_and_buckets(monkeypatch, capfd):
     """The deployed driver (both sides streaming, a window of buckets in flight) with two worker
     processes at one side equals the plain intersection, for int IDs at one side and their text at the
-    other."""
+    other; each side shows its progress in buckets (12 here, from 8 on)."""
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0")  # a line at every update
     import threading
 
     from securevfl.channel import InMemoryChannel
@@ -76,6 +77,8 @@ def test_psi_across_threads_with_worker_processes_and_buckets():
     out["a"], out["b"] = out["active"], out["passive1"]
     want = np.intersect1d(ids_a, ids_b)
     assert np.array_equal(out["a"], want) and sorted(out["b"]) == sorted(str(i) for i in want)
+    err = capfd.readouterr().err
+    assert "PSI with passive1: bucket 12/12 (100%)" in err and "PSI with active: bucket 12/12 (100%)" in err
 
 
 def _views(n_trials: int, leak_key: bool = False, pad: bool = True):

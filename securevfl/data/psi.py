@@ -42,7 +42,7 @@ from securevfl import ecdh
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
 from securevfl.ids import intersect
-from securevfl.progress import phase
+from securevfl.progress import progress_bar
 
 NAME = "x25519-dh-psi/1"
 BUCKET_TARGET = 1 << 15
@@ -51,6 +51,8 @@ WINDOW = 4
 """Buckets a party sends ahead of the ones it has finished."""
 CHUNK = 2048
 """IDs per task of a worker process (16 to a bucket: the workers finish a bucket within a task of each other)."""
+BAR_MIN = 8
+"""Buckets (≈ 260,000 IDs) from which a PSI shows its progress."""
 POOL_MIN = 50_000
 """Sets smaller than this are exponentiated in this process (a worker process takes ≈ 0.3 s to start)."""
 MAX_IDS = 1 << 34
@@ -165,6 +167,11 @@ class MutualPSI:
     def done(self) -> bool:
         return self._finished == self.n_buckets
 
+    @property
+    def finished(self) -> int:
+        """Buckets compared so far."""
+        return self._finished
+
     # ------------------------------------------------------------------ messages
     def start(self) -> list[bytes]:
         """The first :data:`WINDOW` buckets of blinded IDs."""
@@ -245,13 +252,21 @@ def mutual_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, workers: Work
             theirs = endpoint.recv_json(peer, MessageKind.ALIGNMENT)
             endpoint.send_json(peer, MessageKind.ALIGNMENT, s.hello())
             s.agree(theirs)
-        for m in s.start():
-            endpoint.send(peer, MessageKind.ALIGNMENT, m)
-        while not s.done:
-            for m in s.handle(endpoint.recv(peer, MessageKind.ALIGNMENT)):
+        # a bar (a line every interval off a terminal) once the run is long enough to want one
+        bar = progress_bar(s.n_buckets, f"PSI with {peer}", enabled=None if s.n_buckets >= BAR_MIN else False,
+                           unit="bucket")
+        try:
+            for m in s.start():
                 endpoint.send(peer, MessageKind.ALIGNMENT, m)
-            if on_bucket is not None:
-                on_bucket(s._finished, s.n_buckets)
+            while not s.done:
+                before = s.finished
+                for m in s.handle(endpoint.recv(peer, MessageKind.ALIGNMENT)):
+                    endpoint.send(peer, MessageKind.ALIGNMENT, m)
+                bar.update(s.finished - before)
+                if on_bucket is not None:
+                    on_bucket(s.finished, s.n_buckets)
+        finally:
+            bar.close()
         return s.result()
     finally:
         if own:
@@ -299,8 +314,7 @@ def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: 
             if mode == "plain":
                 theirs.append(endpoint.recv_ids(name, MessageKind.ALIGNMENT))
             else:
-                with phase(f"PSI with {name} ({len(own_ids):,} IDs)"):
-                    theirs.append(mutual_psi(endpoint, name, own_ids, workers))
+                theirs.append(mutual_psi(endpoint, name, own_ids, workers))
     aligned = plain_intersection([own_ids, *theirs])
     if len(aligned):
         for name in peers:
@@ -319,6 +333,5 @@ def align_to(endpoint: Endpoint, active: str, own_ids: np.ndarray, mode: str) ->
         endpoint.send_ids(active, MessageKind.ALIGNMENT, own_ids)
         own_result = np.asarray(own_ids)
     else:
-        with phase(f"PSI with {active} ({len(own_ids):,} IDs)"):
-            own_result = mutual_psi(endpoint, active, own_ids)
+        own_result = mutual_psi(endpoint, active, own_ids)
     return endpoint.recv_ids(active, MessageKind.ALIGNMENT), own_result
