@@ -239,7 +239,7 @@ class MutualPSI:
 
 
 def mutual_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, workers: Workers | None = None,
-               on_bucket: Callable[[int, int], None] | None = None, target: int = BUCKET_TARGET) -> np.ndarray:
+               target: int = BUCKET_TARGET) -> np.ndarray:
     """This party's side of the mutual PSI with ``peer`` in another process: the intersection, as its IDs."""
     own = workers is None
     workers = workers or Workers.for_size(len(own_ids))
@@ -263,8 +263,6 @@ def mutual_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, workers: Work
                 for m in s.handle(endpoint.recv(peer, MessageKind.ALIGNMENT)):
                     endpoint.send(peer, MessageKind.ALIGNMENT, m)
                 bar.update(s.finished - before)
-                if on_bucket is not None:
-                    on_bucket(s.finished, s.n_buckets)
         finally:
             bar.close()
         return s.result()
