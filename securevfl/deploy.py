@@ -52,7 +52,7 @@ from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
-from securevfl.data.csvsource import ActiveLabels, Split, party_data, read_ids, read_labels, read_table, split_rows
+from securevfl.data.csvsource import ActiveLabels, Split, check_flags, party_data, read_file, split_rows
 from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
@@ -126,11 +126,8 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
             print(f"{name}: {note}", file=sys.stderr, flush=True)
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
-        df = read_table(path)
-        if data_cfg.label_column in df.columns:
-            raise UserError(f"party file {path} (passive party) has the label column {data_cfg.label_column!r}; "
-                            "labels belong to the active party only")
-        own = read_ids(df, path, id_column, data_cfg.numeric_ids)
+        table = read_file(data_cfg, path, id_column, active=False)
+        own = table.ids
     except UserError as e:
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
@@ -141,7 +138,8 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
     _within(test_ids, aligned, "test IDs")
     split = Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
-    data, ingest = party_data(name, df, path, id_column, own, aligned, split, data_cfg, None)
+    data, ingest = party_data(name, table, id_column, aligned, split, data_cfg, None)
+    del table  # its columns live on in the encoded arrays only
     cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
     optim = OptimConfig(**hello["optim"])
     model = _model_config(hello["model"])
@@ -394,13 +392,12 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     names = sorted(peers, key=lambda n: int(n.removeprefix("passive")))
     ep = channel.endpoint(ACTIVE)
     path = Path(cfg.data.party_files[0])
-    df = read_table(path)
-    if cfg.data.label_column not in df.columns:
-        raise UserError(f"party file {path} (active party): no label column {cfg.data.label_column!r} (columns: "
-                        f"{', '.join(map(str, df.columns))}; use --label-column)")
     id_col = cfg.data.id_columns[0] if cfg.data.id_columns else cfg.data.id_column
-    own = read_ids(df, path, id_col, cfg.data.numeric_ids)
-    y_all, has_label, classes = read_labels(df[cfg.data.label_column], path, cfg.data.label_column, cfg.data.task)
+    check_flags(cfg.data)
+    table = read_file(cfg.data, path, id_col, active=True, features=cfg.partition.active_features)
+    own = table.ids
+    assert table.labels is not None  # read with the label column
+    y_all, has_label, classes = table.labels.y, table.labels.has_label, table.labels.classes
     regression = not classes
     n_classes = 1 if regression else len(classes)
     check_task(cfg, regression, method, defenses, [])
@@ -439,8 +436,9 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
     labels = ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
-    a_data, ingest = party_data(ACTIVE, df, path, id_col, own, aligned, split, cfg.data, labels,
+    a_data, ingest = party_data(ACTIVE, table, id_col, aligned, split, cfg.data, labels,
                                 features=cfg.partition.active_features)
+    del table
     remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
                for n in names]
     # the active party's models from the same seed streams as the simulator's standard_models

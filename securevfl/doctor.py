@@ -104,21 +104,22 @@ def check_party_file(path: str | Path, id_column: str, label_column: str | None,
                      numeric_ids: bool = False) -> Check:
     """The party file: readable, a unique non-empty ID column (the run's own reader and its messages), the
     label column only at the active party."""
-    from securevfl.data.csvsource import read_ids, read_table
+    from securevfl.data.blocks import read_party
 
     p = Path(path)
-    try:
-        df = read_table(p)
-        ids = read_ids(df, p, id_column, numeric_ids)
+    try:  # the IDs and the label only: the features are checked when the run reads them
+        table = read_party(p, id_column, label_col=None, features=False, drop=[], categorical=[], numeric=[],
+                           numeric_ids=numeric_ids)
     except UserError as e:
         return Check("file", False, str(e))
-    if active and label_column is not None and label_column not in df.columns:
+    if active and label_column is not None and label_column not in table.columns:
         return Check("file", False, f"{p}: no label column {label_column!r} (the active party holds the labels; "
                                     "--label-column names it)")
-    if not active and label_column is not None and label_column in df.columns:
+    if not active and label_column is not None and label_column in table.columns:
         return Check("file", False, f"{p}: holds the label column {label_column!r}; labels belong to the active "
                                     "party only")
-    return Check("file", True, f"{p}: {len(ids):,} rows, {len(df.columns) - 1} columns besides the ID, IDs unique")
+    return Check("file", True, f"{p}: {len(table.ids):,} rows, {len(table.columns) - 1} columns besides the ID, "
+                               "IDs unique")
 
 
 def _available_memory() -> int | None:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-PROTOCOL = 4  # 4: the mutual X25519 PSI (issue 53); 3: PSI both ways (issue 54)
+PROTOCOL = 5  # 5: long ID lists in parts (issue 53); 4: the mutual X25519 PSI; 3: PSI both ways (issue 54)
 """The version of the parties' protocol (a run description names it; a party refuses another)."""
 
 PassiveOp = Callable[["PassiveParty", dict], object]

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from securevfl import spill
 from securevfl.errors import TrainingDiverged
 from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.hooks import Objective
@@ -182,7 +183,9 @@ class SplitTrainer:
                 rows = self.epoch_ids(epoch, ids)
                 for term in self.label_terms:
                     term.begin_epoch(-(-len(rows) // bs))
-                order = rows[self.rng.permutation(len(rows))]
+                perm = spill.arange(len(rows))  # rng.permutation(n), on disk for a million-row epoch
+                self.rng.shuffle(perm)
+                order = spill.take(rows, perm)
                 for start in range(0, len(order), bs):
                     loss = self.train_step(order[start:start + bs])
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", MB=self.fed.active.endpoint.traffic_mb())

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from securevfl import spill
 from securevfl.channel import codec
 from securevfl.errors import UserError
 
@@ -172,10 +173,26 @@ class Endpoint:
         return t if target.type == "cpu" else t.to(target)
 
     def send_ids(self, dst: str, kind: str, ids: np.ndarray) -> None:
+        if np.asarray(ids).dtype.kind in "iu" and len(ids) > codec.ID_PART:  # in parts (codec.ID_PART)
+            self.send(dst, kind, codec.id_parts_head(len(ids)))
+            for i in range(0, len(ids), codec.ID_PART):
+                self.send(dst, kind, codec.encode_ids(np.asarray(ids[i:i + codec.ID_PART])))
+            return
         self.send(dst, kind, codec.encode_ids(ids))
 
     def recv_ids(self, src: str, kind: str) -> np.ndarray:
-        return codec.decode_ids(self.recv(src, kind))
+        buf = self.recv(src, kind)
+        n = codec.parts_of(buf)
+        if n is None:
+            return codec.decode_ids(buf)
+        out = spill.empty(n, np.int64)
+        for i in range(0, n, codec.ID_PART):
+            part = codec.decode_array(self.recv(src, kind))
+            if part.ndim != 1 or part.dtype != np.int64 or len(part) != min(codec.ID_PART, n - i):
+                raise ValueError(f"{src} sent an ID list part of {len(part)} IDs where {min(codec.ID_PART, n - i)} "
+                                 "were due")
+            out[i:i + len(part)] = part
+        return out
 
     def send_json(self, dst: str, kind: str, obj: object) -> None:
         self.send(dst, kind, codec.encode_json(obj))

@@ -58,6 +58,27 @@ def decode_tensor(buf: bytes) -> torch.Tensor:
     return torch.from_numpy(decode_array(buf).copy())
 
 
+ID_PART = 1 << 20
+"""An integer ID list longer than this travels as a head (``_ID_PARTS``, the count) and parts of at most
+this many IDs each: neither side holds the whole list as one message (a million-row party's memory)."""
+_ID_PARTS = 254
+MAX_IDS = 1 << 36
+
+
+def id_parts_head(n: int) -> bytes:
+    return struct.pack("<BQ", _ID_PARTS, n)
+
+
+def parts_of(buf: bytes) -> int | None:
+    """The count an ID-list head announces (``None``: a whole list)."""
+    if len(buf) != 9 or buf[0] != _ID_PARTS:
+        return None
+    n = int(struct.unpack_from("<Q", buf, 1)[0])
+    if n > MAX_IDS:
+        raise ValueError(f"an ID list of {n} IDs announced (more than {MAX_IDS})")
+    return n
+
+
 def encode_ids(ids: np.ndarray) -> bytes:
     ids = np.asarray(ids)
     if ids.dtype.kind in "iu":

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from securevfl import spill
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
@@ -50,8 +51,9 @@ class IdIndex:
         ids = np.asarray(ids)
         self._dense: np.ndarray | None = None
         if ids.dtype.kind in "iu" and len(ids) and ids.min() >= 0 and ids.max() < 4 * len(ids) + 1024:
-            self._dense = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-            self._dense[ids] = np.arange(len(ids))
+            self._dense = spill.full(int(ids.max()) + 1, -1, np.int64)  # on disk when large (securevfl.spill)
+            for i in range(0, len(ids), 1 << 20):
+                self._dense[ids[i:i + (1 << 20)]] = np.arange(i, min(i + (1 << 20), len(ids)))
         else:
             self._index = pd.Index(ids)
 

@@ -10,6 +10,8 @@ features stay one tensor; the bottom model splits them again (:class:`securevfl.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -131,3 +133,69 @@ def encode_rows(num: np.ndarray, cat: np.ndarray, fitted: dict) -> np.ndarray:
         X[:, num.shape[1] + j] = encode_hash(cat[:, j], buckets) if buckets > 0 else encode_vocab(cat[:, j],
                                                                                                  fitted["vocab"][j])
     return X
+
+
+PIECE = 1 << 16
+"""Rows per piece when encoding spilled columns: the transient memory is a few pieces, not the file."""
+
+
+def _fit_numeric_pieces(col: np.ndarray, rows: np.ndarray, log: bool) -> tuple[float, float]:
+    """:func:`fit_numeric` of one column over ``rows``, summed piece by piece (two passes: the mean, then
+    the spread around it; imputed cells add nothing to the spread, as in the whole-column fit)."""
+    total, count = 0.0, 0
+    for i in range(0, len(rows), PIECE):
+        x = col[rows[i:i + PIECE]]
+        x = signed_log(x) if log else x
+        ok = ~np.isnan(x)
+        total += float(x[ok].sum())
+        count += int(ok.sum())
+    mu = total / count if count else 0.0
+    ss = 0.0
+    for i in range(0, len(rows), PIECE):
+        x = col[rows[i:i + PIECE]]
+        x = signed_log(x) if log else x
+        d = x[~np.isnan(x)] - mu
+        ss += float((d * d).sum())
+    sd = float(np.sqrt(ss / len(rows))) if len(rows) else 1.0
+    return mu, (sd if sd != 0 else 1.0)
+
+
+def _fit_vocab_pieces(col: np.ndarray, rows: np.ndarray, min_freq: int) -> np.ndarray:
+    """:func:`fit_vocab` over ``rows``, counted piece by piece."""
+    counts = pd.Series(dtype=np.int64)
+    for i in range(0, len(rows), PIECE):
+        v, c = np.unique(col[rows[i:i + PIECE]], return_counts=True)
+        counts = counts.add(pd.Series(c, index=v), fill_value=0)
+    return np.sort(counts.index[counts.to_numpy() >= min_freq].to_numpy(np.int64))
+
+
+def encode_columns(num: list[np.ndarray], cat: list[np.ndarray], tr: np.ndarray, te: np.ndarray, *, log: bool,
+                   min_freq: int, hash_buckets: int, fitted: dict,
+                   empty: Callable[[tuple[int, int]], np.ndarray]) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """:func:`encode_party` for a party whose columns are on disk (1-D arrays; ``tr``/``te``: the training
+    and test rows' positions): fitted and transformed piece by piece into ``empty``'s arrays, written row
+    block by row block. The sums run in another order than the whole-block fit, so the last bits of the
+    statistics may differ from :func:`encode_party`'s on the same rows (both are deterministic)."""
+    stats = [_fit_numeric_pieces(c, tr, log) for c in num]
+    mean = np.array([s[0] for s in stats], dtype=np.float64)
+    std = np.array([s[1] for s in stats], dtype=np.float64)
+    fitted.update(numeric={"log": log, "mean": mean, "std": std}, hash_buckets=hash_buckets, vocab=[])
+    if hash_buckets <= 0:
+        fitted["vocab"] = [_fit_vocab_pieces(c, tr, min_freq) for c in cat]
+    card = tuple(hash_buckets + 1 if hash_buckets > 0 else len(v) + 1
+                 for v in (fitted["vocab"] if hash_buckets <= 0 else [None] * len(cat)))
+    out = []
+    for rows in (tr, te):
+        X = empty((len(rows), len(num) + len(cat)))
+        for i in range(0, len(rows), PIECE):
+            r = rows[i:i + PIECE]
+            block = np.empty((len(r), X.shape[1]), dtype=np.float32)
+            if num:
+                block[:, :len(num)] = transform_numeric(np.column_stack([c[r] for c in num]), fitted["numeric"])
+            for j, c in enumerate(cat):
+                codes = c[r]
+                block[:, len(num) + j] = encode_hash(codes, hash_buckets) if hash_buckets > 0 else \
+                    encode_vocab(codes, fitted["vocab"][j])
+            X[i:i + len(r)] = block
+        out.append(X)
+    return out[0], out[1], card
