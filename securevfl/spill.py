@@ -25,6 +25,8 @@ import numpy.typing as npt
 from securevfl.limits import env_limit
 
 _DIR: Path | None = None
+PIECE = 1 << 20
+"""Rows per piece when a large array is filled or scanned: the transient memory is a piece, not the array."""
 
 
 def min_bytes() -> int:
@@ -75,7 +77,7 @@ def full(shape: int | tuple[int, ...], value: object, dtype: npt.DTypeLike) -> n
 
 def arange(n: int, dtype: npt.DTypeLike = np.int64) -> np.ndarray:
     out = empty(n, dtype)
-    step = 1 << 20
+    step = PIECE
     for i in range(0, n, step):  # in pieces: no transient of the whole length
         out[i:i + step] = np.arange(i, min(i + step, n), dtype=dtype)
     return out
@@ -84,7 +86,7 @@ def arange(n: int, dtype: npt.DTypeLike = np.int64) -> np.ndarray:
 def take(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``a[index]`` for a 1-D ``index``, written into a spilled array when large (piece by piece)."""
     out = empty((len(index), *a.shape[1:]), a.dtype)
-    step = 1 << 20
+    step = PIECE
     for i in range(0, len(index), step):
         out[i:i + step] = a[index[i:i + step]]
     return out
@@ -94,7 +96,7 @@ def where(mask: np.ndarray) -> np.ndarray:
     """``np.flatnonzero(mask)`` without a transient of the whole length (positions as int64)."""
     n = int(np.count_nonzero(mask))
     out = empty(n, np.int64)
-    step, k = 1 << 22, 0
+    step, k = PIECE, 0
     for i in range(0, len(mask), step):
         pos = np.flatnonzero(mask[i:i + step]) + i
         out[k:k + len(pos)] = pos

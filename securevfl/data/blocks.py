@@ -174,7 +174,7 @@ def category_codes(values: pd.Series, miss: np.ndarray | None = None) -> np.ndar
 
 def looks_like_row_counter(values: np.ndarray) -> bool:
     """Unique consecutive integers (checked in pieces: the whole-column test runs only when they pass)."""
-    n, lo, hi, step = 0, np.inf, -np.inf, 1 << 20
+    n, lo, hi, step = 0, np.inf, -np.inf, spill.PIECE
     for i in range(0, len(values), step):
         v = np.asarray(values[i:i + step])
         v = v[~np.isnan(v)]
@@ -300,8 +300,8 @@ class LabelReader:
             self._check_classes(len(self.numbers))
             y = spill.empty(len(parsed), np.int64)
             keys = np.array(classes, dtype=np.float64)
-            for i in range(0, len(parsed), 1 << 20):
-                p = parsed[i:i + (1 << 20)]
+            for i in range(0, len(parsed), spill.PIECE):
+                p = parsed[i:i + spill.PIECE]
                 y[i:i + len(p)] = np.where(np.isnan(p), -1, np.searchsorted(keys, np.nan_to_num(p)))
             return Labels(y, has_label, classes)
         self._check_classes(len(self.texts))
@@ -311,8 +311,8 @@ class LabelReader:
             rank[self.texts[c]] = i
         rank[-1] = -1
         y = spill.empty(len(codes), np.int64)
-        for i in range(0, len(codes), 1 << 20):
-            y[i:i + (1 << 20)] = rank[codes[i:i + (1 << 20)]]
+        for i in range(0, len(codes), spill.PIECE):
+            y[i:i + spill.PIECE] = rank[codes[i:i + spill.PIECE]]
         return Labels(y, has_label, classes)
 
     def _check_classes(self, n: int) -> None:
@@ -384,7 +384,7 @@ def _first_repeat(ids: np.ndarray) -> int | None:
     s = spill.empty(len(ids), np.int64)
     s[:] = ids
     s.sort()
-    step, repeated = 1 << 22, []
+    step, repeated = spill.PIECE, []
     for i in range(0, max(len(s) - 1, 0), step):
         a = s[i:i + step + 1]
         repeated.append(a[1:][a[1:] == a[:-1]])
@@ -401,7 +401,8 @@ def _first_repeat(ids: np.ndarray) -> int | None:
 def _rows_of(ids: np.ndarray, value: object) -> np.ndarray:
     if ids.dtype == object:
         return np.flatnonzero(ids == value)
-    return np.concatenate([np.flatnonzero(ids[i:i + (1 << 22)] == value) + i for i in range(0, len(ids), 1 << 22)])
+    step = spill.PIECE
+    return np.concatenate([np.flatnonzero(ids[i:i + step] == value) + i for i in range(0, len(ids), step)])
 
 
 def _rows_repeated(ids: np.ndarray) -> int:
@@ -576,8 +577,8 @@ def _rehash(path: Path, late: list[_Feature]) -> None:
         assert f.codes is not None
         rest = f.codes.finish()
         col = fresh[f.name]
-        for i in range(0, len(rest), 1 << 20):
-            col.append(np.asarray(rest[i:i + (1 << 20)]))
+        for i in range(0, len(rest), spill.PIECE):
+            col.append(np.asarray(rest[i:i + spill.PIECE]))
         f.codes, f.hashed_from = col, 0
 
 

@@ -257,8 +257,8 @@ def _positions(own: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Where each of ``ids`` is among ``own`` (all are there), piece by piece into a spilled array."""
     index = IdIndex(own)
     out = spill.empty(len(ids), np.int64)
-    for i in range(0, len(ids), 1 << 20):
-        out[i:i + (1 << 20)] = index.positions(np.asarray(ids[i:i + (1 << 20)]))
+    for i in range(0, len(ids), spill.PIECE):
+        out[i:i + spill.PIECE] = index.positions(np.asarray(ids[i:i + spill.PIECE]))
     return out
 
 

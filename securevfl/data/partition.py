@@ -52,8 +52,8 @@ class IdIndex:
         self._dense: np.ndarray | None = None
         if ids.dtype.kind in "iu" and len(ids) and ids.min() >= 0 and ids.max() < 4 * len(ids) + 1024:
             self._dense = spill.full(int(ids.max()) + 1, -1, np.int64)  # on disk when large (securevfl.spill)
-            for i in range(0, len(ids), 1 << 20):
-                self._dense[ids[i:i + (1 << 20)]] = np.arange(i, min(i + (1 << 20), len(ids)))
+            for i in range(0, len(ids), spill.PIECE):
+                self._dense[ids[i:i + spill.PIECE]] = np.arange(i, min(i + spill.PIECE, len(ids)))
         else:
             self._index = pd.Index(ids)
 

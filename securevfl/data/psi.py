@@ -41,7 +41,7 @@ import numpy as np
 from securevfl import ecdh
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
-from securevfl.ids import intersect
+from securevfl.ids import intersect, sorted_copy
 from securevfl.progress import progress_bar
 
 NAME = "x25519-dh-psi/1"
@@ -299,7 +299,7 @@ def plain_intersection(id_sets: list[np.ndarray]) -> np.ndarray:
     out = np.asarray(id_sets[0])
     for ids in id_sets[1:]:
         out = intersect(out, ids)
-    return np.sort(out)
+    return sorted_copy(out)  # sorted already after an intersection: then no copy
 
 
 def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: str) -> np.ndarray:
