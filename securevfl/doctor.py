@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,8 +41,12 @@ EXPIRY_WARNING_DAYS = 14
 MAX_SKEW_S = 120.0
 """Clock difference between two parties that the doctor accepts: certificates are checked against
 each party's own clock, so a larger skew makes a fresh certificate "not yet valid" on the other side."""
-MEMORY_FACTOR = 6
-"""Free memory a party file needs, in multiples of its size on disk (parsed columns, encoded arrays)."""
+MEMORY_NEED = 1 << 30
+"""Free memory a party needs whatever its file's size: the file is read in blocks and its large arrays
+live on disk (securevfl/spill.py), so this is the process (torch, a block, the models), measured at
+0.4–0.6 GB for 1M and 10M rows (benchmarks/RESULTS.md, "A million rows across processes")."""
+SPILL_BYTES_PER_CELL = 20
+"""Disk a party's columns take in its spill folder per cell of its file (8 parsed, 8 hashed, 4 encoded)."""
 
 
 @dataclass
@@ -129,18 +134,39 @@ def _available_memory() -> int | None:
         return None
 
 
+def _cells(path: Path) -> int:
+    """About how many cells the file holds: its size over the bytes of its first rows, times its columns."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+    lines = head.splitlines()[1:-1] or head.splitlines()
+    if not lines:
+        return 0
+    per_row = max(1.0, sum(len(x) + 1 for x in lines) / len(lines))
+    return int(path.stat().st_size / per_row * (lines[0].count(b",") + 1))
+
+
 def check_resources(party_file: str | Path, folders: list[str | None],
-                    available: Callable[[], int | None] = _available_memory) -> list[Check]:
-    """Free memory for the file, free disk for the folders this party will write."""
-    size = Path(party_file).stat().st_size if Path(party_file).is_file() else 0
+                    available: Callable[[], int | None] = _available_memory,
+                    spill_dir: str | None = None) -> list[Check]:
+    """Free memory for the process, free disk for the file's spilled columns (``SECUREVFL_SPILL_DIR``) and
+    for the folders this party will write."""
+    from securevfl.data.blocks import is_parquet
+
+    path = Path(party_file)
+    size = path.stat().st_size if path.is_file() else 0
     out = []
     free = available()
-    need = MEMORY_FACTOR * size
     if free is None:
         out.append(Check("memory", True, "free memory unknown on this system", warning=True))
     else:
-        out.append(Check("memory", free >= need, f"{free / 2**30:.1f} GiB free, the file needs about "
-                                                 f"{need / 2**30:.2f} GiB ({MEMORY_FACTOR} × its size)"))
+        out.append(Check("memory", free >= MEMORY_NEED, f"{free / 2**30:.1f} GiB free, a party needs about "
+                                                        f"{MEMORY_NEED / 2**30:.0f} GiB (its file is read in blocks)"))
+    spill_dir = spill_dir or os.environ.get("SECUREVFL_SPILL_DIR") or tempfile.gettempdir()
+    # a Parquet file's cells are not countable from its bytes: a generous 4 × its size
+    need = 4 * size if is_parquet(path) or not path.is_file() else SPILL_BYTES_PER_CELL * _cells(path)
+    disk = shutil.disk_usage(spill_dir).free
+    out.append(Check("disk", disk >= need, f"{spill_dir} (SECUREVFL_SPILL_DIR): {disk / 2**30:.1f} GiB free, the "
+                                           f"file's columns need about {need / 2**30:.2f} GiB there"))
     for folder in filter(None, folders):
         where = Path(folder)
         while not where.exists() and where != where.parent:

@@ -83,6 +83,13 @@ def arange(n: int, dtype: npt.DTypeLike = np.int64) -> np.ndarray:
     return out
 
 
+def permutation(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``rng.permutation(n)``, the same draws, spilled when large (shuffled in place)."""
+    out = arange(n)
+    rng.shuffle(out)
+    return out
+
+
 def take(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``a[index]`` for a 1-D ``index``, written into a spilled array when large (piece by piece)."""
     out = empty((len(index), *a.shape[1:]), a.dtype)
@@ -106,12 +113,13 @@ def where(mask: np.ndarray) -> np.ndarray:
 
 class Column:
     """One value per row, appended block by block to a file; :meth:`finish` maps it (or reads it into
-    memory when small)."""
+    memory when small). The file is unlinked at once: only this process's open handle keeps it."""
 
     def __init__(self, dtype: npt.DTypeLike) -> None:
         self.dtype = np.dtype(dtype)
-        fd, self.name = tempfile.mkstemp(dir=folder(), suffix=".col")
-        self.file = os.fdopen(fd, "wb")
+        fd, name = tempfile.mkstemp(dir=folder(), suffix=".col")
+        os.unlink(name)
+        self.file = os.fdopen(fd, "w+b")
         self.n = 0
 
     def append(self, values: np.ndarray) -> None:
@@ -119,14 +127,14 @@ class Column:
         self.n += len(values)
 
     def finish(self) -> np.ndarray:
-        self.file.close()
+        self.file.flush()
         try:
             if not spills(self.n * self.dtype.itemsize) or self.n == 0:
-                return np.fromfile(self.name, dtype=self.dtype, count=self.n)
-            return np.memmap(self.name, dtype=self.dtype, mode="r+", shape=(self.n,))
+                self.file.seek(0)
+                return np.fromfile(self.file, dtype=self.dtype, count=self.n)
+            return np.memmap(self.file, dtype=self.dtype, mode="r+", shape=(self.n,))
         finally:
-            os.unlink(self.name)
+            self.file.close()  # a memory map keeps its own reference to the file
 
     def discard(self) -> None:
         self.file.close()
-        Path(self.name).unlink(missing_ok=True)

@@ -183,9 +183,7 @@ class SplitTrainer:
                 rows = self.epoch_ids(epoch, ids)
                 for term in self.label_terms:
                     term.begin_epoch(-(-len(rows) // bs))
-                perm = spill.arange(len(rows))  # rng.permutation(n), on disk for a million-row epoch
-                self.rng.shuffle(perm)
-                order = spill.take(rows, perm)
+                order = spill.take(rows, spill.permutation(self.rng, len(rows)))  # on disk when large
                 for start in range(0, len(order), bs):
                     loss = self.train_step(order[start:start + bs])
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", MB=self.fed.active.endpoint.traffic_mb())

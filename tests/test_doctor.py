@@ -70,8 +70,11 @@ def test_memory_disk_and_listen_checks(tmp_path) -> None:
     f = tmp_path / "p.csv"
     f.write_text("id,a\n" + "".join(f"{i},{i}\n" for i in range(1000)))
     low = doctor.check_resources(f, [str(tmp_path / "ck")], available=lambda: 10)
-    assert not low[0].ok and low[1].ok  # memory short, disk fine
+    assert not low[0].ok and low[1].ok and low[2].ok  # memory short, disk fine (the spill folder, ck)
     assert doctor.check_resources(f, [], available=lambda: 2 ** 40)[0].ok
+    assert "the file's columns need about 0.00 GiB" in low[1].detail
+    # the spill folder's need follows the file's cells: 20 bytes each (8 parsed, 8 hashed, 4 encoded)
+    assert abs(doctor._cells(f) - 2000) < 50
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()

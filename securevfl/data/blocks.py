@@ -45,7 +45,7 @@ def check_file(path: Path) -> list[str]:
     repeated names, nested Parquet types)."""
     if not path.is_file():
         raise UserError(f"party file {path}: no such file")
-    # the memory is bounded by the block; the disk the columns spill to is not (≈ 16 bytes a cell)
+    # the memory is bounded by the block; the disk the columns spill to is not (≈ 20 bytes a cell)
     max_bytes = env_limit("SECUREVFL_MAX_CSV_BYTES", 1 << 40)
     if path.stat().st_size > max_bytes:
         raise UserError(f"party file {path}: larger than {max_bytes} bytes (SECUREVFL_MAX_CSV_BYTES)")

@@ -8,6 +8,9 @@ intersects in the clear. Test rows are a seeded ``test_fraction`` draw from the 
 entities; the rest of the aligned set is for training. The spec's ``aligned_fraction``/``unaligned``
 do not apply: the files define who holds what.
 
+Each file is read in blocks (:mod:`securevfl.data.blocks`), and a large party's arrays live on disk
+(:mod:`securevfl.spill`): a party's memory does not grow with its rows (numeric IDs; docs/deployment.md).
+
 What the reader decides, and tells (``partition.ingest`` in the run JSON, and a summary on stderr):
 - IDs are exact strings (whitespace stripped) unless ``numeric_ids`` asks for numeric matching, so
   "00133" and "133" are different entities. Each party's rows read, matched (in the aligned set)
@@ -133,10 +136,12 @@ def csv_partition(cfg: DataConfig, spec: PartitionSpec, seed: int) -> Partition:
                                  features=k > 0 or spec.active_features)
         parties.append(party)
         ingest.append(info)
+    labeled_rows = spill.where(has_label)
     # the files are aligned here whatever the spec says ("given" means nothing for files): record what ran
     spec = dataclasses.replace(spec, alignment="plain" if spec.alignment == "plain" else "psi")
     part = Partition("csv", spec, seed, 1 if regression else len(classes), "tabular", parties, split.train_aligned,
-                     split.labeled_ids, truth_ids=ids[0][has_label], truth_y=y_all[has_label], regression=regression)
+                     split.labeled_ids, truth_ids=spill.take(ids[0], labeled_rows),
+                     truth_y=spill.take(y_all, labeled_rows), regression=regression)
     _print_ingest(names, ingest)  # tell the user what was read, before training starts
     part.meta = {"aligned_by": spec.alignment, "psi_bytes": psi_bytes,
                  "files": [str(p) for p in paths], "classes": [str(c) for c in classes], "ingest": ingest}

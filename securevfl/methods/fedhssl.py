@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from securevfl import spill
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.federation import (
@@ -153,7 +154,7 @@ def guided_local_epoch(party: Party, gamma: float, batch_size: int, rng: np.rand
     st.local.train()
     st.cross.eval()
     total, n = 0.0, 0
-    order = rng.permutation(len(X))
+    order = spill.permutation(rng, len(X))  # rng.permutation's draws, on disk when large
     for s in range(0, len(order), batch_size):
         idx = order[s:s + batch_size]
         if len(idx) < 2:
@@ -276,7 +277,7 @@ class FedHSSL(Method):
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
         history = []
         for _ in range(cfg.epochs):
-            order = aligned[rng.permutation(len(aligned))]
+            order = spill.take(aligned, spill.permutation(rng, len(aligned)))
             cross = [cross_party_step(fed, order[s:s + cfg.batch_size])
                      for s in range(0, len(order), cfg.batch_size) if len(order[s:s + cfg.batch_size]) >= 2]
             record: dict[str, object] = {"cross": float(np.mean(cross)) if cross else None}
