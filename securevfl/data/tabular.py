@@ -182,8 +182,7 @@ def encode_columns(num: list[np.ndarray], cat: list[np.ndarray], tr: np.ndarray,
     fitted.update(numeric={"log": log, "mean": mean, "std": std}, hash_buckets=hash_buckets, vocab=[])
     if hash_buckets <= 0:
         fitted["vocab"] = [_fit_vocab_pieces(c, tr, min_freq) for c in cat]
-    card = tuple(hash_buckets + 1 if hash_buckets > 0 else len(v) + 1
-                 for v in (fitted["vocab"] if hash_buckets <= 0 else [None] * len(cat)))
+    card = tuple([hash_buckets + 1] * len(cat)) if hash_buckets > 0 else tuple(len(v) + 1 for v in fitted["vocab"])
     out = []
     for rows in (tr, te):
         X = empty((len(rows), len(num) + len(cat)))
