@@ -9,8 +9,9 @@ Each party runs it with the flags of the command it is about to run: ``securevfl
   next :data:`EXPIRY_WARNING_DAYS` days (a warning line before that);
 - ``file``: its party file readable, the ID column present with no empty and no repeated ID, the label
   column present at the active party and absent at a passive party;
-- ``memory``/``disk``: enough free memory for the file (:data:`MEMORY_FACTOR` × its size) and free
-  disk for its ``--checkpoint`` / ``--record-view`` folders;
+- ``memory``/``disk``: enough free memory for a party (:data:`MEMORY_NEED`: the file is read in
+  blocks), free disk in the spill folder for the file's columns (:data:`SPILL_BYTES_PER_CELL` a cell)
+  and for its ``--checkpoint`` / ``--record-view`` folders;
 - ``listen`` (passive): the address can be bound;
 - per peer (active): ``reach`` (the mutual-TLS handshake, both names checked), ``version`` (the
   peer's securevfl version and protocol equal to its own), ``clock`` (within :data:`MAX_SKEW_S` of its
