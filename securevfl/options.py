@@ -164,6 +164,12 @@ class PartitionSpec:
     active_labels_unaligned: bool | None = setting(None, doc="""
         Whether the active party also has labels for its unaligned rows (VFLHLP, FedUD: yes;
         FedHSSL: no). Unset = the method's default.""")
+    train_rows: int | None = setting(None, ge=1, doc="""
+        Train on only this many of the training rows: the first N of the seed's shuffle of them, so a
+        smaller N is a subset of a larger one for the same seed and every later draw (aligned rows,
+        labeled rows) is made as before; the test rows are unchanged. Unset = all. The rows axis of
+        the methods report (``sweeps/methods/*-rows.yaml``); single-table datasets only (party files
+        are used whole).""")
     test_fraction: float = setting(0.2, gt=0, lt=1, doc="""
         Test share drawn per seed when the dataset has no predefined test split.""")
     test_aligned_fraction: float | str | None = setting(

@@ -82,6 +82,7 @@ def test_tabular_standardised_on_training_rows_only():
     ({"columns": [[0, 1], [1, 2]]}, "same column"),
     ({"test_aligned_fraction": 0.0}, "test_aligned_fraction"),
     ({"test_aligned_fraction": "most"}, "test_aligned_fraction"),
+    ({"train_rows": 5_000}, "train_rows 5000 exceeds"),
 ])
 def test_bad_specs_are_user_errors(digits, kw, msg):
     with pytest.raises(UserError, match=msg):
@@ -155,3 +156,29 @@ def test_active_labels_all_and_unlabeled_active_rows(digits):
         assert np.array_equal(a.train_ids, b.train_ids) and np.array_equal(a.X_train, b.X_train)
     with pytest.raises(UserError, match="unaligned_label_fraction"):
         make_partition(digits, PartitionSpec(unaligned_label_fraction=1.5), 0)
+
+
+def test_train_rows_is_a_nested_prefix_with_the_test_rows_unchanged(digits):
+    """The rows axis: N training rows are the first N of the seed's shuffle (1,000 ⊂ all), the test rows
+    and, with an aligned count, the aligned and labeled rows stay the same; unset = the partition as before."""
+    spec = {"aligned_count": 100, "n_labeled": 40, "unaligned": "all"}
+    whole = make_partition(digits, PartitionSpec(**spec), 3)
+    assert whole.fingerprint() == make_partition(digits, PartitionSpec(**spec, train_rows=None), 3).fingerprint()
+    small, mid = (make_partition(digits, PartitionSpec(**spec, train_rows=n), 3) for n in (400, 900))
+    for p in (small, mid):
+        assert np.array_equal(p.active.test_ids, whole.active.test_ids)
+        assert np.array_equal(p.aligned_ids, whole.aligned_ids)
+        assert np.array_equal(p.active.label_ids, whole.active.label_ids)
+    assert len(small.truth_ids) == 400 and len(mid.truth_ids) == 900
+    assert set(small.truth_ids.tolist()) < set(mid.truth_ids.tolist()) < set(whole.truth_ids.tolist())
+    # a share scales with the rows
+    share = make_partition(digits, PartitionSpec(aligned_fraction=0.5, train_rows=400), 3)
+    assert len(share.aligned_ids) == 200
+
+
+def test_train_rows_is_refused_for_party_files():
+    from securevfl.data.csvsource import split_rows
+
+    ids = np.arange(50)
+    with pytest.raises(UserError, match="party files are used whole"):
+        split_rows(ids, ids, np.ones(50, dtype=bool), PartitionSpec(train_rows=10), 0)

@@ -188,6 +188,8 @@ def split_rows(aligned: np.ndarray, active_ids: np.ndarray, has_label: np.ndarra
            seed: int) -> Split:
     """A seeded ``test_fraction`` of the aligned labeled entities is the test set; the first
     ``n_labeled`` of the rest (all by default) are the labeled training rows."""
+    if spec.train_rows is not None:
+        raise UserError("train_rows subsamples one table's training rows; party files are used whole")
     labeled = has_label[_positions(active_ids, aligned)]
     aligned_labeled = spill.take(aligned, spill.where(labeled))
     rng = np.random.default_rng(seed)

@@ -5,7 +5,8 @@
 
 1. test split: the dataset's predefined one, else a seeded ``test_fraction`` draw of rows that never
    reads the labels (a passive party sees which IDs are train and test, so a label-stratified
-   split would be a channel from the labels to it that no ε accounts for);
+   split would be a channel from the labels to it that no ε accounts for); ``train_rows`` keeps
+   the first N of the shuffled training rows (the rows axis: nested in N, test rows unchanged);
 2. aligned set: ``aligned_fraction`` (or ``aligned_count``) of the shuffled training entities;
 3. the unaligned remainder: ``disjoint`` splits it evenly, each entity to exactly one party;
    ``all`` gives every party all of it;
@@ -252,7 +253,12 @@ def make_partition(ds: Dataset, spec: PartitionSpec, seed: int, data: DataConfig
 def _split_test(ds: Dataset, spec: PartitionSpec, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Step 1: (shuffled training rows, test rows) — the dataset's own test split, else a label-free draw."""
     test_mask = ds.test_mask if ds.test_mask is not None else label_free_test_split(len(ds.y), spec.test_fraction, rng)
-    return rng.permutation(np.flatnonzero(~test_mask)), np.flatnonzero(test_mask)
+    train = rng.permutation(np.flatnonzero(~test_mask))
+    if spec.train_rows is not None:  # a prefix of the shuffle: nested in N, and no draw is added
+        if spec.train_rows > len(train):
+            raise UserError(f"train_rows {spec.train_rows} exceeds the {len(train)} training rows of {ds.name}")
+        train = train[: spec.train_rows]
+    return train, np.flatnonzero(test_mask)
 
 
 def _split_aligned(ds: Dataset, spec: PartitionSpec, train_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
