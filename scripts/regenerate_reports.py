@@ -13,6 +13,7 @@ is run again with ``--resume`` (the store is then kept).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -29,23 +30,37 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, dict]:
     """The manifest's entries, each checked for its keys (the test reads it through this too)."""
     entries = yaml.safe_load(path.read_text())
     for name, entry in entries.items():
-        unknown = set(entry) - {"sweeps", "workers", "data", "claims"}
+        unknown = set(entry) - {"sweeps", "workers", "data", "claims", "references"}
         if unknown or not entry.get("sweeps"):
             raise SystemExit(f"error: {path.name}: entry {name!r} needs `sweeps` and knows only "
-                             f"sweeps/workers/data/claims (got {sorted(entry)})")
+                             f"sweeps/workers/data/claims/references (got {sorted(entry)})")
+        for ref in entry.get("references", []):
+            if set(ref) - {"runner", "clone", "sweep", "args"} or not {"runner", "clone", "sweep"} <= set(ref):
+                raise SystemExit(f"error: {path.name}: entry {name!r}: a reference needs runner, clone (the "
+                                 f"environment variable naming the authors' clone) and sweep (got {sorted(ref)})")
         if isinstance(entry.get("data"), str):
             entry["data"] = [entry["data"]]
     return entries
 
 
-def commands(name: str, entry: dict) -> list[list[str]]:
-    """The securevfl command lines that regenerate one report."""
+def commands(name: str, entry: dict, env: dict[str, str] | None = None) -> list[list[str]]:
+    """The command lines that regenerate one report: its sweeps, then each reference runner (the
+    authors' code on the same cells, benchmarks/reference/; its clone from the named environment
+    variable, shown as ``$NAME`` when unset), then the report."""
+    env = os.environ if env is None else env
     store = f"runs/{name}.sqlite"
     cli = [sys.executable, "-m", "securevfl"]
     runs = [cli + ["sweep", s, "--store", store, "--workers", str(entry.get("workers", 1))]
             for s in entry["sweeps"]]
+    refs = [[sys.executable, r["runner"], env.get(r["clone"], f"${r['clone']}"), r["sweep"], "--store", store,
+             *[str(a) for a in r.get("args", [])]] for r in entry.get("references", [])]
     claims = ["--claims", entry["claims"]] if entry.get("claims") else []
-    return runs + [cli + ["report", store, "--out", f"reports/{name}", *claims]]
+    return runs + refs + [cli + ["report", store, "--out", f"reports/{name}", *claims]]
+
+
+def shown(cmd: list[str]) -> str:
+    """A command as the README writes it: ``securevfl …`` or ``python benchmarks/…``."""
+    return " ".join(cmd[2:] if cmd[1] == "-m" else ["python", *cmd[1:]])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,10 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         hint = " (python scripts/fetch_ctr_samples.py fetches it)" if missing[0][1].startswith("runs/data/") else ""
         print(f"error: report {missing[0][0]} needs {missing[0][1]}, which is not there{hint}", file=sys.stderr)
         return 2
+    unset = [(n, r["clone"]) for n in chosen for r in entries[n].get("references", [])
+             if not os.environ.get(r["clone"])]
+    if unset and not args.dry_run:
+        print(f"error: report {unset[0][0]} runs the authors' code: set {unset[0][1]} to their clone at the pinned "
+              "commit (benchmarks/reference/README.md)", file=sys.stderr)
+        return 2
     for name in chosen:
         cmds = commands(name, entries[name])
         if args.dry_run:
-            print("\n".join(" ".join(c[2:] if c[0] == sys.executable else c) for c in cmds))
+            print("\n".join(shown(c) for c in cmds))
             continue
         store = ROOT / "runs" / f"{name}.sqlite"
         if store.exists() and not args.resume:
@@ -78,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.move(f"{store}{part}", f"{store}.old{part}")
         started = time.time()
         for cmd in cmds:
+            if cmd[1] != "-m":  # a reference runner: the authors' code on the same cells
+                print("+ python " + " ".join(cmd[1:]), flush=True)
+                rc = subprocess.call(cmd, cwd=ROOT)
+                if rc != 0:
+                    print(f"error: {cmd[1]} for report {name} exited {rc}; it resumes its finished cells: "
+                          f"python scripts/regenerate_reports.py {name} --resume", file=sys.stderr)
+                    return rc
+                continue
             if cmd[3] == "report":  # the old folder goes: a figure the new report no longer draws would linger
                 shutil.rmtree(ROOT / "reports" / name, ignore_errors=True)
             print("+ securevfl " + " ".join(cmd[3:]), flush=True)

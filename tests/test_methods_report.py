@@ -101,3 +101,75 @@ def test_report_command_writes_the_methods_report(store, capsys):
     bad.write_text("- {method: splitnn}\n")
     assert main(["report", str(store / "s.sqlite"), "--out", str(out), "--claims", str(bad)]) == 2
     assert "error: --claims" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def axes_store(tmp_path_factory):
+    """A claim with every axis: its sweep (seeds 0-2), more seeds at the paper's setting (3-5), the
+    setting on fewer training rows, and a reference arm stored as the authors'-code runner stores it."""
+    from securevfl.lab.report.methods import REFERENCE_SUFFIX
+    from securevfl.lab.store import Store
+
+    d = tmp_path_factory.mktemp("axes")
+    base = {"dataset": {"name": "breast-cancer", "aligned_fraction": [0.2, 1.0]}, "methods": ["local", "splitnn"],
+            "train": {"epochs": 2, "batch_size": 64}}
+    files = {"m": {**base, "seeds": [0, 1, 2]},
+             "m-seeds": {**base, "dataset": {**base["dataset"], "aligned_fraction": 1.0}, "seeds": [3, 4, 5]},
+             "m-rows": {**base, "dataset": {**base["dataset"], "aligned_fraction": 1.0, "train_rows": [100, 200]},
+                        "seeds": [0, 1, 2]}}
+    for name, sweep in files.items():
+        (d / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **sweep}))
+        assert run_sweep(str(d / f"{name}.yaml"), str(d / "s.sqlite"), progress=False)["failed"] == 0
+    store = Store(d / "s.sqlite")
+    try:  # the authors' code: splitnn's runs at the paper's setting, 0.2 lower, under the suffixed run id
+        for r in store.rows():
+            swept = yaml.safe_load(r["swept_json"] or "{}") or {}
+            if r["method"] == "splitnn" and swept.get("aligned_fraction", 1.0) == 1.0 and "train_rows" not in swept:
+                store.put({**r, "run_id": r["run_id"] + REFERENCE_SUFFIX, "method": "splitnn-authors",
+                           "utility": r["utility"] - 0.2})
+    finally:
+        store.close()
+    claim = {"method": "local", "title": "Local vs split", "paper": "p", "sweep": "m", "more_seeds": "m-seeds",
+             "rows": "m-rows", "reference": "splitnn-authors", "regime": "aligned_fraction", "headline": 1.0,
+             "comparisons": [{"baseline": "splitnn", "paper": 0.5}]}
+    (d / "claims.yaml").write_text(yaml.safe_dump([claim]))
+    return d, claim
+
+
+def test_more_seeds_rows_axis_and_the_authors_arm(axes_store):
+    from securevfl.lab.report.methods import claim_verdict, detectable, rows_sentence, rows_table
+
+    d, claim = axes_store
+    frame = method_frame(d / "s.sqlite")
+    table = comparison_table(frame, claim)
+    mine = table[(table.arm == "local") & (table.baseline == "splitnn")].set_index("regime")
+    assert mine.loc[1.0, "n"] == 6 and mine.loc[0.2, "n"] == 3  # more seeds count at the paper's setting only
+    ref = table[table.arm == "splitnn-authors"]
+    assert ref[ref.regime == 1.0].n.iloc[0] == 6 and ref[ref.regime == 0.2].n.iloc[0] == 0
+    gap = ref[ref.regime == 1.0].iloc[0]
+    assert gap["mean"] == pytest.approx(-0.2) and gap.wins == 0  # theirs − the baseline, paired by seed
+    assert len(table[(table.arm == "local") & (table.baseline == "splitnn-authors") & (table.n == 6)]) == 1
+    # the paper's +0.5 is excluded for both arms: the wording says so once
+    assert claim_verdict(table, claim) == "does not hold, with the authors' code too"
+    # control: a reference arm that does reach the paper's difference changes the wording
+    lifted = frame.assign(utility=frame.utility + ((frame.method == "splitnn-authors") * 0.9))
+    assert claim_verdict(comparison_table(lifted, claim), claim) == "does not hold (the authors' code: holds)"
+    rows = rows_table(frame, claim)
+    at = rows[(rows.arm == "local") & (rows.baseline == "splitnn")]
+    assert sorted(at.regime) == [100, 200, 455] and at[at.regime == 455].n.iloc[0] == 6  # 455 = all train rows
+    assert rows.headline.sum() == len(rows) / 3  # the largest row count is the full setting
+    assert "at 100 rows" in rows_sentence(rows, claim) and "at 455" in rows_sentence(rows, claim)
+    # the detectable effect: with sd 0.01 and 20 seeds, (t.975 + t.8) · 0.01 / √20 ≈ 0.0065
+    assert detectable(0.01, 20) == pytest.approx((2.093 + 0.861) * 0.01 / math.sqrt(20), rel=1e-3)
+    assert math.isnan(detectable(0.01, 1))
+
+
+def test_the_report_shows_the_rows_axis_and_the_authors_arm(axes_store):
+    d, _ = axes_store
+    out = d / "rep"
+    assert main(["report", str(d / "s.sqlite"), "--out", str(out), "--claims", str(d / "claims.yaml")]) == 0
+    md = (out / "report.md").read_text()
+    answer = md.split("## The answer")[1].split("## ")[0]
+    assert "does not hold, with the authors' code too" in answer and "vs the authors' code" in answer
+    assert "(6 seeds)" in answer and "our seeds detect" in answer
+    assert "The rows axis" in md and (out / "methods-rows_m.png").exists()

@@ -107,11 +107,20 @@ def test_the_methods_report_is_made_from_its_claims_and_needs_the_fetched_rows(c
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == ("securevfl report runs/methods.sqlite --out reports/methods "
                        "--claims sweeps/methods/claims.yaml")
-    assert len(out) == len(MANIFEST["methods"]["sweeps"]) + 1
+    refs = MANIFEST["methods"]["references"]
+    assert len(out) == len(MANIFEST["methods"]["sweeps"]) + len(refs) + 1
+    assert out[-2].startswith("python benchmarks/reference/fedhssl_authors.py ")  # the authors' arm, after ours
     monkeypatch.setattr(script, "ROOT", tmp_path)  # a clone without runs/data/
     assert script.main(["methods"]) == 2
     err = capsys.readouterr().err
     assert "needs runs/data/criteo_sample10k.txt" in err and "fetch_ctr_samples.py" in err
+    monkeypatch.setattr(script, "ROOT", ROOT)  # the rows are there (or not: the authors' clone is asked first)
+    for d in MANIFEST["methods"]["data"]:
+        if not (ROOT / d).exists():
+            return
+    monkeypatch.delenv(refs[0]["clone"], raising=False)
+    assert script.main(["methods"]) == 2
+    assert f"set {refs[0]['clone']}" in capsys.readouterr().err
 
 
 FOLD_PROBE = """<script>window.addEventListener('load', () => {

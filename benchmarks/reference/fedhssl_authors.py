@@ -219,6 +219,7 @@ def main() -> None:
         os.environ.update(FEDHSSL_SSL_EPOCHS="1", FEDHSSL_EPOCHS="1")
     commit = check_clone(args.clone)
     from securevfl.lab.engine import cell_row
+    from securevfl.lab.report.methods import REFERENCE_SUFFIX
     from securevfl.lab.store import Store
     from securevfl.lab.sweep import load_config_file, parse_sweep
 
@@ -235,7 +236,7 @@ def main() -> None:
             if (args.labeled and labeled not in args.labeled) or (args.seeds and cell.seed not in args.seeds):
                 continue
             row = cell_row(cell, sweep.name)
-            row["run_id"] = f"{row['run_id']}-authors"
+            row["run_id"] = row["run_id"] + REFERENCE_SUFFIX  # the report counts it in every sweep holding the cell
             if row["run_id"] in done:
                 continue
             work = args.work / f"l{labeled}-s{cell.seed}"

@@ -42,11 +42,19 @@ from securevfl.lab.report.frame import load_frames  # noqa: E402
 from securevfl.lab.store import Store  # noqa: E402
 from securevfl.lab.sweep import parse_sweep  # noqa: E402
 
-CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "why", "subset"}
+CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "why", "subset", "more_seeds",
+              "rows", "reference"}
 REQUIRED_KEYS = ("method", "title", "paper", "sweep", "comparisons")
 COMPARISON_KEYS = {"baseline", "paper", "subset"}
 SUBSETS = ("all", "aligned", "unaligned")
 """A claim's or a comparison's ``subset``: the test rows its utilities are taken on."""
+REFERENCE_SUFFIX = "-authors"
+"""A reference arm's run id is its cell's run id + this (``benchmarks/reference/``): it belongs to every
+sweep that holds the cell, with that sweep's swept values."""
+ROWS_KEY = "swept_train_rows"
+"""The rows axis: the rows sweep's ``train_rows``; the claim's own runs count at all their training rows."""
+POWER = 0.8
+"""The power at which a comparison's smallest detectable effect is stated (two-sided 5 % test)."""
 MAX_FORMAT_NUMBER = 100
 """The largest width or precision a ``why`` field's format spec may give (``{x:.3f}``)."""
 
@@ -107,7 +115,7 @@ def _kind(value: object) -> str:
 def _check_claim(c: dict, where: str) -> None:
     """One claim's values: text where text is read, numbers where numbers are, known subsets, each
     comparison a mapping with its baseline, and every ``why`` format spec one that formats a number."""
-    for key in ("method", "title", "paper", "sweep", "regime", "why"):
+    for key in ("method", "title", "paper", "sweep", "regime", "why", "more_seeds", "rows", "reference"):
         if key in c and (not isinstance(c[key], str) or (key in REQUIRED_KEYS and not c[key].strip())):
             raise UserError(f"{where}: {key}: expected {'non-empty ' if key in REQUIRED_KEYS else ''}text, got "
                             f"{_kind(c[key])}")
@@ -215,7 +223,8 @@ def method_frame(store_path: str | Path) -> pd.DataFrame:
         store.close()
     rows = []
     for _, r in runs[runs.status == "ok"].iterrows():
-        for sweep, swept in members.get(r.run_id, [(r.sweep, None)]):
+        cell = str(r.run_id).removesuffix(REFERENCE_SUFFIX)
+        for sweep, swept in members.get(cell, [(r.sweep, None)]):
             rows.append(_row(r, runs, results, sweep, swept))
     return pd.DataFrame(rows)
 
@@ -250,8 +259,24 @@ def _row(r: pd.Series, runs: pd.DataFrame, results: dict, sweep: str, swept: dic
              else {f"swept_{k}": v for k, v in swept.items()})
     return {"sweep": sweep, "method": arm(r.method, r.config), "seed": int(r.seed), "metric": r.metric,
             "utility": r.utility, "utility_aligned": _sub(u.get("aligned")),
-            "utility_unaligned": _sub(u.get("unaligned")), "seconds": r.seconds, **given,
+            "utility_unaligned": _sub(u.get("unaligned")), "seconds": r.seconds,
+            "train_total": _training_rows(res.get("partition")), **given,
             **{f"c:{k}": v for k, v in counters(info, truth).items()}}
+
+
+def _training_rows(part: Any) -> float:
+    """Training entities of a run (every party's, counted once) from its partition summary: a label-only
+    host or ``unaligned: all`` party holds them all; else the aligned rows plus each party's own."""
+    if not isinstance(part, dict) or not isinstance(part.get("train_rows"), dict):
+        return math.nan
+    rows = [v for v in part["train_rows"].values() if isinstance(v, int | float)]
+    spec = part.get("spec") if isinstance(part.get("spec"), dict) else {}
+    if not rows:
+        return math.nan
+    if spec.get("unaligned") == "all" or spec.get("active_features") is False:
+        return float(max(rows))
+    aligned = part.get("aligned") if isinstance(part.get("aligned"), int | float) else 0
+    return float(aligned + sum(v - aligned for v in rows))
 
 
 def arm(method: str, config_json: str | None) -> str:
@@ -285,10 +310,20 @@ def paired(a: pd.Series, b: pd.Series) -> dict[str, float]:
     d = (both.a - both.b).to_numpy(dtype=float)
     n = len(d)
     if n == 0:
-        return {"n": 0, "mean": math.nan, "sd": math.nan, "low": math.nan, "high": math.nan, "wins": 0}
+        return {"n": 0, "mean": math.nan, "sd": math.nan, "low": math.nan, "high": math.nan, "wins": 0,
+                "detectable": math.nan}
     mean, sd = float(d.mean()), float(d.std(ddof=1)) if n > 1 else math.nan
     half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)) if n > 1 else math.nan
-    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half, "wins": int((d > 0).sum())}
+    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half, "wins": int((d > 0).sum()),
+            "detectable": detectable(sd, n)}
+
+
+def detectable(sd: float, n: int, power: float = POWER) -> float:
+    """The smallest true mean difference that ``n`` paired seeds with this sd find (two-sided 5 % t-test)
+    with probability ``power``: (t₀.₉₇₅ + t_power) · sd / √n, with n − 1 degrees of freedom."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    return float((stats.t.ppf(0.975, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
 
 
 def verdict(p: dict[str, float], paper: float | None = None) -> str:
@@ -303,28 +338,100 @@ def verdict(p: dict[str, float], paper: float | None = None) -> str:
     return "unresolved"
 
 
-def comparison_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
-    """One row per (comparison, regime value): the paired difference of the method against the baseline."""
+def claim_runs(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The regime map's runs: the claim's sweep, plus its ``more_seeds`` sweep (further seeds at the
+    paper's setting only: its runs count at the headline's regime value)."""
     sub = frame[frame.sweep == claim["sweep"]]
+    if claim.get("more_seeds"):
+        more = frame[frame.sweep == claim["more_seeds"]].copy()
+        if claim.get("regime") and "headline" in claim:
+            more[f"swept_{claim['regime']}"] = claim["headline"]
+        sub = pd.concat([sub, more], ignore_index=True)
+    return sub
+
+
+def rows_runs(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The rows axis's runs at the paper's setting: the ``rows`` sweep's (``train_rows`` swept) and the
+    claim's own headline runs, which count at all their training rows."""
+    if not claim.get("rows"):
+        return frame.iloc[:0]
+    own = claim_runs(frame, claim)
     key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    if key and key in own and "headline" in claim:
+        own = own[np.isclose(own[key].astype(float), float(claim["headline"]))]
+    own = own.assign(**{ROWS_KEY: own.train_total})
+    fewer = frame[frame.sweep == claim["rows"]]
+    return pd.concat([fewer, own], ignore_index=True)
+
+
+def pairs(claim: dict) -> list[tuple[str, dict]]:
+    """(arm, comparison) pairs: the method against each baseline; with a ``reference`` arm (the authors'
+    code), that arm against each baseline too, and the method against it."""
+    out = [(claim["method"], c) for c in claim["comparisons"]]
+    ref = claim.get("reference")
+    if ref:
+        out += [(ref, c) for c in claim["comparisons"]] + [(claim["method"], {"baseline": ref})]
+    return out
+
+
+def comparison_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """One row per (arm, comparison, regime value): the paired difference of the arm against the baseline."""
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    return _paired_table(claim_runs(frame, claim), claim, key, lambda v: _is_headline(claim, v))
+
+
+def rows_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The comparisons at the paper's setting against the number of training rows (the largest: all)."""
+    sub = rows_runs(frame, claim)
+    if sub.empty or ROWS_KEY not in sub or sub[ROWS_KEY].isna().all():
+        return pd.DataFrame()
+    most = float(sub[ROWS_KEY].max())
+    return _paired_table(sub, claim, ROWS_KEY, lambda v: v is not None and float(v) == most)
+
+
+def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: Any) -> pd.DataFrame:
     values = sorted(sub[key].dropna().unique()) if key and key in sub else [None]
     column = {"unaligned": "utility_unaligned", "aligned": "utility_aligned"}
     rows = []
-    for comp in claim["comparisons"]:
+    for arm_name, comp in pairs(claim):
         col = column.get(comp.get("subset", claim.get("subset", "")), "utility")
         for v in values:
             at = sub if v is None else sub[sub[key] == v]
-            arm = at[at.method == claim["method"]].set_index("seed")[col]
-            base = at[at.method == comp["baseline"]].set_index("seed")[col]
+            arm = at[at.method == arm_name].groupby("seed")[col].first()
+            base = at[at.method == comp["baseline"]].groupby("seed")[col].first()
             p = paired(arm, base)
-            paper = comp.get("paper") if _is_headline(claim, v) else None
-            rows.append({"baseline": comp["baseline"], "rows": comp.get("subset", claim.get("subset", "all")),
-                         "regime": v, "headline": _is_headline(claim, v),
-                         "paper": paper,
+            head = is_headline(v)
+            paper = comp.get("paper") if head else None
+            rows.append({"arm": arm_name, "baseline": comp["baseline"],
+                         "rows": comp.get("subset", claim.get("subset", "all")),
+                         "regime": v, "headline": head, "paper": paper,
                          "method_mean": float(arm.mean()) if len(arm) else math.nan,
                          "baseline_mean": float(base.mean()) if len(base) else math.nan, **p,
                          "verdict": verdict(p, paper)})
     return pd.DataFrame(rows)
+
+
+def ours(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The method's own comparisons (not the reference arm's, nor the method against the reference)."""
+    return table[(table.arm == claim["method"]) & (table.baseline != claim.get("reference"))]
+
+
+def theirs(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The reference arm's comparisons against the baselines (empty without one)."""
+    return table[table.arm == claim.get("reference")] if claim.get("reference") else table.iloc[:0]
+
+
+def claim_verdict(table: pd.DataFrame, claim: dict) -> str:
+    """The method's verdict; with the authors' code as an arm, whether theirs agrees: ``does not hold,
+    with the authors' code too`` when both fail, else both verdicts side by side."""
+    mine = method_verdict(ours(table, claim), claim)
+    ref = theirs(table, claim)
+    if ref.empty or ref.n.max() == 0:
+        return mine
+    other = method_verdict(ref, claim)
+    if mine == other:
+        return f"{mine}, with the authors' code too"
+    return f"{mine} (the authors' code: {other})"
 
 
 def _is_headline(claim: dict, value: Any) -> bool:
@@ -335,6 +442,9 @@ def _is_headline(claim: dict, value: Any) -> bool:
 
 def method_verdict(table: pd.DataFrame, claim: dict) -> str:
     """``holds`` / ``holds in regime …`` / ``holds in part …`` / ``does not hold`` / ``unresolved``."""
+    if "arm" in table and claim.get("reference") and (table.arm != claim["method"]).any() \
+            and (table.arm == claim["method"]).any():
+        table = ours(table, claim)  # the whole table of a claim with a reference arm: judge ours
     head = table[table.headline]
     if (head.verdict == "too few seeds").any():
         return "too few seeds to tell"
@@ -367,21 +477,54 @@ def _vs(r: pd.Series) -> str:
     return r.baseline + ("" if r.rows == "all" else f" ({r.rows} rows)")
 
 
+def _label(r: pd.Series, claim: dict) -> str:
+    """A comparison as a reader names it: ``vs local``, ``authors' code vs local``, ``vs authors' code``."""
+    ref = claim.get("reference")
+    base = "the authors' code" if ref and r.baseline == ref else _vs(r)
+    return ("the authors' code " if ref and r.arm == ref else "") + "vs " + base
+
+
 def _diff(p: pd.Series) -> str:
     return f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
 
 
 def sentence(claim: dict, table: pd.DataFrame, frame: pd.DataFrame, verdict_text: str) -> str:
     """The claim's one-sentence answer at the paper's setting, with the ``why`` filled from counters."""
-    head = table[table.headline]
+    head = ours(table, claim)
+    head = head[head.headline]
     parts = [f"{_diff(r)} vs {r.baseline}" + (f" on {r.rows} test rows" if r.rows != "all" else "")
              + (f" (paper {r.paper:+g})" if isinstance(r.paper, int | float) else "")
              for _, r in head.iterrows()]
     n = int(head.n.min()) if len(head) else 0
     text = f"**{claim['title']}: {verdict_text}.** At the paper's setting: {'; '.join(parts)} ({n} seeds, paired)."
+    ref = table[table.headline & ((table.arm != claim["method"]) | (table.baseline == claim.get("reference")))]
+    if claim.get("reference") and len(ref) and ref.n.max() > 0:
+        text += (f" The authors' code (`{claim['reference']}`, benchmarks/reference/) on the same rows and seeds: "
+                 + "; ".join(f"{_diff(r)} {_label(r, claim)}" for _, r in ref.iterrows())
+                 + f" ({int(ref.n.min())} seeds, paired).")
     if claim.get("why"):
         text += " " + fill(claim["why"], headline_counters(frame, claim))
     return text
+
+
+def rows_sentence(table: pd.DataFrame, claim: dict) -> str:
+    """Which way each of the method's gaps moves from the fewest training rows to all of them: it moves
+    when the two ends' intervals do not overlap, else the sentence says it stays within seed noise."""
+    parts = []
+    for (base, rows), g in ours(table, claim).groupby(["baseline", "rows"], sort=False):
+        g = g[g.n > 0].sort_values("regime")
+        if len(g) < 2:
+            continue
+        a, b = g.iloc[0], g.iloc[-1]
+        move = ("grows toward the method" if b.low > a.high else "moves against the method" if b.high < a.low
+                else "stays within seed noise")
+        on = "" if rows == "all" else f" (on {rows} test rows)"
+        parts.append(f"vs {base}{on} {_signed(a['mean'])} at {_fmt(a.regime)} rows → {_signed(b['mean'])} at "
+                     f"{_fmt(b.regime)}: {move}")
+    if not parts:
+        return ""
+    return ("With more training rows, at the paper's setting (the papers had far more rows): " + "; ".join(parts)
+            + ".")
 
 
 def _key(name: str) -> str:
@@ -392,7 +535,7 @@ def _key(name: str) -> str:
 def _family(frame: pd.DataFrame, claim: dict) -> list[str]:
     """The claim's arm and its variants in the sweep (risa and risa{tau_scale=rank}), claim's first."""
     base = claim["method"].split("{")[0]
-    arms = sorted(set(frame[frame.sweep == claim["sweep"]].method))
+    arms = sorted(set(claim_runs(frame, claim).method))
     return [claim["method"]] + [a for a in arms if a.split("{")[0] == base and a != claim["method"]]
 
 
@@ -402,14 +545,15 @@ def headline_counters(frame: pd.DataFrame, claim: dict) -> dict[str, float]:
     regime value as ``utility.<arm>@<value>``."""
     key = f"swept_{claim['regime']}" if claim.get("regime") else None
     values: dict[str, float] = {}
+    runs = claim_runs(frame, claim)
     for i, arm_name in enumerate(_family(frame, claim)):
-        sub = frame[(frame.sweep == claim["sweep"]) & (frame.method == arm_name)]
+        sub = runs[runs.method == arm_name]
         if key and key in sub and "headline" in claim:
             sub = sub[np.isclose(sub[key].astype(float), float(claim["headline"]))]
         prefix = "" if i == 0 else _key(arm_name) + "."
         values |= {prefix + c[2:]: float(sub[c].mean()) for c in sub.columns
                    if c.startswith("c:") and sub[c].notna().any()}
-    arms = frame[frame.sweep == claim["sweep"]]
+    arms = runs
     groups = arms.groupby(["method", key]) if key and key in arms else arms.groupby(["method"])
     for k, g in groups:
         at = f"@{_fmt(k[1])}" if key and key in arms else ""
@@ -434,7 +578,8 @@ def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
     """Mean ± sd over seeds of every counter of the method and its variant arms, at each regime value."""
     key = f"swept_{claim['regime']}" if claim.get("regime") else None
     family = _family(frame, claim)
-    sub = frame[(frame.sweep == claim["sweep"]) & frame.method.isin(family)]
+    sub = claim_runs(frame, claim)
+    sub = sub[sub.method.isin(family)]
     cols = [c for c in sub.columns if c.startswith("c:") and sub[c].notna().any()]
     out = {}
     for arm_name in family:
@@ -449,14 +594,15 @@ def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
     return pd.DataFrame({"counter": [c[2:] for c in cols], **out})
 
 
-def regime_figure(claim: dict, table: pd.DataFrame, path: Path) -> Path:
-    """Paired difference (method − baseline) against the regime key, 95 % intervals, paper's value marked."""
+def regime_figure(claim: dict, table: pd.DataFrame, path: Path, axis: str | None = None) -> Path:
+    """Paired difference (arm − baseline) against the regime key (or ``axis``: the rows axis), 95 %
+    intervals, the paper's value marked at its setting."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    numeric = bool(claim.get("regime")) and table.regime.notna().all()
+    numeric = bool(axis or claim.get("regime")) and table.regime.notna().all()
     vals = table.regime.astype(float) if numeric else pd.Series([0.0])
     log = numeric and vals.min() > 0 and vals.max() / vals.min() > 8
-    table = table.assign(vs=[b if r == "all" else f"{b}, {r} test rows" for b, r in zip(table.baseline, table.rows,
-                                                                                       strict=True)])
+    table = table.assign(vs=[_label(r, claim).removeprefix("vs ") + ("" if r.rows == "all" else " test rows")
+                             for _, r in table.iterrows()])
     n_base = table.vs.nunique()
     for i, (base, g) in enumerate(table.groupby("vs", sort=False)):
         g = g.sort_values("regime")
@@ -477,9 +623,9 @@ def regime_figure(claim: dict, table: pd.DataFrame, path: Path) -> Path:
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xticks(sorted(vals.unique()))
-        ax.set_xlabel(claim["regime"] + " (the paper's setting: " + _fmt(claim.get("headline", "–")) + ")")
+        ax.set_xlabel(axis or claim["regime"] + " (the paper's setting: " + _fmt(claim.get("headline", "–")) + ")")
     ax.set_ylabel(f"{claim['method']} − baseline\n(paired by seed, 95 % CI)")
-    ax.set_title(claim["title"])
+    ax.set_title(claim["title"] + (f" — {claim.get('regime')} {_fmt(claim.get('headline', '–'))}" if axis else ""))
     return finish_line_plot(fig, ax, path)
 
 
@@ -490,12 +636,14 @@ def _signed(v: float | None) -> str:
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
     t = table.copy()
     return pd.DataFrame({
-        "vs": t.baseline, "test rows": t.rows, "regime": [_fmt(v) if v is not None else "–" for v in t.regime],
+        "arm": t.arm, "vs": t.baseline, "test rows": t.rows,
+        "regime": [_fmt(v) if v is not None else "–" for v in t.regime],
         "paper's setting": ["yes" if h else "" for h in t.headline],
-        "ours (method)": [f"{v:.3f}" for v in t.method_mean], "ours (baseline)": [f"{v:.3f}" for v in t.baseline_mean],
+        "utility (arm)": [f"{v:.3f}" for v in t.method_mean], "utility (vs)": [f"{v:.3f}" for v in t.baseline_mean],
         "paired diff": [_signed(v) for v in t["mean"]], "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in
                                                                zip(t.low, t.high, strict=True)],
         "seeds won": [f"{w}/{n}" for w, n in zip(t.wins, t.n, strict=True)],
+        "detectable": [f"{v:.3f}" if math.isfinite(v) else "–" for v in t.detectable],
         "paper's diff": [_signed(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict})
 
 
@@ -513,21 +661,39 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
         table = comparison_table(frame, claim)
         if table.empty or table.n.max() == 0:
             answers.append({"claim": claim["title"], "verdict": "not measured",
-                            "ours (paired, 95 % CI)": f"no runs of sweep {claim['sweep']}", "paper": "–",
+                            "ours (paired, 95 % CI)": f"no runs of sweep {claim['sweep']}", "the authors' code": "–",
+                            "our seeds detect (80 % power)": "–", "paper": "–",
                             "paper's setting": _fmt(claim.get("headline", "–"))})
             continue
-        v = method_verdict(table, claim)
-        head = table[table.headline]
+        v = claim_verdict(table, claim)
+        head = ours(table, claim)
+        head = head[head.headline]
+        ref = table[table.headline & ((table.arm != claim["method"]) | (table.baseline == claim.get("reference")))]
         answers.append({  # the verdict first: a wide table scrolls, and the first screen must show it
             "claim": claim["title"], "verdict": v,
             "ours (paired, 95 % CI)": "; ".join(f"{_diff(r)} vs {_vs(r)}" for _, r in head.iterrows())
                                       + f" ({int(head.n.min())} seeds)",
+            "the authors' code": ("; ".join(f"{_diff(r)} {_label(r, claim)}" for _, r in ref.iterrows())
+                                  + f" ({int(ref.n.min())} seeds)") if len(ref) and ref.n.max() > 0 else
+                                 "not run" if claim.get("reference") else "none released",
+            "our seeds detect (80 % power)": "; ".join(f"{r.detectable:.3f} vs {_vs(r)}" for _, r in head.iterrows()),
             "paper": "; ".join(f"{r.paper:+.3f} vs {_vs(r)}" for _, r in head.iterrows()
                                if isinstance(r.paper, int | float)) or "–",
             "paper's setting": f"{claim['regime']} {_fmt(claim['headline'])}" if claim.get("regime") else "–"})
         fig = regime_figure(claim, table, render._figure_path(out, "methods", claim["sweep"]))
         figures.append(fig)
-        extra = frame[frame.sweep == claim["sweep"]]  # every arm of the sweep, the claim's and any other
+        by_rows = rows_table(frame, claim)
+        rows_blocks: list[tuple[str, Any]] = []
+        if not by_rows.empty:
+            rows_fig = regime_figure(claim, by_rows, render._figure_path(out, "methods-rows", claim["sweep"]),
+                                     axis="training rows (the largest: all of the sample's)")
+            figures.append(rows_fig)
+            rows_blocks = [("h3", "The rows axis: the paired differences at the paper's setting on fewer training "
+                                  "rows (the first N of each seed's shuffle; the same test rows)"),
+                           ("p", rows_sentence(by_rows, claim)), ("img", rows_fig),
+                           ("table", _shown(by_rows).rename(columns={"regime": "training rows"})
+                            .drop(columns=["paper's setting", "paper's diff"]))]
+        extra = claim_runs(frame, claim)  # every arm of the sweep, the claim's and any other
         key = f"swept_{claim['regime']}" if claim.get("regime") else None
         means = (extra.groupby(["method", key] if key and key in extra else ["method"]).utility
                  .agg(["mean", "std", "count"]).reset_index())
@@ -535,11 +701,14 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
                                                                                  means["count"], strict=True)]
         means = means.drop(columns=["mean", "std", "count"]).rename(columns={key: claim.get("regime")} if key else {})
         sections.append((claim["title"], [
-            ("p", f"Paper: {claim['paper']}. Sweep `{claim['sweep']}`; the regime map varies "
-                  f"`{claim.get('regime', '–')}` (the paper's setting: {_fmt(claim.get('headline', '–'))})."),
+            ("p", f"Paper: {claim['paper']}. Sweep `{claim['sweep']}`"
+                  + (f" (and `{claim['more_seeds']}`: more seeds at the paper's setting)" if claim.get("more_seeds")
+                     else "") + f"; the regime map varies `{claim.get('regime', '–')}` (the paper's setting: "
+                  f"{_fmt(claim.get('headline', '–'))})" + (f"; the rows axis: `{claim['rows']}`"
+                                                            if claim.get("rows") else "") + "."),
             ("p", sentence(claim, table, frame, v)), ("img", fig),
             ("h3", "Paired differences (method − baseline; a seed's runs share partition, initialisation and batches)"),
-            ("table", _shown(table)),
+            ("table", _shown(table)), *rows_blocks,
             ("h3", "Test utility per arm (mean ± sd over seeds, seeds in brackets)"), ("table", means),
             ("h3", "What each step did: the method's counters (mean ± sd over seeds)"),
             ("table", counter_table(frame, claim))]))
@@ -547,7 +716,11 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
     intro = ("Each paper's headline comparison re-run with the current code on real rows. A comparison **holds** "
              "when the 95 % interval of the seed-paired difference lies above zero, **does not hold** when it lies "
              "below zero or below the paper's difference (our seeds exclude the effect the paper reports), and is "
-             "**unresolved** otherwise.")
+             "**unresolved** otherwise. Every arm chooses its learning rate from the sweep's grid on the same "
+             "validation rows (a stratified 20 % of the rows with a true label; each stage of a multi-stage method "
+             "its own; `train.lr_grid`). *Detectable*: the smallest true difference our seeds find with 80 % power. "
+             "Where the authors released code, their code is one more arm on the same rows and seeds "
+             "(benchmarks/reference/).")
     all_sections = [("The answer", [("table", pd.DataFrame(answers)),
                                     ("p", "Each claim's section below gives the measured reason, the regime map and "
                                           "the step counters.")]), *sections,
