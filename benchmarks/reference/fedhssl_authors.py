@@ -57,7 +57,15 @@ import numpy as np
 import pandas as pd
 
 COMMIT = "78904f1abb74e5d58e81487cf073c6f119c051a8"
-METHOD = "fedhssl-authors"
+ARMS = {  # --arm: (our method whose cells it runs on, its store name, pre-training flags, fine-tuning flags)
+    "fedhssl": ("fedhssl", "fedhssl-authors",
+                ["--local_ssl", "1", "--aggregation_mode", "pma", "--constraint_ratio", "0.5"], []),
+    # FedSimSiam (paper §4.1): local SimSiam only, no cross-party SSL, no aggregation, fine-tuning f_l alone;
+    # their flags: no cross-party stage (comm_mode none), γ = 0, no PMA, the cross-party encoder unused
+    "fedsimsiam": ("fedlocal-simsiam", "fedsimsiam-authors",
+                   ["--local_ssl", "1", "--aggregation_mode", "none", "--constraint_ratio", "0", "--comm_mode", "none"],
+                   ["--use_cross_model", "0"]),
+}
 
 DRIVER = r'''
 import os, sys, types, runpy
@@ -155,7 +163,7 @@ def cell_rows(cell, raw: pd.DataFrame) -> dict:
             "n_aligned": len(aligned), "cfg": cfg}
 
 
-def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int) -> dict:
+def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int, arm: str = "fedhssl") -> dict:
     from securevfl.training import validation_split
 
     rows = cell_rows(cell, raw)
@@ -172,9 +180,9 @@ def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int) -> 
     t0 = time.perf_counter()
     pre = work / "pretrain"
     write_rows(raw, order, rows["test"], pre)
+    _, _, pre_flags, cls_flags = ARMS[arm]
     stage(clone, pre, "main_pretrain", [*common, "--epochs", str(ssl_epochs), "--pretrain_method", "simsiam",
-                                        "--local_ssl", "1", "--aggregation_mode", "pma", "--constraint_ratio", "0.5"],
-          n_train, pre / "log.txt")
+                                        *pre_flags], n_train, pre / "log.txt")
     models = os.path.relpath(pre / "a" / "b" / "premodels", work / "x" / "a" / "b")
 
     def finetune(name: str, train_order: np.ndarray, n_labeled: int, test: np.ndarray, lr: float) -> list[float]:
@@ -182,7 +190,7 @@ def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int) -> 
         write_rows(raw, train_order, test, folder)
         return stage(clone, folder, "main_cls", [*common, "--pretrained_path", "dnnfm", "--pretrain_model_dir",
                                                  models, "--local_ssl", "1", "--label_percent", str(n_labeled),
-                                                 "--learning_rate", str(lr), "--epochs", str(epochs)],
+                                                 "--learning_rate", str(lr), "--epochs", str(epochs), *cls_flags],
                      len(train_order), folder / "log.txt")
 
     # the learning rate our way: held-out labeled rows (the same split our arms use), scored at the last epoch
@@ -212,6 +220,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="only these seeds")
     ap.add_argument("--work", type=Path, default=Path("runs/fedhssl-authors"))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--arm", choices=sorted(ARMS), default="fedhssl", help="their FedHSSL, or their FedSimSiam "
+                    "baseline (run on the sweep's fedlocal-simsiam cells)")
     ap.add_argument("--smoke", action="store_true", help="1 SSL epoch and 1 fine-tuning epoch (a check that it "
                     "runs; use another --store)")
     args = ap.parse_args()
@@ -229,8 +239,9 @@ def main() -> None:
     store = Store(args.store)
     try:
         done = store.completed()
+        ours, method = ARMS[args.arm][:2]
         for cell in sweep.cells:
-            if cell.method != "fedhssl":
+            if cell.method != ours:
                 continue
             labeled = cell.config["partition"].get("n_labeled")
             if (args.labeled and labeled not in args.labeled) or (args.seeds and cell.seed not in args.seeds):
@@ -239,12 +250,13 @@ def main() -> None:
             row["run_id"] = row["run_id"] + REFERENCE_SUFFIX  # the report counts it in every sweep holding the cell
             if row["run_id"] in done:
                 continue
-            work = args.work / f"l{labeled}-s{cell.seed}"
-            r = run_cell(args.clone, cell, raw, work, args.threads)
-            result = {"utility": {"test": r["auc"], "metric": "auc"}, "method": METHOD,
+            work = args.work / f"{args.arm}-l{labeled}-s{cell.seed}"
+            r = run_cell(args.clone, cell, raw, work, args.threads, args.arm)
+            result = {"utility": {"test": r["auc"], "metric": "auc"}, "method": method,
                       "reference": {"repository": "jorghyq2016/FedHSSL", "commit": commit, "columns": "theirs",
-                                    "constraint_ratio": 0.5, "edits": "benchmarks/reference/fedhssl_authors.py", **r}}
-            store.put({**row, "method": METHOD, "node": "authors' code", "status": "ok", "error": None,
+                                    "flags": ARMS[args.arm][2] + ARMS[args.arm][3],
+                                    "edits": "benchmarks/reference/fedhssl_authors.py", **r}}
+            store.put({**row, "method": method, "node": "authors' code", "status": "ok", "error": None,
                        "result_json": result, "utility": r["auc"], "utility_metric": "auc",
                        "seconds": r["seconds"]})
             print(f"labeled {labeled} seed {cell.seed}: AUC {r['auc']:.4f} (best over epochs "
