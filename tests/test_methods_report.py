@@ -170,6 +170,21 @@ def test_the_report_shows_the_rows_axis_and_the_authors_arm(axes_store):
     assert main(["report", str(d / "s.sqlite"), "--out", str(out), "--claims", str(d / "claims.yaml")]) == 0
     md = (out / "report.md").read_text()
     answer = md.split("## The answer")[1].split("## ")[0]
-    assert "does not hold, with the authors' code too" in answer and "vs the authors' code" in answer
+    assert "does not hold, with the authors' code too" in answer and "vs splitnn-authors" in answer
     assert "(6 seeds)" in answer and "our seeds detect" in answer
     assert "The rows axis" in md and (out / "methods-rows_m.png").exists()
+
+
+def test_the_authors_arm_is_compared_with_the_authors_baseline_where_they_have_one(tmp_path):
+    from securevfl.errors import UserError
+    from securevfl.lab.report.methods import load_claims, pairs
+
+    claim = {"method": "m", "comparisons": [{"baseline": "b", "paper": 0.1}, {"baseline": "c"}],
+             "reference": {"m": "m-authors", "b": "b-authors"}}
+    got = [(a, c["baseline"], c.get("paper")) for a, c in pairs(claim)]
+    assert got == [("m", "b", 0.1), ("m", "c", None), ("m-authors", "b-authors", 0.1), ("m-authors", "c", None),
+                   ("m", "m-authors", None), ("b", "b-authors", None)]
+    bad = tmp_path / "c.yaml"  # a mapping without the claim's own method
+    bad.write_text(yaml.safe_dump([{**claim, "title": "t", "paper": "p", "sweep": "s", "reference": {"b": "b-x"}}]))
+    with pytest.raises(UserError, match="reference: expected"):
+        load_claims(bad)

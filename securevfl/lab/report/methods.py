@@ -115,7 +115,13 @@ def _kind(value: object) -> str:
 def _check_claim(c: dict, where: str) -> None:
     """One claim's values: text where text is read, numbers where numbers are, known subsets, each
     comparison a mapping with its baseline, and every ``why`` format spec one that formats a number."""
-    for key in ("method", "title", "paper", "sweep", "regime", "why", "more_seeds", "rows", "reference"):
+    ref = c.get("reference")
+    if ref is not None and not (isinstance(ref, str) and ref.strip()) and not (
+            isinstance(ref, dict) and ref and c["method"] in ref
+            and all(isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in ref.items())):
+        raise UserError(f"{where}: reference: expected the authors' arm, or a mapping from our arms (the claim's "
+                        f"method among them) to the authors' arms, got {_kind(ref)}")
+    for key in ("method", "title", "paper", "sweep", "regime", "why", "more_seeds", "rows"):
         if key in c and (not isinstance(c[key], str) or (key in REQUIRED_KEYS and not c[key].strip())):
             raise UserError(f"{where}: {key}: expected {'non-empty ' if key in REQUIRED_KEYS else ''}text, got "
                             f"{_kind(c[key])}")
@@ -364,13 +370,22 @@ def rows_runs(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
     return pd.concat([fewer, own], ignore_index=True)
 
 
-def pairs(claim: dict) -> list[tuple[str, dict]]:
-    """(arm, comparison) pairs: the method against each baseline; with a ``reference`` arm (the authors'
-    code), that arm against each baseline too, and the method against it."""
-    out = [(claim["method"], c) for c in claim["comparisons"]]
+def references(claim: dict) -> dict[str, str]:
+    """Our arm → the authors' arm of the same method (``reference``: one name is the method's)."""
     ref = claim.get("reference")
-    if ref:
-        out += [(ref, c) for c in claim["comparisons"]] + [(claim["method"], {"baseline": ref})]
+    return {claim["method"]: ref} if isinstance(ref, str) else dict(ref or {})
+
+
+def pairs(claim: dict) -> list[tuple[str, dict]]:
+    """(arm, comparison) pairs: the method against each baseline; with the authors' code (``reference``),
+    their method against each baseline (their own baseline where they have one), and each of our arms
+    against the authors' arm of the same method."""
+    out = [(claim["method"], c) for c in claim["comparisons"]]
+    refs = references(claim)
+    if refs:
+        out += [(refs[claim["method"]], {**c, "baseline": refs.get(c["baseline"], c["baseline"])})
+                for c in claim["comparisons"]]
+        out += [(ours_arm, {"baseline": theirs_arm}) for ours_arm, theirs_arm in refs.items()]
     return out
 
 
@@ -413,12 +428,19 @@ def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: 
 
 def ours(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
     """The method's own comparisons (not the reference arm's, nor the method against the reference)."""
-    return table[(table.arm == claim["method"]) & (table.baseline != claim.get("reference"))]
+    return table[(table.arm == claim["method"]) & ~table.baseline.isin(list(references(claim).values()))]
 
 
 def theirs(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
     """The reference arm's comparisons against the baselines (empty without one)."""
-    return table[table.arm == claim.get("reference")] if claim.get("reference") else table.iloc[:0]
+    main = references(claim).get(claim["method"])
+    return table[table.arm == main] if main else table.iloc[:0]
+
+
+def _authors_rows(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The comparisons at the paper's setting that involve the authors' code."""
+    return table[table.headline & ~((table.arm == claim["method"]) & ~table.baseline.isin(
+        list(references(claim).values())))] if references(claim) else table.iloc[:0]
 
 
 def claim_verdict(table: pd.DataFrame, claim: dict) -> str:
@@ -479,9 +501,7 @@ def _vs(r: pd.Series) -> str:
 
 def _label(r: pd.Series, claim: dict) -> str:
     """A comparison as a reader names it: ``vs local``, ``authors' code vs local``, ``vs authors' code``."""
-    ref = claim.get("reference")
-    base = "the authors' code" if ref and r.baseline == ref else _vs(r)
-    return ("the authors' code " if ref and r.arm == ref else "") + "vs " + base
+    return ("" if r.arm == claim["method"] else f"{r.arm} ") + "vs " + _vs(r)
 
 
 def _diff(p: pd.Series) -> str:
@@ -497,9 +517,10 @@ def sentence(claim: dict, table: pd.DataFrame, frame: pd.DataFrame, verdict_text
              for _, r in head.iterrows()]
     n = int(head.n.min()) if len(head) else 0
     text = f"**{claim['title']}: {verdict_text}.** At the paper's setting: {'; '.join(parts)} ({n} seeds, paired)."
-    ref = table[table.headline & ((table.arm != claim["method"]) | (table.baseline == claim.get("reference")))]
-    if claim.get("reference") and len(ref) and ref.n.max() > 0:
-        text += (f" The authors' code (`{claim['reference']}`, benchmarks/reference/) on the same rows and seeds: "
+    ref = _authors_rows(table, claim)
+    if len(ref) and ref.n.max() > 0:
+        text += (" The authors' code (" + ", ".join(f"`{v}`" for v in references(claim).values())
+                 + "; benchmarks/reference/) on the same rows and seeds: "
                  + "; ".join(f"{_diff(r)} {_label(r, claim)}" for _, r in ref.iterrows())
                  + f" ({int(ref.n.min())} seeds, paired).")
     if claim.get("why"):
@@ -668,7 +689,7 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
         v = claim_verdict(table, claim)
         head = ours(table, claim)
         head = head[head.headline]
-        ref = table[table.headline & ((table.arm != claim["method"]) | (table.baseline == claim.get("reference")))]
+        ref = _authors_rows(table, claim)
         answers.append({  # the verdict first: a wide table scrolls, and the first screen must show it
             "claim": claim["title"], "verdict": v,
             "ours (paired, 95 % CI)": "; ".join(f"{_diff(r)} vs {_vs(r)}" for _, r in head.iterrows())
