@@ -438,8 +438,8 @@ def theirs(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
 
 
 def _authors_rows(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
-    """The comparisons at the paper's setting that involve the authors' code."""
-    return table[table.headline & ~((table.arm == claim["method"]) & ~table.baseline.isin(
+    """The comparisons at the paper's setting that involve the authors' code (and have runs)."""
+    return table[table.headline & (table.n > 0) & ~((table.arm == claim["method"]) & ~table.baseline.isin(
         list(references(claim).values())))] if references(claim) else table.iloc[:0]
 
 
@@ -499,9 +499,14 @@ def _vs(r: pd.Series) -> str:
     return r.baseline + ("" if r.rows == "all" else f" ({r.rows} rows)")
 
 
-def _label(r: pd.Series, claim: dict) -> str:
-    """A comparison as a reader names it: ``vs local``, ``authors' code vs local``, ``vs authors' code``."""
-    return ("" if r.arm == claim["method"] else f"{r.arm} ") + "vs " + _vs(r)
+def _label(r: pd.Series, claim: dict, short: bool = False) -> str:
+    """A comparison as a reader names it: ``vs local``, ``fedhssl-authors vs splitnn``; ``short``: arm
+    names without their parameters (the answer table)."""
+    def name(a: str) -> str:
+        return a.split("{")[0] if short else a
+
+    return ("" if r.arm == claim["method"] else f"{name(r.arm)} ") + "vs " + name(r.baseline) + (
+        "" if r.rows == "all" else f" ({r.rows} rows)")
 
 
 def _diff(p: pd.Series) -> str:
@@ -661,8 +666,9 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
         "regime": [_fmt(v) if v is not None else "–" for v in t.regime],
         "paper's setting": ["yes" if h else "" for h in t.headline],
         "utility (arm)": [f"{v:.3f}" for v in t.method_mean], "utility (vs)": [f"{v:.3f}" for v in t.baseline_mean],
-        "paired diff": [_signed(v) for v in t["mean"]], "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in
-                                                               zip(t.low, t.high, strict=True)],
+        "paired diff": [_signed(v) for v in t["mean"]],
+        "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "–" for lo, hi in zip(t.low, t.high,
+                                                                                               strict=True)],
         "seeds won": [f"{w}/{n}" for w, n in zip(t.wins, t.n, strict=True)],
         "detectable": [f"{v:.3f}" if math.isfinite(v) else "–" for v in t.detectable],
         "paper's diff": [_signed(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict})
@@ -694,7 +700,7 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
             "claim": claim["title"], "verdict": v,
             "ours (paired, 95 % CI)": "; ".join(f"{_diff(r)} vs {_vs(r)}" for _, r in head.iterrows())
                                       + f" ({int(head.n.min())} seeds)",
-            "the authors' code": ("; ".join(f"{_diff(r)} {_label(r, claim)}" for _, r in ref.iterrows())
+            "the authors' code": ("; ".join(f"{_diff(r)} {_label(r, claim, short=True)}" for _, r in ref.iterrows())
                                   + f" ({int(ref.n.min())} seeds)") if len(ref) and ref.n.max() > 0 else
                                  "not run" if claim.get("reference") else "none released",
             "our seeds detect (80 % power)": "; ".join(f"{r.detectable:.3f} vs {_vs(r)}" for _, r in head.iterrows()),
