@@ -401,10 +401,12 @@ def rows_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
     if sub.empty or ROWS_KEY not in sub or sub[ROWS_KEY].isna().all():
         return pd.DataFrame()
     most = float(sub[ROWS_KEY].max())
-    return _paired_table(sub, claim, ROWS_KEY, lambda v: v is not None and float(v) == most)
+    # no paper's difference here: the papers measured at far more rows than any point of this axis
+    return _paired_table(sub, claim, ROWS_KEY, lambda v: v is not None and float(v) == most, papers=False)
 
 
-def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: Any) -> pd.DataFrame:
+def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: Any,
+                  papers: bool = True) -> pd.DataFrame:
     values = sorted(sub[key].dropna().unique()) if key and key in sub else [None]
     column = {"unaligned": "utility_unaligned", "aligned": "utility_aligned"}
     rows = []
@@ -416,7 +418,7 @@ def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: 
             base = at[at.method == comp["baseline"]].groupby("seed")[col].first()
             p = paired(arm, base)
             head = is_headline(v)
-            paper = comp.get("paper") if head else None
+            paper = comp.get("paper") if head and papers else None
             rows.append({"arm": arm_name, "baseline": comp["baseline"],
                          "rows": comp.get("subset", claim.get("subset", "all")),
                          "regime": v, "headline": head, "paper": paper,
