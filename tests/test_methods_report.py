@@ -154,6 +154,9 @@ def test_more_seeds_rows_axis_and_the_authors_arm(axes_store):
     # control: a reference arm that does reach the paper's difference changes the wording
     lifted = frame.assign(utility=frame.utility + ((frame.method == "splitnn-authors") * 0.9))
     assert claim_verdict(comparison_table(lifted, claim), claim) == "does not hold (the authors' code: holds)"
+    two = {**claim, "comparisons": [*claim["comparisons"], {"baseline": "splitnn", "subset": "all"}]}
+    assert claim_verdict(comparison_table(lifted, two), two).startswith(
+        "does not hold; at the paper's setting vs splitnn: does not hold (the authors' code: holds); vs splitnn")
     rows = rows_table(frame, claim)
     at = rows[(rows.arm == "local") & (rows.baseline == "splitnn")]
     assert sorted(at.regime) == [100, 200, 455] and at[at.regime == 455].n.iloc[0] == 6  # 455 = all train rows

@@ -446,16 +446,31 @@ def _authors_rows(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
 
 
 def claim_verdict(table: pd.DataFrame, claim: dict) -> str:
-    """The method's verdict; with the authors' code as an arm, whether theirs agrees: ``does not hold,
-    with the authors' code too`` when both fail, else both verdicts side by side."""
+    """The method's verdict; with the authors' code as an arm, whether theirs agrees, comparison by
+    comparison at the paper's setting (their method against their baseline where they have one):
+    ``does not hold, with the authors' code too`` when both fail, else both verdicts side by side."""
     mine = method_verdict(ours(table, claim), claim)
     ref = theirs(table, claim)
     if ref.empty or ref.n.max() == 0:
         return mine
     other = method_verdict(ref, claim)
-    if mine == other:
+    refs, head = references(claim), table[table.headline & (table.n > 0)]
+    each = []
+    for comp in claim["comparisons"]:
+        rows = comp.get("subset", claim.get("subset", "all"))
+        o = head[(head.arm == claim["method"]) & (head.baseline == comp["baseline"]) & (head.rows == rows)]
+        t = head[(head.arm == refs[claim["method"]]) & (head.baseline == refs.get(comp["baseline"], comp["baseline"]))
+                 & (head.rows == rows)]
+        if len(o) and len(t):
+            on = "" if rows == "all" else f" on {rows} test rows"
+            each.append((f"vs {comp['baseline'].split('{')[0]}{on}", o.verdict.iloc[0], t.verdict.iloc[0]))
+    if mine == other and all(vo == vt for _, vo, vt in each):
         return f"{mine}, with the authors' code too"
-    return f"{mine} (the authors' code: {other})"
+    if len(each) < 2:
+        return f"{mine} (the authors' code: {other})"
+    return mine + "; at the paper's setting " + "; ".join(
+        f"{vs}: {vo}" + (", with the authors' code too" if vo == vt else f" (the authors' code: {vt})")
+        for vs, vo, vt in each)
 
 
 def _is_headline(claim: dict, value: Any) -> bool:
