@@ -275,14 +275,15 @@ def _training_rows(part: Any) -> float:
     host or ``unaligned: all`` party holds them all; else the aligned rows plus each party's own."""
     if not isinstance(part, dict) or not isinstance(part.get("train_rows"), dict):
         return math.nan
-    rows = [v for v in part["train_rows"].values() if isinstance(v, int | float)]
-    spec = part.get("spec") if isinstance(part.get("spec"), dict) else {}
+    rows = [float(v) for v in part["train_rows"].values() if isinstance(v, int | float)]
+    spec = part.get("spec")
     if not rows:
         return math.nan
-    if spec.get("unaligned") == "all" or spec.get("active_features") is False:
-        return float(max(rows))
-    aligned = part.get("aligned") if isinstance(part.get("aligned"), int | float) else 0
-    return float(aligned + sum(v - aligned for v in rows))
+    if isinstance(spec, dict) and (spec.get("unaligned") == "all" or spec.get("active_features") is False):
+        return max(rows)
+    given = part.get("aligned")
+    aligned = float(given) if isinstance(given, int | float) else 0.0
+    return aligned + sum(v - aligned for v in rows)
 
 
 def arm(method: str, config_json: str | None) -> str:
@@ -658,8 +659,8 @@ def regime_figure(claim: dict, table: pd.DataFrame, path: Path, axis: str | None
                            capsize=3, label=base)
         head = np.flatnonzero(g.headline.to_numpy())
         paper = g.paper.iloc[head[0]] if len(head) else None
-        if _is_number(paper):
-            ax.scatter([xs[head[0]]], [paper], marker="*", s=140, zorder=5,
+        if isinstance(paper, int | float) and _is_number(paper):
+            ax.scatter([xs[head[0]]], [float(paper)], marker="*", s=140, zorder=5,
                        color=bars.lines[0].get_color(), label=f"the paper: {base}")
     ax.axhline(0, color="black", lw=0.8)
     if numeric:
