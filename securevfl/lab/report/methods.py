@@ -481,10 +481,8 @@ def _is_headline(claim: dict, value: Any) -> bool:
 
 
 def method_verdict(table: pd.DataFrame, claim: dict) -> str:
-    """``holds`` / ``holds in regime …`` / ``holds in part …`` / ``does not hold`` / ``unresolved``."""
-    if "arm" in table and claim.get("reference") and (table.arm != claim["method"]).any() \
-            and (table.arm == claim["method"]).any():
-        table = ours(table, claim)  # the whole table of a claim with a reference arm: judge ours
+    """``holds`` / ``holds in regime …`` / ``holds in part …`` / ``does not hold`` / ``unresolved`` for one
+    arm's comparisons (:func:`ours` or :func:`theirs` of a claim with the authors' code)."""
     head = table[table.headline]
     if (head.verdict == "too few seeds").any():
         return "too few seeds to tell"
