@@ -450,8 +450,10 @@ def party_settings(args: argparse.Namespace):
     if args.he is not None and args.he not in ("off", "ckks", "bfv", "paillier"):
         raise UserError(f"--he {args.he}: expected off, ckks, bfv or paillier")
     policy = party_policy(args)
+    from securevfl.passive_own import from_args
+
     own = PartySettings(defense=args.defense, mechanism_seed=seed, he=args.he, he_params=he_params,
-                        interactive_mixing=args.interactive_mixing, **policy)
+                        interactive_mixing=args.interactive_mixing, model=from_args(args), **policy)
     check_own(own)
     return own
 
@@ -483,11 +485,13 @@ def party_policy(args: argparse.Namespace) -> dict:
                             "`securevfl doctor train` prints")
         out["expect_settings"] = digest
     limits = (("--max-batch-size", "max_batch_size", True), ("--max-parameters", "max_parameters", True),
-              ("--max-requests", "max_requests", True), ("--max-rate", "max_rate", False))
+              ("--max-requests", "max_requests", True), ("--max-rate", "max_rate", False),
+              ("--max-lr", "max_lr", False), ("--min-batch-fraction", "min_batch_fraction", False))
     for flag, key, integer in limits:
         given = getattr(args, key)
         if given is not None:
-            value = number(flag, given, integer=integer, ge=0 if key == "max_rate" else 1, le=10 ** 12)
+            lo, hi = {"max_rate": (0, 10 ** 12), "max_lr": (1e-12, 10), "min_batch_fraction": (0, 1)}.get(key, (1, 10 ** 12))
+            value = number(flag, given, integer=integer, ge=lo, le=hi)
             out[key] = int(value) if integer else float(value)
     return out
 
@@ -603,17 +607,25 @@ def make_parser() -> _Parser:
     own.add_argument("--interactive-mixing", choices=("auto", "off", "on"), help="require this mixing")
     own.add_argument("--seed", metavar="N", help="this party's own seed (its initial weights and its own draws); "
                      "default: fresh from the OS each run. Never sent to the active party")
+    from securevfl.passive_own import add_flags as own_model_flags  # torch-free
+
+    own_model_flags(pa.add_argument_group("this party's own bottom model, optimiser, rates and columns (a run that "
+                                          "asks for others is refused; docs/deployment.md)"))
     pol = pa.add_argument_group("this party's policy: what it lets the active party do (docs/deployment.md)")
     pol.add_argument("--allow", action="append", default=[], metavar="WHAT",
                      help="permit, beyond the safe default (repeatable or comma-separated): plain-alignment (send "
                           "this party's IDs in the clear), unaligned-ids (risa, random-match, local-vfl announce "
-                          "the IDs of its rows outside the intersection), reinit (fedud reinit: true)")
+                          "the IDs of its rows outside the intersection), reinit (fedud reinit: true), linear-bottom "
+                          "(a bottom with no hidden non-linearity)")
     pol.add_argument("--methods", metavar="LIST", help="comma-separated methods this party takes part in "
                      "(default: every method that runs across processes)")
     pol.add_argument("--max-batch-size", metavar="N", help="the most rows a batch may ask for (default 4096)")
     pol.add_argument("--max-parameters", metavar="N", help="the largest bottom model it builds (default 50000000)")
     pol.add_argument("--max-requests", metavar="N", help="the most requests in one run (default 100000000)")
     pol.add_argument("--max-rate", metavar="R", help="requests per second at most; more wait (default 5000; 0: none)")
+    pol.add_argument("--max-lr", metavar="R", help="the largest learning rate a run may set (default 1)")
+    pol.add_argument("--min-batch-fraction", metavar="F", help="refuse training batches below this share of the "
+                     "run's batch size, the last of an epoch excepted (default 0.25; 0: any)")
     pol.add_argument("--expect-settings", metavar="DIGEST", help="serve only runs whose settings have this digest "
                      "(as the active party's `securevfl doctor train` prints it); default: any its policy admits")
     _net_flags(pa)

@@ -152,8 +152,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     _within(train_aligned, split.train_aligned, "aligned training IDs")
     party.learn_alignment(train_aligned)
     party.serve_only(ServedRows(train_aligned, test_ids, settings.max_batch_size))
-    limits = RequestLimits(settings.max_requests, settings.max_rate, type(method).passive_permissions,
-                           settings.allow)
+    limits = run_limits(settings, method, hello, resumes=checkpoints is not None and checkpoints.resume_epoch is not None)
     # the method's passive program, the same as in the simulator (securevfl/runtime.py)
     def save_own(party: PassiveParty, req: dict) -> dict:
         """``--save``: this party writes its own part into the folder it chose (``party --save``)."""
@@ -170,6 +169,21 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
                            own_ops={"save": save_own}, limits=limits,
                            extra={"rows": ingest["rows_read"], "rows_matched": ingest["rows_matched"]})
     return report
+
+
+def run_limits(settings: PartySettings, method: Any, hello: dict, resumes: bool = False) -> RequestLimits:
+    """What this party answers in one run (securevfl/policy.py): its request budget and rate, the
+    permissions of the method's operations, the state operations the run's own settings need, the
+    learning rates of its own grid, and the smallest training batch. ``method`` None: a scoring run
+    (no training, no state operations)."""
+    own = settings.model.resolved()
+    budget = {} if method is None else method.state_budget()
+    budget["resume"] = int(resumes)
+    train = hello.get("train") or {}
+    return RequestLimits(settings.max_requests, settings.max_rate,
+                         {} if method is None else type(method).passive_permissions, settings.allow,
+                         state_budget=budget, rates=[*own.train.lr_grid, own.optim.lr], max_lr=settings.max_lr,
+                         batch_size=int(train.get("batch_size") or 1), min_batch_fraction=settings.min_batch_fraction)
 
 
 def own_seed(settings: PartySettings, checkpoints: Checkpoints | None = None) -> int:
@@ -213,7 +227,8 @@ def _within(ids: np.ndarray, allowed: np.ndarray, what: str) -> None:
         raise UserError(f"the active party announced {outside} {what} outside this party's own PSI result; refused")
 
 
-def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | None) -> dict:
+def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | None,
+                  settings: PartySettings | None = None) -> dict:
     """One ``securevfl predict --peer`` run as a passive party: this party reads its new rows through
     the preprocessing it saved, aligns them by PSI with the active party's, loads its own saved part
     (``party --model DIR``: ``DIR/<role>``), and answers the inference batches (its bottom model, its
@@ -223,9 +238,11 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
         The report sent to the active party at the end."""
     from securevfl.data.csvsource import encode_file_rows, read_party_file
     from securevfl.lab.compose import defense_hooks
+    from securevfl.lab.party_settings import admit
     from securevfl.lab.predict import party_rows
     from securevfl.saved import read_party_folder
 
+    settings = settings or PartySettings()
     try:
         if hello.get("protocol") != PROTOCOL:
             raise UserError(f"the active party speaks protocol {hello.get('protocol')!r}, this party {PROTOCOL}")
@@ -242,6 +259,9 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
                             "party's (the folders of one train --save belong together)")
         cfg = RunConfig()
         apply_dict(cfg, manifest["config"])
+        # the same policy as a training run: its alignment, its methods (no training: no state operations)
+        for note in admit({"method": cfg.method, "alignment": hello.get("alignment", "psi")}, settings, None):
+            print(f"{name}: {note}", file=sys.stderr, flush=True)
         cfg.model = dataclasses.replace(cfg.model, cut_dim=int(hello.get("cut_dim", cfg.model.cut_dim)))
         ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids)
     except UserError as e:
@@ -255,10 +275,11 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
                          **cfg.he_params)
     # the saved weights replace the initial ones; the draws after them are this party's own
     party = build_passive(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, cfg.seed,
-                          own_seed(PartySettings()))
+                          own_seed(settings))
     party.load_own(folder)
-    party.serve_only(ServedRows(aligned, aligned, PartySettings().max_batch_size))
-    return serve_passive(party, cut, None, progress=None, desc=f"{name} scoring", extra={"rows": int(len(ids))})
+    party.serve_only(ServedRows(aligned, aligned, settings.max_batch_size))
+    return serve_passive(party, cut, None, progress=None, desc=f"{name} scoring", extra={"rows": int(len(ids))},
+                         limits=run_limits(settings, None, {}))
 
 
 def _own_checkpoints(hello: dict, party_file: str, folder: str | None) -> Checkpoints | None:
@@ -610,7 +631,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
         try:
             desc = _expect(decode_json(hello), "run description")
             if desc.get("op") == "predict":
-                report = serve_predict(channel.endpoint(channel.party), desc, party_file, model)
+                report = serve_predict(channel.endpoint(channel.party), desc, party_file, model, own)
             else:
                 report = serve_run(channel.endpoint(channel.party), desc, party_file, id_column, own, checkpoint, save)
             channel.drain(grace=min(10.0, channel.net.timeout))

@@ -15,9 +15,10 @@ party builds both from its own settings (``securevfl party``; securevfl/deploy.p
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -64,16 +65,29 @@ class ServedRows:
 
 
 class RequestLimits:
-    """A run's budget of requests and the permissions its method operations need."""
+    """A run's budget of requests and the permissions its method operations need, the state operations
+    its settings need (issue 60), the learning rates it may set and the smallest training batch."""
 
     def __init__(self, max_requests: int, max_rate: float, needs: Mapping[str, str] | None = None,
-                 granted: frozenset[str] = frozenset()) -> None:
+                 granted: frozenset[str] = frozenset(), state_budget: Mapping[str, int] | None = None,
+                 rates: Sequence[float] | None = None, max_lr: float = 1.0, batch_size: int | None = None,
+                 min_batch_fraction: float = 0.0) -> None:
         self.max_requests, self.max_rate = max_requests, max_rate
         self.needs = dict(needs or {})
         """Operation → the permission it needs (``--allow``)."""
         self.granted = granted
+        self.state_budget = None if state_budget is None else dict(state_budget)
+        """Operation → how often a run may ask for it (None: unbounded, the simulator's honest parties)."""
+        self.rates = None if rates is None else frozenset(float(r) for r in rates)
+        """The learning rates ``set_lr`` may set (this party's own grid); None: any valid rate."""
+        self.max_lr = max_lr
+        self.floor = 0 if batch_size is None else math.ceil(batch_size * min_batch_fraction)
+        """Training batches smaller than this are refused unless they end an epoch."""
         self.count = 0
         self._ran: set[str] = set()
+        self._used: dict[str, int] = {}
+        self._last_full = True  # the first training batch may be short (an epoch of one batch)
+        self._last_short: np.ndarray | None = None
         self._start = time.monotonic()
 
     def request(self) -> None:
@@ -89,7 +103,15 @@ class RequestLimits:
                 time.sleep(min(wait, 1.0))
 
     def operation(self, op: str) -> None:
-        """A method operation that needs a permission runs only with it, and once per run."""
+        """A method operation that needs a permission runs only with it, and once per run; a state
+        operation (snapshot, restore, set_lr, reset_optimizer, resume) at most as often as the run's
+        own settings need."""
+        if self.state_budget is not None and op in STATE_OPS:
+            used = self._used[op] = self._used.get(op, 0) + 1
+            allowed = self.state_budget.get(op, 0)
+            if used > allowed:
+                raise UserError(f"the active party asked for {op!r} {used} times; this run's settings (its method "
+                                f"and learning-rate grid) need at most {allowed}; refused")
         need = self.needs.get(op)
         if need is None:
             return
@@ -99,6 +121,45 @@ class RequestLimits:
             raise UserError(f"the active party asked for {op!r} a second time; this party runs it once per run; "
                             "refused")
         self._ran.add(op)
+
+    def learning_rate(self, value: object) -> float:
+        """A learning rate from the wire: a finite positive number, at most ``max_lr``, and one of this
+        party's own rates (when it set a grid).
+
+        Raises:
+            UserError: anything else (NaN, inf, ≤ 0, a rate outside its grid)."""
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise UserError(f"the active party asked for learning rate {value!r}; a rate is a finite positive "
+                            "number; refused")
+        lr = float(value)
+        if lr > self.max_lr:
+            raise UserError(f"the active party asked for learning rate {lr:g}; this party trains at most at "
+                            f"{self.max_lr:g} (--max-lr); refused")
+        if self.rates is not None and lr not in self.rates:
+            raise UserError(f"the active party asked for learning rate {lr:g}, which is not one of this party's own "
+                            "rates (its lr_grid, securevfl party --config); refused")
+        return lr
+
+    def training_batch(self, ids: np.ndarray) -> None:
+        """A training batch far below the run's batch size (< ``min_batch_fraction`` of it) is refused
+        unless it ends an epoch: it follows a full batch, or repeats the rows of the previous short
+        batch (an epoch of one batch). Two-row steps chosen by the active party steer the model
+        through one row pair at a time (issue 60's sign probe)."""
+        n = len(ids)
+        if n >= self.floor:
+            self._last_full, self._last_short = True, None
+            return
+        rows = np.sort(np.asarray(ids))
+        repeat = self._last_short is not None and np.array_equal(rows, self._last_short)
+        if not (self._last_full or repeat):
+            raise UserError(f"the active party asked for a training batch of {n} rows after another short one, in "
+                            f"a run whose batches hold at least {self.floor} rows but the last of an epoch "
+                            "(--min-batch-fraction); refused")
+        self._last_full, self._last_short = False, rows
+
+
+STATE_OPS = ("snapshot", "restore", "set_lr", "reset_optimizer", "resume")
+"""The operations that set a passive party's trainable state (budgeted per run)."""
 
 
 class Snapshots:

@@ -211,7 +211,10 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
                 pass
             else:  # one supervised step (or an inference batch): this party's half of the cut layer
                 try:
-                    party.run_step(party.requested_ids(split_name), split_name, training)
+                    ids = party.requested_ids(split_name)
+                    if training and limits is not None:
+                        limits.training_batch(ids)
+                    party.run_step(ids, split_name, training)
                     if training:
                         stage["done"] += 1
                         if stage["per_epoch"]:  # before update, which prints: the line names this step's epoch
@@ -235,7 +238,7 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
             if op == "reset_optimizer":
                 party.reset_optimizer()
             elif op == "set_lr":
-                party.set_lr(float(req["lr"]))
+                party.set_lr(float(req["lr"]) if limits is None else limits.learning_rate(req.get("lr")))
             elif op == "snapshot":
                 snapshots.put(int(req["tag"]), party.snapshot())
             elif op == "restore":

@@ -27,6 +27,7 @@ from securevfl.deploy import PROTOCOL, serve, train_deployed  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab import compose  # noqa: E402,F401 - imported once here, not inside a party's timed wait
 from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from securevfl.passive_own import PassiveOwn, from_run, replace_model  # noqa: E402
 from securevfl.roles import party_index, seed_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +80,12 @@ class Passive:
 
     def __init__(self, files: dict[str, Path], role: str = "passive1", file: str = "host", cert: str | None = None,
                  tls: str | None = "certs", timeout: float = OK_T, own: PartySettings | None = None, **netkw) -> None:
-        self.own = own
+        # unless told otherwise, its own seed is the simulator's default for small_cfg's seed, so that
+        # runs compare with the simulator; its own model agrees with the run's (deploy() below) unless given
+        self.own = own or PartySettings(seed=seed_for(3, party_index(role)))
+        self._own_model = own is not None and own.model != PassiveOwn()
+        if not self._own_model:  # small_cfg's model until a run tells it otherwise
+            self.own.model = replace_model(PassiveOwn(), hidden=(16,), cut_dim=4)
         folder = None if tls is None else files[tls]
         cert_party = cert or role
         cfg = NetConfig(None if folder is None else TLSFiles.load(folder / cert_party, cert_party), timeout=timeout,
@@ -91,10 +97,13 @@ class Passive:
         self.thread.start()
 
     def _run(self, path: str) -> None:
-        # unless told otherwise, its own seed is the simulator's default for small_cfg's seed, so that
-        # runs compare with the simulator
-        own = self.own or PartySettings(seed=seed_for(3, party_index(self.channel.party)))
-        self.status = serve(self.channel, path, "id", own=own)
+        self.status = serve(self.channel, path, "id", own=self.own)
+
+    def agree(self, cfg: RunConfig) -> None:
+        """Its own bottom model, optimiser, rates and columns: those of ``cfg`` (the party's operator
+        configured them as the active party's; issue 60), unless the test gave it others."""
+        if not self._own_model:
+            self.own.model = from_run(cfg.model, cfg.optim, cfg.train.lr_grid, cfg.data)
 
     def close(self) -> None:
         self.thread.join(timeout=2 * T)
@@ -104,6 +113,9 @@ class Passive:
 def deploy(files, cfg: RunConfig, passives: list, folder: Path | None | str = "certs", timeout: float = OK_T,
            **netkw) -> dict:
     peers = {p.channel.party: p.addr for p in passives}
+    for p in passives:
+        if hasattr(p, "agree"):
+            p.agree(cfg)
     tls = None if folder is None else files[folder] if isinstance(folder, str) else folder
     ch = GrpcChannel("active", net(tls, "active", timeout, **netkw), peers=peers, record=True)
     try:

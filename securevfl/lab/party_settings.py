@@ -16,6 +16,10 @@ party's own settings, what the party runs with:
   party set itself is a requirement: a description that differs is refused.
 - **HE test fixtures** (``seeded_shares``) are refused whatever the party set.
 
+- **bottom model, optimiser, learning rates, columns** (securevfl/passive_own.py, issue 60): the
+  party's own (``party --config party.yaml``); a description that asks for other values is refused,
+  and the party builds from its own.
+
 Whatever is left weak (no HE, no defense at this party, mixing off, a fixed seed) is listed in the
 returned notes, which the party prints before any data moves.
 
@@ -32,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from securevfl.errors import UserError
+from securevfl.options import ModelConfig
+from securevfl.passive_own import PassiveOwn, check_asked, is_linear, merged
 
 PASSIVE = "passive"
 
@@ -67,6 +73,14 @@ class PartySettings:
     """The most requests it answers in one run (``--max-requests``)."""
     max_rate: float = 5000.0
     """Requests per second it answers at most (``--max-rate``; more wait); 0: no limit."""
+    model: PassiveOwn = field(default_factory=PassiveOwn)
+    """Its own bottom model, optimiser, learning rates and columns (``party --config party.yaml`` and
+    flags, securevfl/passive_own.py): a run that asks for others is refused (issue 60)."""
+    max_lr: float = 1.0
+    """The largest learning rate the active party may set on it (``--max-lr``)."""
+    min_batch_fraction: float = 0.25
+    """Training batches below this share of the run's batch size are refused unless they end an epoch
+    (``--min-batch-fraction``; 0: any size)."""
     expect_settings: str | None = None
     """The digest of the run settings this party agreed to out of band (``--expect-settings``, as
     ``securevfl doctor train`` prints it): a run whose description has another digest is refused before
@@ -93,6 +107,8 @@ PERMISSIONS = {
     "plain-alignment": "align by sending this party's ID list in the clear (--alignment plain)",
     "unaligned-ids": "announce the IDs of this party's rows outside the intersection (risa, random-match, local-vfl)",
     "reinit": "re-initialise this party's weights mid-run, from its own seed (fedud reinit: true)",
+    "linear-bottom": "serve a bottom model with no hidden non-linearity (no hidden layer, or cut 1): a linear map "
+                     "of its features",
 }
 """What ``party --allow`` can permit, and what each reveals or does."""
 
@@ -125,6 +141,10 @@ def check_own(own: PartySettings) -> None:
             raise UserError(f"--defense {part}: runs at the active party; a passive party's --defense names the "
                             "defenses it runs itself (e.g. embedding-dp, dcor)")
     refuse_test_fixtures(own.he_params, "--he-param")
+    if is_linear(own.model.model) and "linear-bottom" not in own.allow:
+        raise UserError("this party's bottom model has no hidden non-linearity (no hidden layer, or cut 1): its "
+                        "output is a linear map of its features; give it hidden layers, or allow it with --allow "
+                        "linear-bottom")
 
 
 def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
@@ -144,7 +164,8 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
         raise UserError(f"the active party's run settings have digest {got}; this party agreed to "
                         f"{own.expect_settings} (--expect-settings); refused (securevfl doctor train prints a run's "
                         "digest)")
-    hello = dict(hello)
+    check_asked(hello, own.model)  # its bottom model, optimiser, rates and columns are its own
+    hello = merged(hello, own.model)
     if any(str(k).replace("-", "_") == "seeded_shares" for k in hello.get("he_params", {})):
         # a test fixture: this party's HE share and masks would follow from the public seed
         raise UserError("the active party asked for HE seeded_shares, which would let it derive this party's "
@@ -196,9 +217,10 @@ def reconcile(hello: dict, own: PartySettings) -> tuple[dict, list[str]]:
     return hello, notes
 
 
-def admit(hello: dict, own: PartySettings, method: object) -> list[str]:
+def admit(hello: dict, own: PartySettings, method: object | None) -> list[str]:
     """This party's policy on the (reconciled) run description ``hello`` and its ``method``, before
-    any data moves.
+    any data moves: every path goes through it (a training run, a scoring run with ``method`` None,
+    the doctor's verdict).
 
     Returns:
         Notes for stderr (each setting accepted that reveals something).
@@ -214,12 +236,17 @@ def admit(hello: dict, own: PartySettings, method: object) -> list[str]:
             raise UserError("the active party asked for plain alignment, which sends this party's IDs in the clear; "
                             "refused (this party aligns by PSI; allow it with --allow plain-alignment)")
         notes.append("--allow plain-alignment: this party sends all its IDs to the active party in the clear")
+    if method is None:  # a scoring run (predict --peer): no training, no method operations
+        return notes
     needs: frozenset[str] = getattr(method, "permissions_needed", frozenset)()
     for need in sorted(needs):
         if need not in own.allow:
             raise UserError(f"method {name} as configured needs this party to {PERMISSIONS[need]}; refused (allow "
                             f"it with --allow {need})")
         notes.append(f"--allow {need}: method {name} makes this party {PERMISSIONS[need]}")
+    if is_linear(_model(hello)) and "linear-bottom" not in own.allow:  # (reconcile put its own model there)
+        raise UserError("the run's bottom model at this party has no hidden non-linearity; refused (allow it with "
+                        "--allow linear-bottom)")
     train = hello.get("train", {})
     for key in ("batch_size", "eval_batch_size"):
         size = train.get(key)
@@ -235,3 +262,8 @@ def check_model_size(n_parameters: int, own: PartySettings) -> None:
     if n_parameters > own.max_parameters:
         raise UserError(f"the active party asked for a bottom model of {n_parameters:,} parameters; this party "
                         f"builds at most {own.max_parameters:,} (--max-parameters); refused")
+
+
+def _model(hello: dict) -> ModelConfig:
+    m = hello.get("model") or {}
+    return ModelConfig(bottom=m.get("bottom", "auto"), hidden=tuple(m.get("hidden") or ()), cut=m.get("cut"))

@@ -126,6 +126,28 @@ class Method(ABC):
     """Passive operations that reveal more than a supervised step does, or reset a party's weights, and
     the permission each needs of a deployed passive party's policy (``securevfl party --allow``)."""
 
+    supervised_stages: ClassVar[int] = 1
+    """Supervised stages a run of this method trains (each may search ``train.lr_grid``): with the
+    grid's size they bound the state operations an honest run asks of a passive party
+    (:meth:`state_budget`)."""
+    extra_snapshots: ClassVar[int] = 0
+    """Snapshots (and restores of them) the method takes besides its stages' searches (RISA's
+    self-training restores the start)."""
+
+    def state_budget(self) -> dict[str, int]:
+        """The most ``snapshot``, ``restore``, ``set_lr`` and ``reset_optimizer`` requests an honest run of
+        this method, as configured, makes of each passive party (a deployed one refuses more, issue 60:
+        a hostile active party restored a fresh optimizer thousands of times to probe one feature per
+        step). Per stage, a search over k > 1 rates takes one snapshot, restores it before each rate and
+        after the search, and sets each rate and then the chosen one; a single rate is set once."""
+        k = len(self.ctx.train.lr_grid)
+        search = k > 1
+        stages, extra = type(self).supervised_stages, type(self).extra_snapshots
+        return {"snapshot": stages * int(search) + extra,
+                "restore": stages * ((k + 1) if search else 0) + extra,
+                "set_lr": stages * ((k + 1) if search else int(k == 1)),
+                "reset_optimizer": stages}
+
     def permissions_needed(self) -> frozenset[str]:
         """The permissions (values of :attr:`passive_permissions`) this run, as configured, asks of
         every passive party; a deployed one refuses the run before any data moves without them."""

@@ -138,6 +138,7 @@ class FedUD(Method):
     # unaligned term's generator is in the checkpoints, and the R² record in the run's meta
     resumable = True
 
+    supervised_stages = 2  # the guest-side stage and the final fit each search the grid
     passive_permissions = {OP_REINIT: "reinit"}  # re-initialises a passive party's weights (from its own seed)
 
     def permissions_needed(self) -> frozenset[str]:

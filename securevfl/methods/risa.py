@@ -356,6 +356,8 @@ class RISA(Method):
     }
     imputation_mode: ClassVar[str] = "mean"  # imputation_vector's mode: "mean" (per field), or "zero" (Local+VFL)
     random_match: ClassVar[bool] = False
+    supervised_stages = 2  # self-training, then the evidential fit
+    extra_snapshots = 1  # self-training restores the start
     passive_permissions = {OP_ANNOUNCE: "unaligned-ids"}  # the IDs of a passive party's rows outside the intersection
     # a resumed run replays the self-training stage (same seeds, same pseudo-labels) and resumes the final
     # one, whose row selection (RisaTrainer.loop_state) is in the checkpoints
