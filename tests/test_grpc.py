@@ -84,7 +84,7 @@ class Passive:
         # runs compare with the simulator; its own model agrees with the run's (deploy() below) unless given
         self.own = own or PartySettings(seed=seed_for(3, party_index(role)))
         self._own_model = own is not None and own.model != PassiveOwn()
-        if not self._own_model:  # small_cfg's model until a run tells it otherwise
+        if own is None:  # small_cfg's model until deploy() gives it the run's (a given `own` keeps its own)
             self.own.model = replace_model(PassiveOwn(), hidden=(16,), cut_dim=4)
         folder = None if tls is None else files[tls]
         cert_party = cert or role

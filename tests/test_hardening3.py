@@ -389,8 +389,13 @@ def test_passive_folder_holds_nothing_about_labels(saved):
 
 # ------------------------------------------------------------------ a party's own privacy settings
 def hello(**over) -> dict:
-    base = {"defense": "none", "mechanism_seed": None, "he": "off", "he_params": {},
-            "model": {"interactive_mixing": "auto"}}
+    from securevfl.passive_own import PassiveOwn
+
+    owned = PassiveOwn().as_dict()  # the model, optimiser and columns a default passive party owns (issue 60)
+    base = {"defense": "none", "mechanism_seed": None, "he": "off", "he_params": {}, **owned,
+            "model": {**owned["model"], "interactive_mixing": "auto"}}
+    if "model" in over:
+        over = {**over, "model": {**base["model"], **over["model"]}}
     return {**base, **over}
 
 

@@ -268,7 +268,7 @@ def test_party_policy_flags(tmp_path) -> None:
         except SystemExit as e:  # argparse's own refusals
             code = e.code
         assert code == 2, (extra, what)
-    assert set(PERMISSIONS) == {"plain-alignment", "unaligned-ids", "reinit"}
+    assert set(PERMISSIONS) == {"plain-alignment", "unaligned-ids", "reinit", "linear-bottom"}
 
 
 # ----------------------------------------------------------------------------- nothing lost

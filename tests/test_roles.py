@@ -80,6 +80,13 @@ def cfg_for(files: dict[str, Path], method: str, *party_files: str) -> RunConfig
     return cfg
 
 
+def agreed(cfg: RunConfig):
+    """A passive party's own model, optimiser, rates and columns, configured as the run's (issue 60)."""
+    from securevfl.passive_own import from_run
+
+    return from_run(cfg.model, cfg.optim, cfg.train.lr_grid, cfg.data)
+
+
 def deployed(files: dict[str, Path], cfg: RunConfig, hosts: list[str],
              views: Path | None = None) -> tuple[dict, list[int | None]]:
     """Train with every passive party serving in a thread of its own over gRPC with mutual TLS
@@ -93,7 +100,7 @@ def deployed(files: dict[str, Path], cfg: RunConfig, hosts: list[str],
 
         def run(ch=ch, path=str(files[host]), k=k, name=name) -> None:
             # its own seed as the simulator's default, every permission: the runs compare with the simulator
-            own = PartySettings(seed=seed_for(cfg.seed, k), allow=frozenset(PERMISSIONS))
+            own = PartySettings(seed=seed_for(cfg.seed, k), allow=frozenset(PERMISSIONS), model=agreed(cfg))
             statuses[k - 1] = serve(ch, path, "id", own=own, record_view=None if views is None else str(views / name))
 
         t = threading.Thread(target=run, daemon=True)
@@ -487,7 +494,8 @@ def one_passive(files: dict[str, Path], status: list, **serve_kw):
     certs = files["certs"]
     ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=WAIT),
                      listen="127.0.0.1:0", client="active")
-    serve_kw.setdefault("own", PartySettings(seed=seed_for(5, 1)))  # cfg_for's seed: as the simulator's default
+    # cfg_for's seed (as the simulator's default) and model (as its operator configured it)
+    serve_kw.setdefault("own", PartySettings(seed=seed_for(5, 1), model=agreed(cfg_for(files, "splitnn"))))
     t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id", **serve_kw)), daemon=True)
     t.start()
     peers = {"passive1": f"127.0.0.1:{ch.port}"}
