@@ -274,3 +274,40 @@ def test_honest_runs_fit_their_budget() -> None:
         for op, n in counts.items():
             assert budget[op] >= n, (name, op)
         assert budget["restore"] <= 10  # not thousands
+
+
+def test_a_serving_party_refusal_reaches_the_active_party_at_once(files) -> None:
+    """A ``--serve-forever`` party refuses a run: the active party hears the reason at once (not after its
+    timeout), and the party goes on to serve the next run. The bound (10 s) is a third of the active
+    party's wait for a peer (30 s), so a lost refusal fails this test."""
+    import threading
+    import time
+
+    from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles
+    from securevfl.deploy import serve, train_deployed
+    from securevfl.passive_own import from_run
+
+    good = small_cfg(files, "guest")
+    own = PartySettings(seed=1, model=from_run(good.model, good.optim, good.train.lr_grid, good.data))
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(files["certs"] / "passive1", "passive1"), timeout=30.0),
+                     listen="127.0.0.1:0", client="active")
+    statuses: list = []
+    t = threading.Thread(target=lambda: statuses.append(serve(ch, str(files["host"]), "id", serve_forever=True,
+                                                              own=own)), daemon=True)
+    t.start()
+    peers = {"passive1": f"127.0.0.1:{ch.port}"}
+    try:
+        for _ in range(2):  # twice: the second refusal comes from the same serving process
+            active = GrpcChannel("active", NetConfig(TLSFiles.load(files["certs"] / "active", "active"), timeout=30.0),
+                                 peers=peers)
+            t0 = time.perf_counter()
+            with pytest.raises(UserError, match="are its own"):
+                train_deployed(small_cfg(files, "guest", **_attack_cfg()), active, peers, progress=False)
+            assert time.perf_counter() - t0 < 10.0
+            active.close()
+        active = GrpcChannel("active", NetConfig(TLSFiles.load(files["certs"] / "active", "active"), timeout=30.0),
+                             peers=peers)
+        assert "utility" in train_deployed(good, active, peers, progress=False)  # and it still serves
+        active.close()
+    finally:
+        ch.close()

@@ -553,3 +553,35 @@ def test_deployed_save_and_predict_each_party_with_its_own_folder(files, tmp_pat
     assert status == [0, 0] and summary["rows_scored"] > 0
     assert (tmp_path / "remote.csv").read_text() == (tmp_path / "sim.csv").read_text()
 
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_predict_path_goes_through_the_passive_policy(files, tmp_path, monkeypatch, allowed) -> None:
+    """Issue 60: a passive party serving its saved part (party --model) took ``alignment: plain`` from the
+    active party and sent all its IDs in the clear. Scoring now goes through the same admission as
+    training: refused (one line, before any ID moves) unless the party allows plain alignment (the
+    control, which scores)."""
+    import securevfl.lab.predict as predict_mod
+    from securevfl.lab.predict import predict_deployed
+
+    status: list = []
+    with one_passive(files, status, save=str(tmp_path / "passive-side")) as (active, peers):
+        train_deployed(cfg_for(files, "splitnn", "guest"), active, peers, progress=False,
+                       save=str(tmp_path / "active-side"))
+    real = predict_mod.apply_dict
+
+    def hostile(cfg, data, *a, **kw):  # the active party's own code, changed to ask for plain alignment
+        real(cfg, data, *a, **kw)
+        cfg.partition.alignment = "plain"
+
+    monkeypatch.setattr(predict_mod, "apply_dict", hostile)
+    own = PartySettings(seed=seed_for(5, 1), model=agreed(cfg_for(files, "splitnn")),
+                        allow=frozenset({"plain-alignment"}) if allowed else frozenset())
+    with one_passive(files, status, model=str(tmp_path / "passive-side"), own=own) as (active, peers):
+        if allowed:
+            assert predict_deployed(tmp_path / "active-side", str(files["guest"]), tmp_path / "p.csv", active,
+                                    peers)["rows_scored"] > 0
+        else:
+            with pytest.raises(UserError, match="plain alignment, which sends this party's IDs in the clear"):
+                predict_deployed(tmp_path / "active-side", str(files["guest"]), tmp_path / "p.csv", active, peers)
+    assert status == [0, 0 if allowed else 2]

@@ -166,6 +166,7 @@ class GrpcChannel(Channel):
         self._boxes = threading.Lock()
         self._lock = threading.Lock()
         self._aborted: str | None = None  # the peer's reason, once it aborted
+        self._idle = False  # a server between runs: a late abort of the last run is not the next run's
         self._server: grpc.Server | None = None
         self._stubs: dict[str, dict[str, grpc.UnaryUnaryMultiCallable]] = {}
         self._streams: dict[str, queue.Queue[bytes | None]] = {}  # client: the frames to send on each peer's stream
@@ -295,6 +296,8 @@ class GrpcChannel(Channel):
 
     def _on_abort(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         src, _, payload = self._caller(frame, context)
+        if self._idle:  # the active party's abort of a run this server already ended (e.g. after its refusal)
+            return b""
         self._aborted = f"{src} ended the run: {payload.decode(errors='replace')}"
         return b""
 
@@ -486,6 +489,7 @@ class GrpcChannel(Channel):
             payload = self._box(self._inbox, (src, kind)).get(timeout=timeout)
         except queue.Empty:
             return None
+        self._idle = False  # a run starts
         return self._received(src, self.party, kind, payload)
 
     def reset(self) -> None:
@@ -494,6 +498,7 @@ class GrpcChannel(Channel):
             self._inbox.clear()
             self._outbox.clear()
         self._stream_out = None  # the next run comes on a stream of its own
+        self._idle = True
         self._aborted = None
         self.stats = type(self.stats)()
         self.netstats = NetStats()
