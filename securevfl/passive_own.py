@@ -112,14 +112,15 @@ def from_mapping(data: dict, where: str = "party.yaml") -> PassiveOwn:
 
 def check(own: PassiveOwn) -> None:
     """The settings make sense on their own (ranges, as ``train``'s flags check them)."""
+    from securevfl.config import RunConfig
     from securevfl.settings import by_key, check as check_value
 
+    entries = by_key(RunConfig)  # the keys as a run names them (optim.lr), with train's flags
     for s, keys in OWNED.items():
         if s == "train":
             continue
-        entries = by_key(type(getattr(own, s)))
         for k in keys:
-            check_value(entries[k], getattr(getattr(own, s), k))
+            check_value(entries[f"{s}.{k}"], getattr(getattr(own, s), k))
     for lr in own.train.lr_grid:
         if not (isinstance(lr, int | float) and 0 < lr <= 10):
             raise UserError(f"train.lr_grid: {lr!r} is not a learning rate in (0, 10]")

@@ -311,3 +311,79 @@ def test_a_serving_party_refusal_reaches_the_active_party_at_once(files) -> None
         active.close()
     finally:
         ch.close()
+
+
+def test_a_non_finite_gradient_is_refused(files, monkeypatch) -> None:
+    """A training step whose returned gradient holds NaN (or inf) would destroy the passive model: refused,
+    nothing applied. The control: the same step with a finite gradient is applied."""
+    import torch
+
+    from securevfl.parties import PassiveParty
+
+    applied: list = []
+    real = PassiveParty.backward
+
+    def spy(self, grad):
+        real(self, grad)
+        applied.append(True)
+
+    monkeypatch.setattr(PassiveParty, "backward", spy)
+    for value, refused in ((float("nan"), True), (float("inf"), True), (0.5, False)):
+        def program(self, fed, value=value) -> None:
+            ep, h = fed.active.endpoint, handles(fed)[0]
+            rows = np.asarray(fed.active.aligned_ids)[:32]
+            ep.send(h.name, MessageKind.CONTROL, encode_batch_request("train", True))
+            ep.send_ids(h.name, MessageKind.BATCH_IDS, rows)
+            t = ep.recv_tensor(h.name, MessageKind.ACTIVATION)
+            ep.send_tensor(h.name, MessageKind.GRADIENT, torch.full_like(t, value))
+
+        monkeypatch.setattr(SplitNN, "train", program)
+        monkeypatch.setattr(SplitNN, "evaluate", lambda self, fed: {})
+        applied.clear()
+        p = Passive(files, own=PartySettings(seed=1))
+        if refused:
+            with pytest.raises(UserError, match="non-finite"):
+                deploy_run(files, small_cfg(files, "guest"), [p])
+        else:
+            deploy_run(files, small_cfg(files, "guest"), [p])
+        p.close()
+        assert (applied == []) == refused and p.status == (2 if refused else 0)
+
+
+def test_party_config_file_and_flags(tmp_path, capsys) -> None:
+    """``securevfl party --config party.yaml``: only a passive party's own keys; flags override the file; a
+    linear bottom needs --allow linear-bottom (each mistake: exit 2, one line)."""
+    from securevfl.cli import main
+
+    f = tmp_path / "p.csv"
+    f.write_text("id,a\n1,2\n")
+    base = ["doctor", "party", "--role", "passive1", "--listen", "127.0.0.1:0", "--party-file", str(f), "--insecure"]
+    cases = {"train:\n  epochs: 3\n": "train.epochs is not a passive party's own setting",
+             "head: {}\n": "unknown section 'head'",
+             "model:\n  hidden: []\n": "no hidden non-linearity",
+             "optim:\n  lr: -1\n": "optim.lr",
+             "model:\n  hidden: [32]\n  cut_dim: 8\noptim:\n  lr: 0.01\ntrain:\n  lr_grid: [0.01, 0.03]\n": None}
+    for text, needle in cases.items():
+        cfg = tmp_path / "party.yaml"
+        cfg.write_text(text)
+        code = main([*base, "--config", str(cfg)])
+        err = capsys.readouterr().err
+        if needle is None:
+            assert "error:" not in err, err
+        else:
+            assert code == 2 and needle in err, (text, err)
+    code = main([*base, "--hidden", "", "--allow", "linear-bottom"])
+    assert "error:" not in capsys.readouterr().err
+    code = main([*base, "--cut", "1"])
+    assert code == 2 and "no hidden non-linearity" in capsys.readouterr().err
+    from securevfl.cli import make_parser  # the flags parse into the party's own model
+    from securevfl.passive_own import from_args
+
+    cfg = tmp_path / "party.yaml"
+    cfg.write_text("model:\n  hidden: [32]\n  cut_dim: 8\n")
+    args = make_parser().parse_args(["party", "--role", "passive1", "--listen", "x:1", "--party-file", str(f),
+                                      "--config", str(cfg), "--cut-dim", "16", "--lr-grid", "0.01,0.1",
+                                      "--drop-columns", "a,b"])
+    own = from_args(args)
+    assert own.model.hidden == (32,) and own.model.cut_dim == 16 and own.train.lr_grid == [0.01, 0.1]
+    assert own.data.drop_columns == ["a", "b"]
