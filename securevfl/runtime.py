@@ -177,7 +177,7 @@ STANDARD_OPS = ("end", "reset_optimizer", "set_lr", "snapshot", "restore", "chec
 
 def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | None, progress: bool | None = False,
                   desc: str | None = None, extra: dict | None = None, checkpoints: Any = None,
-                  own_ops: Mapping[str, PassiveOp] | None = None, limits: RequestLimits | None = None) -> dict:
+                  own_ops: Mapping[str, PassiveOp] | None = None, *, limits: RequestLimits | None) -> dict:
     """A passive party's program: answer the active party's requests until it says ``end``.
 
     Args:
@@ -191,7 +191,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
             request to write one is refused).
         own_ops: operations of the process this party runs in (e.g. ``save`` into the folder it chose).
         limits: a deployed party's own budget of requests and the permissions its operations need
-            (:class:`securevfl.policy.RequestLimits`; None: none, as in the simulator).
+            (:class:`securevfl.policy.RequestLimits`; None: none, as in the simulator). Required, so no
+            path serves without deciding it (issue 60: the scoring path once served with none).
     Returns:
         The report sent to the active party at the end."""
     ep = party.endpoint
@@ -274,7 +275,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
 
 
 # ------------------------------------------------------------------------------- in-process runtime
-def run_in_process(fed: Federation, method: HasPassiveOps | None, program: Callable[[Federation], T]) -> T:
+def run_in_process(fed: Federation, method: HasPassiveOps | None, program: Callable[[Federation], T],
+                   limits: Callable[[], RequestLimits] | None = None) -> T:
     """Run the active party's ``program`` in this thread and each passive party's program
     (:func:`serve_passive`) in a thread of its own, in lockstep over ``fed``'s in-memory channel.
 
@@ -282,6 +284,8 @@ def run_in_process(fed: Federation, method: HasPassiveOps | None, program: Calla
         fed: the federation, every party built in this process (the simulator).
         method: the run's method (its passive operations).
         program: the active party's program on its view (:func:`active_view`).
+        limits: each passive party's limits, made fresh per party (None: the simulator's honest
+            parties enforce none; the lab puts a deployed party's own in place to show what they stop).
     Returns:
         What ``program`` returned.
     Raises:
@@ -299,7 +303,8 @@ def run_in_process(fed: Federation, method: HasPassiveOps | None, program: Calla
         channel.join(p.name)  # type: ignore[attr-defined]
         try:
             channel.wait_turn()  # type: ignore[attr-defined]
-            reports[p.name] = serve_passive(p, fed.cut, method, progress=False)
+            reports[p.name] = serve_passive(p, fed.cut, method, progress=False,
+                                            limits=None if limits is None else limits())
         except BaseException as e:  # noqa: BLE001 - handed to the active party's thread below
             errors[p.name] = e
             channel.abort(f"{p.name} failed: {e}")  # type: ignore[attr-defined]

@@ -387,3 +387,21 @@ def test_party_config_file_and_flags(tmp_path, capsys) -> None:
     own = from_args(args)
     assert own.model.hidden == (32,) and own.model.cut_dim == 16 and own.train.lr_grid == [0.01, 0.1]
     assert own.data.drop_columns == ["a", "b"]
+
+
+def test_sign_probe_in_the_lab_with_its_control() -> None:
+    """``--attack sign-probe`` in the simulator: on a linear bottom it reads every passive feature back
+    (R² ≥ 0.95, its chance-alignment control ≤ 0.1); with a deployed passive party's own limits in place
+    (``limits=true``) it is refused at its first snapshot and recovers nothing."""
+    from securevfl.config import RunConfig
+    from securevfl.lab.compose import execute
+
+    out = {}
+    for limits in (False, True):
+        cfg = RunConfig()
+        cfg.dataset, cfg.method, cfg.seed = "breast-cancer", "splitnn", 1
+        cfg.train.epochs, cfg.model.hidden, cfg.model.cut_dim = 1, (), 1
+        cfg.attacks = [f"sign-probe:limits={str(limits).lower()},rows=128"]
+        out[limits] = execute(cfg, progress=False).to_json()["attacks"]["sign-probe"]
+    assert out[False]["value"] >= 0.95 and out[False]["control"] <= 0.1, out[False]
+    assert out[True]["value"] == 0.0 and "snapshot" in out[True]["refused"]
