@@ -458,6 +458,9 @@ def party_settings(args: argparse.Namespace):
     return own
 
 
+_LIMIT_RANGES = {"max_rate": (0, 10 ** 12), "max_lr": (1e-12, 10), "min_batch_fraction": (0, 1)}
+
+
 def party_policy(args: argparse.Namespace) -> dict:
     """``party``'s own seed and policy flags, checked (fields of ``PartySettings``)."""
     from securevfl.catalog import check_names  # torch-free: a typo is answered at once
@@ -490,7 +493,7 @@ def party_policy(args: argparse.Namespace) -> dict:
     for flag, key, integer in limits:
         given = getattr(args, key)
         if given is not None:
-            lo, hi = {"max_rate": (0, 10 ** 12), "max_lr": (1e-12, 10), "min_batch_fraction": (0, 1)}.get(key, (1, 10 ** 12))
+            lo, hi = _LIMIT_RANGES.get(key, (1, 10 ** 12))
             value = number(flag, given, integer=integer, ge=lo, le=hi)
             out[key] = int(value) if integer else float(value)
     return out

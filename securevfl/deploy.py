@@ -152,7 +152,8 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     _within(train_aligned, split.train_aligned, "aligned training IDs")
     party.learn_alignment(train_aligned)
     party.serve_only(ServedRows(train_aligned, test_ids, settings.max_batch_size))
-    limits = run_limits(settings, method, hello, resumes=checkpoints is not None and checkpoints.resume_epoch is not None)
+    resumes = checkpoints is not None and checkpoints.resume_epoch is not None
+    limits = run_limits(settings, method, hello, resumes=resumes)
     # the method's passive program, the same as in the simulator (securevfl/runtime.py)
     def save_own(party: PassiveParty, req: dict) -> dict:
         """``--save``: this party writes its own part into the folder it chose (``party --save``)."""
@@ -182,7 +183,7 @@ def run_limits(settings: PartySettings, method: Any, hello: dict, resumes: bool 
     train = hello.get("train") or {}
     return RequestLimits(settings.max_requests, settings.max_rate,
                          {} if method is None else type(method).passive_permissions, settings.allow,
-                         state_budget=budget, rates=[*own.train.lr_grid, own.optim.lr], max_lr=settings.max_lr,
+                         state_budget=budget, rates=[*own.train.lr_grid, float(own.optim.lr or 0)], max_lr=settings.max_lr,
                          batch_size=int(train.get("batch_size") or 1), min_batch_fraction=settings.min_batch_fraction)
 
 

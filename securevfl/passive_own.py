@@ -113,7 +113,8 @@ def from_mapping(data: dict, where: str = "party.yaml") -> PassiveOwn:
 def check(own: PassiveOwn) -> None:
     """The settings make sense on their own (ranges, as ``train``'s flags check them)."""
     from securevfl.config import RunConfig
-    from securevfl.settings import by_key, check as check_value
+    from securevfl.settings import by_key
+    from securevfl.settings import check as check_value
 
     entries = by_key(RunConfig)  # the keys as a run names them (optim.lr), with train's flags
     for s, keys in OWNED.items():
