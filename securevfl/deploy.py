@@ -183,7 +183,8 @@ def run_limits(settings: PartySettings, method: Any, hello: dict, resumes: bool 
     train = hello.get("train") or {}
     return RequestLimits(settings.max_requests, settings.max_rate,
                          {} if method is None else type(method).passive_permissions, settings.allow,
-                         state_budget=budget, rates=[*own.train.lr_grid, float(own.optim.lr or 0)], max_lr=settings.max_lr,
+                         state_budget=budget, rates=[*own.train.lr_grid, float(own.optim.lr or 0)],
+                         max_lr=settings.max_lr,
                          batch_size=int(train.get("batch_size") or 1), min_batch_fraction=settings.min_batch_fraction)
 
 
