@@ -126,6 +126,7 @@ def test_gradient_steering_recovers_no_feature(files, monkeypatch, ground_truth,
         deploy_run(files, cfg, [p])
         p.close()
         r2 = best_r2(out["jumps"], ground_truth["data"].rows(out["rows"], "train"))
+        print(f"sign probe, old limits: {out['probes']} probes, R² min {r2.min():.4f} mean {r2.mean():.4f}")
         assert r2.min() >= 0.99, r2
         assert out["probes"] < 2_000
         return
@@ -184,8 +185,10 @@ def test_the_active_party_cannot_pick_the_passive_columns(files, tmp_path, groun
     z = np.arctanh(np.clip(t.astype(np.float64), -1 + 1e-7, 1 - 1e-7))
     truth = ground_truth["data"].rows(ids, "train")
     assert truth.shape[1] == 1  # only x13 entered its bottom model
-    assert r2_per_feature(np.c_[z, np.ones_like(z)] @ np.linalg.lstsq(np.c_[z, np.ones_like(z)], truth, rcond=None)[0],
-                          truth) >= 0.97
+    fit = np.c_[z, np.ones_like(z)]  # the best affine read-out of the column from the first message
+    r2 = r2_per_feature(fit @ np.linalg.lstsq(fit, truth, rcond=None)[0], truth)
+    print(f"one column through the data options, control: R² {r2:.4f}")
+    assert r2 >= 0.97
 
 
 @pytest.mark.parametrize("lr", [math.nan, math.inf, -1.0, 1e30, 0.0123])
