@@ -140,6 +140,22 @@ def test_deployed_equals_in_process(files, method: str) -> None:
     _same_run(dep, sim)
 
 
+@pytest.mark.parametrize("method", ["fedud", "risa"])
+def test_a_learning_rate_search_fits_the_passive_party_budget(files, method: str) -> None:
+    """Issue 60: a deployed passive party answers state operations only as often as the run's settings
+    need. An honest two-stage method with a 3-rate search (each stage: 1 snapshot, 4 restores, 4 rates)
+    runs to the end within that budget and equals the in-process run."""
+    def cfg(*party_files: str) -> RunConfig:
+        c = cfg_for(files, method, *party_files)
+        c.train.lr_grid = [0.001, 0.003, 0.01]
+        return c
+
+    dep, statuses = deployed(files, cfg("guest"), ["host"])
+    sim = execute(cfg("guest", "host"), progress=False).to_json()
+    assert statuses == [0]
+    _same_run(dep, sim)
+
+
 @pytest.mark.parametrize("setting", ["regression", "agg"])
 def test_regression_and_the_agg_head_deploy(files, setting: str) -> None:
     def cfg(*party_files: str) -> RunConfig:
