@@ -58,6 +58,7 @@ from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import Federation, OptimConfig, build_active, build_passive
 from securevfl.files import make_private_dir, open_new
+from securevfl.ids import member
 from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, for_head
 from securevfl.parties import PassiveParty
@@ -137,7 +138,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     _within(aligned, own_result, "aligned IDs")
     test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
     _within(test_ids, aligned, "test IDs")
-    split = Split(test_ids, aligned[~np.isin(aligned, test_ids)], aligned[:0])
+    split = Split(test_ids, aligned[~member(aligned, test_ids)], aligned[:0])  # (np.isin is quadratic on str IDs)
     data, ingest = party_data(name, table, id_column, aligned, split, data_cfg, None)
     del table  # its columns live on in the encoded arrays only
     cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
@@ -224,7 +225,7 @@ def bottom_parameters(data: Any, model: ModelConfig) -> int:
 def _within(ids: np.ndarray, allowed: np.ndarray, what: str) -> None:
     """The active party's announcement stays inside what this party aligned on itself; the refusal
     names counts only (no ID: no membership oracle)."""
-    outside = int((~np.isin(ids, allowed)).sum())
+    outside = int((~member(ids, allowed)).sum())
     if outside:
         raise UserError(f"the active party announced {outside} {what} outside this party's own PSI result; refused")
 

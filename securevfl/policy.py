@@ -24,6 +24,7 @@ import numpy as np
 
 from securevfl.data.partition import IdIndex
 from securevfl.errors import UserError
+from securevfl.ids import member
 
 MAX_SNAPSHOTS = 4
 """Snapshots a passive party keeps at once (the learning-rate search and RISA hold one; the oldest
@@ -40,7 +41,8 @@ class ServedRows:
 
     def add_train(self, ids: np.ndarray) -> None:
         """Rows this party itself announced for the method to use (e.g. RISA's, where allowed)."""
-        self._train = np.union1d(self._train, np.asarray(ids))
+        extra = np.asarray(ids)
+        self._train = np.concatenate([self._train, extra[~member(extra, self._train)]])  # (linear for str IDs)
         self._index["train"] = IdIndex(self._train)
 
     def inside(self, ids: np.ndarray, split: str) -> np.ndarray:
