@@ -7,7 +7,7 @@ Only securevfl's composition layer (``securevfl.lab``, the CLI) imports this pac
 from attacks import robustness  # noqa: F401  (registration)
 from attacks.backdoor import gr, villain  # noqa: F401  (registration)
 from attacks.base import ATTACKS, Attack, AttackResult, AttackTarget, adversary_party, attack_spec, parse_attack
-from attacks.feature import fr, init_inversion, sdar, sign_probe  # noqa: F401  (registration)
+from attacks.feature import fr, fsha, init_inversion, sdar, sign_probe  # noqa: F401  (registration)
 from attacks.feature.audit import donor_distance_scores
 from attacks.gradient import bli, cluster, dli, scoring  # noqa: F401  (registration)
 from attacks.gradient.audit import AUDIT_SCORERS, CanaryScorer

@@ -27,9 +27,9 @@ METHODS: dict[str, str] = {
 
 DATASETS: tuple[str, ...] = ('avazu', 'breast-cancer', 'criteo', 'csv', 'digits', 'fashion-mnist', 'mnist', 'uci-credit')
 
-ATTACKS: tuple[str, ...] = ('backdoor-gr', 'backdoor-villain', 'bli', 'cluster', 'direction', 'dli', 'fr', 'fr-grn', 'fr-init', 'mc', 'mc-active', 'mc-full', 'mc-plain', 'missing-feature', 'noisy-sample', 'norm', 'sdar', 'sdar-label', 'sign-probe')
+ATTACKS: tuple[str, ...] = ('backdoor-gr', 'backdoor-villain', 'bli', 'cluster', 'direction', 'dli', 'fr', 'fr-grn', 'fr-init', 'fsha', 'mc', 'mc-active', 'mc-full', 'mc-plain', 'missing-feature', 'noisy-sample', 'norm', 'sdar', 'sdar-label', 'sign-probe')
 
-DEFENSES: tuple[str, ...] = ('cae', 'dcae', 'dcor', 'discrete-sgd', 'dp', 'embedding-dp', 'fedpass', 'gradperturb', 'iso', 'kdk', 'laplace', 'marvell', 'max-norm', 'mid', 'noise', 'peloss', 'rr', 'sparsify')
+DEFENSES: tuple[str, ...] = ('cae', 'dcae', 'dcor', 'discrete-sgd', 'dp', 'embedding-dp', 'fedpass', 'gradient-guard', 'gradperturb', 'iso', 'kdk', 'laplace', 'marvell', 'max-norm', 'mid', 'noise', 'peloss', 'rr', 'sparsify')
 
 
 def check_names(dataset: str | None, method: str | None) -> None:

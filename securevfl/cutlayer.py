@@ -22,7 +22,7 @@ import torch
 from securevfl.channel import Endpoint, Message, MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.errors import UserError
-from securevfl.hooks import HookContext, PartyHook, apply_hooks
+from securevfl.hooks import HookContext, PartyHook, apply_hooks, check_received
 from securevfl.interactive import (
     MIX_LR_GAIN,
     MIXING,
@@ -71,6 +71,19 @@ class PassiveEnd(ABC):
 
     def __init__(self, own: EndWiring, active: str) -> None:
         self.endpoint, self.active, self.hooks = own.endpoint, active, own.hooks
+        self._sent: HookContext | None = None  # the training send the next gradient answers
+
+    def keep(self, ctx: HookContext) -> None:
+        """Remember a training send: the gradient that answers it goes to hook point (e) with its step."""
+        self._sent = ctx if ctx.training else None
+
+    def received(self, grad: torch.Tensor) -> torch.Tensor:
+        """Hook point (e): the party's gradient checks read what it received (before it is used)."""
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            check_received(self.hooks, grad, HookContext(MessageKind.GRADIENT, self.active, sent.src, sent.step,
+                                                         True, sent.batch_ids))
+        return grad
 
     @abstractmethod
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
@@ -225,10 +238,11 @@ class CutLayer(ABC):
 # ------------------------------------------------------------------------------------- plaintext
 class PlainPassiveEnd(PassiveEnd):
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
+        self.keep(ctx)
         self.endpoint.send_tensor(self.active, MessageKind.ACTIVATION, apply_hooks(self.hooks, z.detach(), ctx))
 
     def finish_backward(self) -> torch.Tensor:
-        return self.endpoint.recv_tensor(self.active, MessageKind.GRADIENT)
+        return self.received(self.endpoint.recv_tensor(self.active, MessageKind.GRADIENT))
 
 
 class PlainActiveEnd(ActiveEnd):
@@ -247,12 +261,13 @@ class InteractivePassiveEnd(PassiveEnd):
         self.seed, self.hparams = own.seed, own.hparams
 
     def send_forward(self, z: torch.Tensor, ctx: HookContext) -> None:
+        self.keep(ctx)
         t = bound_activation(apply_hooks(self.hooks, z.detach(), ctx))
         self._t = t if ctx.training else None
         self.endpoint.send_tensor(self.active, MessageKind.ACTIVATION, t)
 
     def finish_backward(self) -> torch.Tensor:
-        grad_t = self.endpoint.recv_tensor(self.active, MessageKind.GRADIENT)
+        grad_t = self.received(self.endpoint.recv_tensor(self.active, MessageKind.GRADIENT))
         assert self._t is not None  # a backward pass follows a training send_forward, which kept t
         out, self._t = tanh_backward(self._t, grad_t), None
         return out

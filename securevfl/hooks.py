@@ -33,6 +33,11 @@ Hook points, and where the party calls them:
     :class:`ExtraLoss` — add a term to the party's objective each training step from what the
     step exposes (:class:`StepView`; dCor / NoPeek at a passive party). At the active party a term
     is label-free (it sees no labels) and stays outside a DP-SGD clipped sum.
+(e) :class:`GradientCheck` — read each gradient a passive party receives for what it sent, as the
+    cut-layer end holds it before turning it into ∂L/∂z (∂L/∂t of the interactive layer, decrypted
+    under HE, before the party's own unmixing), and raise a :class:`UserError` to end the run (a
+    detector). It changes nothing. Called by the passive cut-layer ends, in training and in any
+    later step the active party drives.
 
 A hook that needs randomness draws it only from its own generator (``defenses.base.Defense``
 creates it and reseeds it per party), so all of a mechanism's noise comes from one place.
@@ -63,6 +68,7 @@ OBSERVABLES = frozenset({
     "received",  # what the active party received through the cut layer
     "per_example_gradients",  # each example's gradient, before anything is released
     "validation_scores",  # the learning-rate search's scores on held-out labeled rows
+    "received_gradients",  # the gradients a passive party receives for what it sent (hook point (e))
 })
 """What a hook may declare it observes (``PartyHook.observes``)."""
 
@@ -313,6 +319,28 @@ class PlainPassiveStep(PassiveStep):
         else:
             torch.autograd.backward([z, extra], [grad, torch.ones_like(extra)])
         return [q.grad for q in params]
+
+
+# ----------------------------------------------------------------------------- (e) received gradients
+class GradientCheck(PartyHook):
+    """Hook point (e) at a passive party: read a received gradient (a detector); changes nothing."""
+
+    runs_at = frozenset({PASSIVE})
+    alarm_count = 0
+    """Alarms raised so far (the lab reports how many each attack raised)."""
+
+    @abstractmethod
+    def check(self, grad: torch.Tensor, ctx: HookContext) -> None:
+        """Read one received gradient (batch, width); raise a UserError to end the run."""
+
+
+def check_received(hooks: list[PartyHook], grad: torch.Tensor, ctx: HookContext | None) -> None:
+    """Hand a received gradient to the party's :class:`GradientCheck` hooks (ctx: the training send's)."""
+    if ctx is None:
+        return
+    for h in hooks:
+        if isinstance(h, GradientCheck):
+            h.check(grad.detach().cpu(), ctx)
 
 
 # ----------------------------------------------------------------------------- (c) labels

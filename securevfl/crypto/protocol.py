@@ -164,6 +164,7 @@ class HEPassiveEnd(PassiveEnd):
         if not self.context_sent:
             ep.send(a, MessageKind.HE_CONTEXT, self.backend.public_bytes())
             self.context_sent = True
+        self.keep(ctx)
         t = to_host(bound_activation(apply_hooks(self.hooks, z.detach(), ctx)))
         if self.layer.mixing:
             if self.mix is None:
@@ -205,6 +206,7 @@ class HEPassiveEnd(PassiveEnd):
         masked_f, meta = load_ints_meta(self.endpoint.recv(self.active, MessageKind.HE_MASKED))
         e, k = self.scale_exp, int(meta.get("rescale", 0))
         grad_t = real(self._recv_dec(), 2 * f) * 2.0 ** e  # g W_Pᵀ = ∂L/∂t (W_P = 2^e W_s)
+        self.received(torch.from_numpy(grad_t))  # hook point (e): before the party's own unmixing
         # backward follows a training forward: the set-up gave R and b, send_forward t; the party's
         # end wiring always carries the layer's hparams
         assert self.R is not None and self.b is not None and self._t is not None and self.hparams is not None

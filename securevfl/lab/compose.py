@@ -26,7 +26,7 @@ from securevfl.data.partition import Partition, PartitionSpec
 from securevfl.devices import CPU, device_name, resolve_device
 from securevfl.errors import UserError
 from securevfl.federation import DEFAULT_LR, Federation
-from securevfl.hooks import ActiveStep, LabelTransform, PartyHook
+from securevfl.hooks import ActiveStep, GradientCheck, LabelTransform, PartyHook, hooks_of
 from securevfl.lab.audit import (
     GRADIENT_SCORER,
     AuditPlan,
@@ -465,12 +465,22 @@ def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[st
                 run.federation, run.partition, attack.adversary,
                 ssl_epochs=int(ssl_epochs) if ssl_epochs else None, method=run.method, head=run.config.model.head)
         started = time.perf_counter()
+        before = _alarms(run.federation)
         res = attack.run(targets[attack.adversary])
+        after = _alarms(run.federation)
+        if after:  # a passive party's detector (hook point (e)) was installed: did this attack trip it?
+            res.details["detector_alarms"] = {p: after[p] - before.get(p, 0) for p in after}
         if malicious:  # every attack in this run saw a federation trained with a malicious adversary
             res.details["malicious_training"] = malicious
         # its wall time, with its control and baseline (an attack can cost more than the training it attacks)
         out[attack.name] = {**res.as_dict(), "seconds": round(time.perf_counter() - started, 3)}
     return out
+
+
+def _alarms(fed: Federation) -> dict[str, int]:
+    """Alarms each passive party's gradient checks have raised so far (parties without one: absent)."""
+    return {p.name: sum(h.alarm_count for h in hooks_of(p.hooks, GradientCheck))
+            for p in fed.passives if hooks_of(p.hooks, GradientCheck)}
 
 
 def run_defenses(cfg: RunConfig) -> list[PartyHook]:
