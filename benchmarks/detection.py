@@ -72,12 +72,10 @@ def attacks(guard: str) -> None:
         t0, hit, alarms, steps, vals = time.perf_counter(), 0, 0, 0, []
         for seed in SEEDS:
             res = run("splitnn", seed, guard, dataset, (spec,), linear)
-            trained = res.to_json()["cost"]["train_steps"]
             a = next(iter(res.to_json()["attacks"].values()))
-            g = next(h for h in res.federation.party("passive1").hooks if isinstance(h, GradientGuard))
             during = a["detector_alarms"]["passive1"]
             hit += during > 0
-            alarms, steps = alarms + during, steps + g.checked - trained
+            alarms, steps = alarms + during, steps + a["detector_checked"]["passive1"]
             vals.append((a["value"], a["control"]))
         r2 = ", ".join(f"{v:.2f}/{c:.2f}" for v, c in vals)
         print(f"{label}: detected in {hit}/{len(SEEDS)} runs, {alarms}/{steps} steered steps alarmed; "

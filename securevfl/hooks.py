@@ -328,6 +328,8 @@ class GradientCheck(PartyHook):
     runs_at = frozenset({PASSIVE})
     alarm_count = 0
     """Alarms raised so far (the lab reports how many each attack raised)."""
+    checked = 0
+    """Gradients tested so far (the lab reports how many each attack sent, beside its alarms)."""
 
     @abstractmethod
     def check(self, grad: torch.Tensor, ctx: HookContext) -> None:

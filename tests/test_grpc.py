@@ -189,7 +189,8 @@ def test_passive_party_as_its_own_process(files) -> None:
     sent it carries no labels."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
-           "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1"), "--timeout", "60"]
+           "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1"), "--timeout", "60",
+           "--hidden", "16", "--cut-dim", "4"]  # its own model: small_cfg's
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None
@@ -427,7 +428,8 @@ def test_passive_process_killed_mid_run(files) -> None:
     """A passive party's process killed while the active party trains: one clean error, in time."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
-           "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1")]
+           "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1"),
+           "--hidden", "16", "--cut-dim", "4"]  # its own model: small_cfg's
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     addr = proc.stderr.readline().split("listening on ")[1].split()[0]

@@ -408,3 +408,37 @@ def test_sign_probe_in_the_lab_with_its_control() -> None:
         out[limits] = execute(cfg, progress=False).to_json()["attacks"]["sign-probe"]
     assert out[False]["value"] >= 0.95 and out[False]["control"] <= 0.1, out[False]
     assert out[True]["value"] == 0.0 and "snapshot" in out[True]["refused"]
+
+
+@pytest.mark.parametrize("steered", [False, True])
+def test_a_deployed_passive_partys_own_detector_stops_a_steered_gradient(files, monkeypatch, steered) -> None:
+    """The passive party's own ``gradient-guard:action=stop`` (docs/defenses.md, "Detecting steered
+    gradients"): the active party returns gradients of rank 2 (what a two-class head returns) for four
+    steps, then, steered, one of full rank (what a discriminator returns, FSHA). The party ends the run
+    at that step with one line on both sides; the control, rank 2 throughout, runs to the end."""
+    import torch
+
+    def program(self, fed) -> None:
+        ep, h = fed.active.endpoint, handles(fed)[0]
+        rows = np.asarray(fed.active.aligned_ids)
+        gen = torch.Generator().manual_seed(0)
+        basis = torch.randn(2, 8, generator=gen)  # the head's weights W_Pᵀ: a fixed 2-dim subspace
+        for step in range(6):
+            ep.send(h.name, MessageKind.CONTROL, encode_batch_request("train", True))
+            ep.send_ids(h.name, MessageKind.BATCH_IDS, np.roll(rows, 32 * step)[:32])
+            t = ep.recv_tensor(h.name, MessageKind.ACTIVATION)
+            full = steered and step == 5
+            grad = torch.randn(len(t), 8, generator=gen) if full else torch.randn(len(t), 2, generator=gen) @ basis
+            ep.send_tensor(h.name, MessageKind.GRADIENT, 1e-3 * grad)
+
+    monkeypatch.setattr(SplitNN, "train", program)
+    monkeypatch.setattr(SplitNN, "evaluate", lambda self, fed: {})
+    cfg = small_cfg(files, "guest", model__cut_dim=8)
+    p = Passive(files, own=PartySettings(seed=1, defense="gradient-guard:action=stop"))
+    if steered:
+        with pytest.raises(UserError, match="gradient-guard"):
+            deploy_run(files, cfg, [p])
+    else:
+        deploy_run(files, cfg, [p])
+    p.close()
+    assert p.status == (2 if steered else 0)

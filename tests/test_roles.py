@@ -412,7 +412,7 @@ def _passive_process(files: dict[str, Path], log: Path, checkpoint: Path):
     cmd = [sys.executable, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
            "--party-file", str(files["host"]), "--tls", str(files["certs"] / "passive1"), "--checkpoint",
            str(checkpoint), "--timeout", "30", "--seed", str(seed_for(5, 1)), "--allow", "unaligned-ids",
-           "--allow", "reinit"]
+           "--allow", "reinit", "--hidden", "16", "--cut-dim", "4"]  # its own model: cfg_for's
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out)
     deadline = time.monotonic() + 60

@@ -469,7 +469,8 @@ def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[st
         res = attack.run(targets[attack.adversary])
         after = _alarms(run.federation)
         if after:  # a passive party's detector (hook point (e)) was installed: did this attack trip it?
-            res.details["detector_alarms"] = {p: after[p] - before.get(p, 0) for p in after}
+            res.details["detector_alarms"] = {p: a - before[p][0] for p, (a, _) in after.items()}
+            res.details["detector_checked"] = {p: c - before[p][1] for p, (_, c) in after.items()}
         if malicious:  # every attack in this run saw a federation trained with a malicious adversary
             res.details["malicious_training"] = malicious
         # its wall time, with its control and baseline (an attack can cost more than the training it attacks)
@@ -477,10 +478,10 @@ def run_attacks(attacks: Sequence[attack_lib.Attack], run: RunResult) -> dict[st
     return out
 
 
-def _alarms(fed: Federation) -> dict[str, int]:
-    """Alarms each passive party's gradient checks have raised so far (parties without one: absent)."""
-    return {p.name: sum(h.alarm_count for h in hooks_of(p.hooks, GradientCheck))
-            for p in fed.passives if hooks_of(p.hooks, GradientCheck)}
+def _alarms(fed: Federation) -> dict[str, tuple[int, int]]:
+    """(alarms raised, gradients tested) so far by each passive party's gradient checks (none: absent)."""
+    return {p.name: (sum(h.alarm_count for h in hooks), sum(h.checked for h in hooks))
+            for p in fed.passives if (hooks := hooks_of(p.hooks, GradientCheck))}
 
 
 def run_defenses(cfg: RunConfig) -> list[PartyHook]:
