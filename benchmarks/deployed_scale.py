@@ -36,12 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 N_CAT, N_NUM, CHUNK = 26, 13, 500_000
 
 
-def write_files(rows: int, folder: Path, seed: int = 0) -> tuple[Path, Path]:
-    """The two party files (kept and reused when they exist with the same row count)."""
+def write_files(rows: int, folder: Path, seed: int = 0, string_ids: bool = False) -> tuple[Path, Path]:
+    """The two party files (kept and reused when they exist with the same row count); ``string_ids``:
+    a bank's customer IDs, ``CUST-000000123456`` (17 characters), instead of integers."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    active, passive = folder / f"active_{rows}.csv", folder / f"passive_{rows}.csv"
+    tag = "_str" if string_ids else ""
+    active, passive = folder / f"active_{rows}{tag}.csv", folder / f"passive_{rows}{tag}.csv"
     if active.exists() and passive.exists():
         return active, passive
     folder.mkdir(parents=True, exist_ok=True)
@@ -53,6 +55,8 @@ def write_files(rows: int, folder: Path, seed: int = 0) -> tuple[Path, Path]:
         for start in range(0, rows, CHUNK):
             n = min(CHUNK, rows - start)
             ids = np.arange(start, start + n, dtype=np.int64)
+            if string_ids:
+                ids = np.char.add("CUST-", np.char.zfill(ids.astype(str), 12)).astype(object)
             cats = np.minimum(rng.zipf(1.3, size=(n, N_CAT)) - 1, 63)
             nums = rng.lognormal(2.0, 1.5, size=(n, N_NUM)).round()
             logit = w_cat[np.arange(N_CAT), cats].sum(axis=1) / 3 + (np.log1p(nums) - 2.0) @ w_num / 2
@@ -103,15 +107,16 @@ class Peak:
         return round(self.mb, 1)
 
 
-def _common(method: str, batch: int) -> list[str]:
+def _common(method: str, batch: int, numeric: bool = True) -> list[str]:
     extra = ["--method-param", "ssl_epochs=1"] if method == "fedhssl" else []
-    return ["--method", method, "--epochs", "1", "--batch-size", str(batch), "--alignment", "plain", "--numeric-ids",
+    extra += ["--numeric-ids"] if numeric else []
+    return ["--method", method, "--epochs", "1", "--batch-size", str(batch), "--alignment", "plain",
             "--id-column", "id", "--label-column", "label", "--json", "--no-progress", "--seed", "0", *extra]
 
 
-def in_process(files: tuple[Path, Path], method: str, batch: int, env: dict) -> dict:
+def in_process(files: tuple[Path, Path], method: str, batch: int, env: dict, numeric: bool = True) -> dict:
     cmd = [sys.executable, "-m", "securevfl", "train", "--dataset", "csv", "--party-file", str(files[0]),
-           "--party-file", str(files[1]), "--passive-seed", "7", *_common(method, batch)]
+           "--party-file", str(files[1]), "--passive-seed", "7", *_common(method, batch, numeric)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = Peak(proc.pid)
@@ -124,11 +129,14 @@ def in_process(files: tuple[Path, Path], method: str, batch: int, env: dict) -> 
             "train_s": r["cost"]["seconds"], "bytes": r["cost"]["bytes_sent"]}
 
 
-def deployed(files: tuple[Path, Path], method: str, batch: int, env: dict, certs: Path) -> dict:
+def deployed(files: tuple[Path, Path], method: str, batch: int, env: dict, certs: Path, numeric: bool = True,
+             timeout: list[str] | None = None) -> dict:
+    """``timeout``: both parties' ``--timeout`` flag (None: 3600 s; [] : the default)."""
     py = sys.executable
+    timeout = ["--timeout", "3600"] if timeout is None else timeout
     party = subprocess.Popen([py, "-m", "securevfl", "party", "--role", "passive1", "--listen", "127.0.0.1:0",
                               "--party-file", str(files[1]), "--id-column", "id", "--tls", str(certs / "passive1"),
-                              "--timeout", "3600", "--seed", "7", "--allow", "plain-alignment"],
+                              *timeout, "--seed", "7", "--allow", "plain-alignment"],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     p_peak = Peak(party.pid)
     try:
@@ -137,9 +145,9 @@ def deployed(files: tuple[Path, Path], method: str, batch: int, env: dict, certs
         addr = line.split("listening on ")[1].split()[0]
         t0 = time.perf_counter()
         proc = subprocess.Popen([py, "-m", "securevfl", "train", "--dataset", "csv", "--party-file", str(files[0]),
-                                 "--peer", f"passive1={addr}", "--tls", str(certs / "active"), "--timeout", "3600",
-                                 *_common(method, batch)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                 "--peer", f"passive1={addr}", "--tls", str(certs / "active"), *timeout,
+                                 *_common(method, batch, numeric)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         a_peak = Peak(proc.pid)
         out, err = proc.communicate()
         a_anon = a_peak.stop()
@@ -166,6 +174,8 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/var/tmp/securevfl-deployed-scale"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--only", choices=["in-process", "deployed"], default=None)
+    ap.add_argument("--string-ids", action="store_true",
+                    help="IDs as CUST-000000123456 strings (no --numeric-ids; both parties on their default timeout)")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SECUREVFL_SPILL_DIR": str(args.dir)}
     certs = args.dir / "certs"
@@ -175,16 +185,17 @@ def main() -> None:
     rows_out = []
     for rows in args.rows:
         t = time.perf_counter()
-        files = write_files(rows, args.dir)
+        files = write_files(rows, args.dir, string_ids=args.string_ids)
         print(f"# {rows:,} rows: files ready in {time.perf_counter() - t:.0f} s "
               f"({files[0].stat().st_size >> 20} + {files[1].stat().st_size >> 20} MB)", file=sys.stderr, flush=True)
         for method in args.methods:
             rec: dict = {"rows": rows, "method": method}
             if args.only != "deployed":
-                rec["in_process"] = in_process(files, method, args.batch_size, env)
+                rec["in_process"] = in_process(files, method, args.batch_size, env, not args.string_ids)
                 print(f"  {method} in one process: {rec['in_process']}", file=sys.stderr, flush=True)
             if args.only != "in-process":
-                rec["deployed"] = deployed(files, method, args.batch_size, env, certs)
+                rec["deployed"] = deployed(files, method, args.batch_size, env, certs, not args.string_ids,
+                                          [] if args.string_ids else None)
                 print(f"  {method} deployed: { {k: v for k, v in rec['deployed'].items() if k != 'phases'} }",
                       file=sys.stderr, flush=True)
             rows_out.append(rec)

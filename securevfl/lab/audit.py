@@ -35,6 +35,7 @@ import numpy as np
 
 from securevfl.data.partition import IdIndex, Partition
 from securevfl.errors import UserError
+from securevfl.ids import intersect
 from securevfl.lab.audit_bound import epsilon_lower_bound, epsilon_lower_bound_fdp
 from securevfl.spec import check_params
 
@@ -110,7 +111,7 @@ def insert_gradient_canaries(partition: Partition, count: int, seed: int, mechan
     Raises:
         UserError: fewer labeled aligned rows than canaries."""
     assert partition.active.label_ids is not None  # the active party holds labels
-    pool = np.intersect1d(partition.labeled_ids, partition.active.label_ids)
+    pool = intersect(partition.labeled_ids, partition.active.label_ids)
     if count > len(pool):
         raise UserError(f"--audit canaries={count}: only {len(pool)} labeled aligned training rows")
     canaries = np.sort(np.random.default_rng([seed, 0xA0D3]).choice(pool, size=count, replace=False))
@@ -130,7 +131,7 @@ def insert_canaries(partition: Partition, count: int, seed: int, mechanism_seed:
         raise UserError("--audit: the label audit needs a classification task (its canaries swap one label)")
     act = partition.active
     assert act.label_ids is not None and act.y_labels is not None  # the active party holds labels
-    pool = np.intersect1d(partition.labeled_ids, act.label_ids)
+    pool = intersect(partition.labeled_ids, act.label_ids)
     if count > len(pool):
         raise UserError(f"--audit canaries={count}: only {len(pool)} labeled aligned training rows")
     canaries = np.sort(np.random.default_rng([seed, 0xA0D1]).choice(pool, size=count, replace=False))
@@ -161,7 +162,7 @@ def insert_feature_canaries(partition: Partition, count: int, seed: int, mechani
     if len(partition.parties) < 2:
         raise UserError("--audit side=features needs a passive party")
     victim = partition.parties[1]
-    pool = np.intersect1d(partition.labeled_ids, victim.train_ids)
+    pool = intersect(partition.labeled_ids, victim.train_ids)
     if count + 1 > len(pool):
         raise UserError(f"--audit canaries={count}: passive1 has only {len(pool)} labeled aligned training rows "
                         "(one more is the donor)")

@@ -545,7 +545,7 @@ class RISA(Method):
         out: dict = {"pseudo_labels_scored": int(known.sum()),
                      "pseudo_label_accuracy": round(float(right[known].mean()), 4) if known.any() else None}
         if isinstance(self.trainer, RisaTrainer):
-            dropped = np.isin(ids, self.trainer.dropped_ids())
+            dropped = member(ids, self.trainer.dropped_ids())
             for name, mask in (("dropped", dropped & known), ("kept", ~dropped & known)):
                 out[f"{name}_pseudo_labeled"] = int(mask.sum())
                 out[f"{name}_pseudo_label_accuracy"] = round(float(right[mask].mean()), 4) if mask.any() else None
