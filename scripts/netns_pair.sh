@@ -5,17 +5,26 @@
 #   scripts/netns_pair.sh up   [NAME]   # namespaces NAME-a (10.200.0.1) and NAME-p (10.200.0.2)
 #   scripts/netns_pair.sh down [NAME]
 #
-# Then, e.g.:
+# NAME defaults to svfl<uid> (svfl0 for root), so two users on one host do not collide; a name in use
+# is refused with one line (pick another NAME, or `down` it). Interface names are NAME-a0/NAME-p0
+# (at most 15 characters: NAME at most 12). Then, e.g. with NAME svfl:
 #   ip netns exec svfl-p securevfl party --role passive1 --listen 10.200.0.2:50051 ... &
 #   ip netns exec svfl-a securevfl train --peer passive1=10.200.0.2:50051 ...
 # Optional WAN figures: `ip netns exec svfl-a tc qdisc add dev svfl-a0 root netem delay 25ms rate 100mbit`
 # (and the same on svfl-p0) delays both directions on the pair itself.
 set -euo pipefail
 cmd=${1:?usage: netns_pair.sh up|down [NAME]}
-name=${2:-svfl}
+name=${2:-svfl$(id -u)}
 a="$name-a" p="$name-p"
+if [ ${#name} -gt 12 ]; then echo "error: NAME '$name' is longer than 12 characters (interface names hold 15)" >&2; exit 2; fi
 case "$cmd" in
   up)
+    for ns in "$a" "$p"; do
+      if ip netns list | awk '{print $1}' | grep -qx "$ns"; then
+        echo "error: namespace $ns exists already (another user's or an earlier run's): pass another NAME, or run 'netns_pair.sh down $name'" >&2
+        exit 2
+      fi
+    done
     ip netns add "$a"
     ip netns add "$p"
     ip link add "${name}-a0" type veth peer name "${name}-p0"

@@ -80,3 +80,17 @@ def test_parties_on_separate_network_stacks_equal_in_process(namespaces, tmp_pat
     assert dep["utility"] == sim["utility"]  # bit for bit: the same programs, the same seeds
     assert dep["transport"]["peers"] == {"passive1": "10.200.0.2:50051"}
     assert dep["transport"]["security"] == "mutual TLS"
+
+
+def test_a_name_in_use_is_refused_with_one_line(namespaces) -> None:
+    """Issue 61: a second ``up`` of a name in use (another user's pair) says so and exits 2; the
+    control: another name comes up."""
+    name = namespaces[0][:-2]
+    again = subprocess.run(["bash", str(SCRIPT), "up", name], capture_output=True, text=True)
+    assert again.returncode == 2 and again.stderr.startswith("error: namespace") and "exists already" in again.stderr
+    other = f"{name}x"
+    try:
+        ok = subprocess.run(["bash", str(SCRIPT), "up", other], capture_output=True, text=True)
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down", other], capture_output=True)
