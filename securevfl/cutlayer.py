@@ -288,7 +288,7 @@ class InteractiveActiveEnd(ActiveEnd):
         self._t: np.ndarray | None = None
 
     def finish_forward(self, training: bool) -> torch.Tensor:
-        t = to_host(self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION, device="cpu"))
+        t = to_host(self.endpoint.recv_tensor(self.passive, MessageKind.ACTIVATION, device="cpu", bound=1.0))
         if self.W is None:  # W_P(0) = X·Y, both factors from the run seed's streams (see interactive.py)
             assert self.head_shape is not None  # the active party wires head_shape into its ends
             h, fan_in = self.head_shape()

@@ -162,13 +162,21 @@ class Endpoint:
     def send_tensor(self, dst: str, kind: str, t: torch.Tensor) -> None:
         self.send(dst, kind, codec.encode_tensor(t))
 
-    def recv_tensor(self, src: str, kind: str, device: torch.device | str | None = None) -> torch.Tensor:
+    def recv_tensor(self, src: str, kind: str, device: torch.device | str | None = None,
+                    bound: float | None = None) -> torch.Tensor:
         """The next tensor of ``kind`` from ``src``, on this party's device (``device="cpu"``: for an end
-        that computes on the CPU, e.g. the interactive layer, without a round trip through the GPU)."""
+        that computes on the CPU, e.g. the interactive layer, without a round trip through the GPU).
+        ``bound``: every value the protocol lets ``src`` send lies in [−bound, bound] (t = tanh(z)); from
+        another process, a value outside is that party's fault, named as such (not a divergence)."""
         t = codec.decode_tensor(self.recv(src, kind))
-        if self._channel.remote and t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            raise UserError(f"{src} sent a {kind} message with non-finite values (NaN or infinity): the run ends; "
-                            f"the fault is {src}'s message, not this run's settings")
+        if self._channel.remote and t.is_floating_point():
+            if not bool(torch.isfinite(t).all()):
+                raise UserError(f"{src} sent a {kind} message with non-finite values (NaN or infinity): the run "
+                                f"ends; the fault is {src}'s message, not this run's settings")
+            if bound is not None and t.numel() and float(t.abs().max()) > bound:
+                raise UserError(f"{src} sent a {kind} message with values outside [-{bound:g}, {bound:g}] (largest "
+                                f"|value| {float(t.abs().max()):.3g}) where the protocol sends tanh(z): the run ends; "
+                                f"the fault is {src}'s message, not this run's learning rate")
         target = self.device if device is None else torch.device(device)
         return t if target.type == "cpu" else t.to(target)
 

@@ -1,0 +1,48 @@
+"""Issue 61 (hardening, round 5): hostile and odd inputs as an organisation meets them deployed.
+
+Each case was found against the old code; each test fails there and passes now, beside a control that
+shows what still runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from securevfl.errors import UserError
+
+grpc = pytest.importorskip("grpc")
+
+from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from tests.test_grpc import Passive, small_cfg  # noqa: E402
+from tests.test_grpc import deploy as deploy_run  # noqa: E402
+from tests.test_grpc import files as grpc_files  # noqa: E402
+
+files = grpc_files
+
+
+@pytest.mark.parametrize("value,refused", [(1e30, True), (0.5, False)])
+def test_activations_outside_tanh_are_the_senders_fault(files, monkeypatch, value, refused) -> None:
+    """A hostile passive party's activations of 1e30 were blamed on the learning rate ("training
+    diverged ... lower the learning rate"); t = tanh(z) lies in [−1, 1], so the active party now names
+    that party's message. The control: values inside the range train as usual."""
+    import torch
+
+    from securevfl.channel import MessageKind
+    from securevfl.channel.base import Endpoint
+
+    real = Endpoint.send_tensor
+
+    def send_tensor(self, dst, kind, t):
+        if self.party == "passive1" and kind == MessageKind.ACTIVATION:
+            t = torch.full_like(t, value)
+        return real(self, dst, kind, t)
+
+    monkeypatch.setattr(Endpoint, "send_tensor", send_tensor)
+    p = Passive(files, own=PartySettings(seed=1))
+    if refused:
+        with pytest.raises(UserError, match=r"passive1 sent a activation message with values outside \[-1, 1\]") as e:
+            deploy_run(files, small_cfg(files, "guest"), [p])
+        assert "diverged" not in str(e.value)
+    else:
+        assert np.isfinite(deploy_run(files, small_cfg(files, "guest"), [p])["utility"]["accuracy"])
+    p.close()
