@@ -453,6 +453,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
             raise UserError(f"{name}: {reply['error']}")
     # 2. alignment
     channel.netstats.phase = "alignment"
+    t_align = time.perf_counter()
     aligned = psi.align_with(ep, names, own, "plain" if cfg.partition.alignment == "plain" else "psi")
     if len(aligned) == 0:
         raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids is set")
@@ -473,7 +474,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     active.learn_alignment(split.train_aligned, a_data.test_ids)
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.train_aligned)
-    phases["alignment"] = mark.take()
+    phases["alignment"] = mark.take(seconds=time.perf_counter() - t_align)
     # 3. training and evaluation: the simulator's own code (the torch RNG continues from the head's
     # initialisation, as in the simulator, where the head is built last)
     channel.netstats.phase = "train"
@@ -576,7 +577,7 @@ class _Marks:
 
 def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, seconds: float, channel: Any,
             peers: dict[str, str], classes: list, ingest: dict, split: Split, aligned: np.ndarray) -> dict:
-    from securevfl import __version__
+    from securevfl.provenance import versions
     from securevfl.result import feature_privacy, json_safe, privacy_report, randomness_report
 
     stats = channel.stats.as_dict()
@@ -606,7 +607,7 @@ def _result(cfg: RunConfig, fed: Federation, utility: dict, phases: dict, second
                       "max_message_bytes": channel.net.max_message_bytes,
                       "passive_reports": {p.name: p.report for p in fed.passives}},  # type: ignore[attr-defined]
         "method_info": fed.meta, "warnings": [] if tls else ["--insecure: plaintext gRPC, no peer authentication"],
-        "versions": {"securevfl": __version__, "torch": torch.__version__},
+        "versions": versions(),
         "config": cfg.to_dict(),
     })
 

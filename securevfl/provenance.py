@@ -24,3 +24,11 @@ def git_commit() -> str | None:
         return None
     commit = out.stdout.strip()
     return commit if out.returncode == 0 and len(commit) == 40 else None
+
+
+def versions() -> dict:
+    """What produced a run or a saved model (the simulator's, a deployed run's and a saved folder's
+    alike): the package, the commit of its checkout (None outside one) and torch."""
+    import torch
+
+    return {"securevfl": version(), "commit": git_commit(), "torch": torch.__version__}

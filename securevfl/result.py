@@ -8,12 +8,10 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import torch
-
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
 from securevfl.federation import Federation
-from securevfl.provenance import git_commit, version
+from securevfl.provenance import versions
 
 if TYPE_CHECKING:  # the methods package imports this module's callers; types only
     from securevfl.methods.base import Method
@@ -61,7 +59,7 @@ class RunResult:
             "partition": self.partition.summary(),
             "method_info": self.method_info,
             "warnings": self.warnings,
-            "versions": {"securevfl": version(), "commit": git_commit(), "torch": torch.__version__},
+            "versions": versions(),
             "config": cfg.to_dict(),
         })
 

@@ -17,7 +17,7 @@ import torch
 
 from securevfl.errors import UserError
 from securevfl.files import make_private_dir, open_new
-from securevfl.provenance import git_commit, version
+from securevfl.provenance import versions
 
 FORMAT = "securevfl-party/2"  # 2: run id, the manifest's own hash, no label facts in a passive folder
 MODEL, PREPROCESSING, MANIFEST = "model.pt", "preprocessing.json", "manifest.json"
@@ -94,7 +94,7 @@ def write_party_folder(folder: Path, state: dict, preprocessing: dict, manifest:
     with open_new(folder / PREPROCESSING, "w") as f:
         f.write(json.dumps(_jsonable(preprocessing), indent=1))
     full = _jsonable({"format": FORMAT, **manifest, "columns": expected_columns(preprocessing),
-                      "versions": {"securevfl": version(), "commit": git_commit(), "torch": torch.__version__}})
+                      "versions": versions()})
     full["sha256"] = {**{name: _sha256(folder / name) for name in (MODEL, PREPROCESSING)},
                       MANIFEST: _manifest_digest(full)}
     with open_new(folder / MANIFEST, "w") as f:

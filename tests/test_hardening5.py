@@ -13,6 +13,7 @@ from securevfl.errors import UserError
 grpc = pytest.importorskip("grpc")
 
 from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from securevfl.provenance import versions  # noqa: E402
 from tests.test_grpc import Passive, small_cfg  # noqa: E402
 from tests.test_grpc import deploy as deploy_run  # noqa: E402
 from tests.test_grpc import files as grpc_files  # noqa: E402
@@ -44,5 +45,10 @@ def test_activations_outside_tanh_are_the_senders_fault(files, monkeypatch, valu
             deploy_run(files, small_cfg(files, "guest"), [p])
         assert "diverged" not in str(e.value)
     else:
-        assert np.isfinite(deploy_run(files, small_cfg(files, "guest"), [p])["utility"]["accuracy"])
+        r = deploy_run(files, small_cfg(files, "guest"), [p])
+        assert np.isfinite(r["utility"]["accuracy"])
+        # the record of a deployed run: every phase has its seconds, and the commit is there as in the
+        # simulator's (one builder of versions for both)
+        assert all(r["cost"]["network"][ph]["seconds"] > 0 for ph in ("alignment", "train", "evaluate"))
+        assert r["versions"] == versions() and "commit" in r["versions"]
     p.close()
