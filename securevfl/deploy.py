@@ -52,7 +52,16 @@ from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
-from securevfl.data.csvsource import ActiveLabels, Split, check_flags, party_data, read_file, split_rows
+from securevfl.data.csvsource import (
+    ActiveLabels,
+    Split,
+    check_flags,
+    check_named,
+    named_held,
+    party_data,
+    read_file,
+    split_rows,
+)
 from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
 from securevfl.errors import UserError
@@ -132,7 +141,9 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     except UserError as e:
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise
-    ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own))})
+    # which of the columns its data options name it holds: a name no party holds is refused by the active
+    # party, as in one process (its other column names stay its own)
+    ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own)), "named_held": named_held(data_cfg, table.columns)})
     # this party's own intersection: every ID the active party announces or asks for is checked against it
     aligned, own_result = psi.align_to(ep, ACTIVE, own, hello["alignment"])
     _within(aligned, own_result, "aligned IDs")
@@ -447,10 +458,13 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     for k, name in enumerate(names, start=1):
         ep.send_json(name, MessageKind.CONTROL,
                      run_description(cfg, k, n_parties, interactive) | resume_at)
+    held = set(named_held(cfg.data, table.columns))
     for name in names:
         reply = _expect(ep.recv_json(name, MessageKind.CONTROL), "handshake")
         if "error" in reply:
             raise UserError(f"{name}: {reply['error']}")
+        held |= {str(c) for c in reply.get("named_held", [])}
+    check_named(cfg.data, [sorted(held)])  # a column named on the command line that no party holds
     # 2. alignment
     channel.netstats.phase = "alignment"
     t_align = time.perf_counter()

@@ -52,3 +52,24 @@ def test_activations_outside_tanh_are_the_senders_fault(files, monkeypatch, valu
         assert all(r["cost"]["network"][ph]["seconds"] > 0 for ph in ("alignment", "train", "evaluate"))
         assert r["versions"] == versions() and "commit" in r["versions"]
     p.close()
+
+
+@pytest.mark.parametrize("column,refused", [("nosuch_col", True), ("x12", False)])
+def test_a_column_no_party_holds_is_refused_deployed(files, column, refused) -> None:
+    """A deployed ``--drop-columns nosuch_col`` ran to the end on both sides (the simulator refuses the
+    same name): each party now reports which named columns it holds, and the active party refuses a name
+    no party holds. The control: a passive party's own column (both configured to drop it) runs."""
+    from securevfl.data.csvsource import named_held
+    from securevfl.options import DataConfig
+
+    assert named_held(DataConfig(drop_columns=["x3", "zz"], numeric=["x1"]), ["id", "x1", "x3"]) == ["x1", "x3"]
+    cfg = small_cfg(files, "guest")
+    cfg.data.drop_columns = [column]
+    p = Passive(files, own=PartySettings(seed=1))  # configured as the run's (its own drop_columns alike)
+    if refused:
+        with pytest.raises(UserError, match="column 'nosuch_col' .* is in no party file"):
+            deploy_run(files, cfg, [p])
+    else:
+        assert deploy_run(files, cfg, [p])["utility"]
+    p.close()
+    assert p.status == (2 if refused else 0)

@@ -176,6 +176,13 @@ def check_flags(cfg: DataConfig) -> None:
             raise UserError(f"{flag} names the label column {cfg.label_column!r}, which is not a feature")
 
 
+def named_held(cfg: DataConfig, columns: list[str]) -> list[str]:
+    """The columns named by ``drop_columns``, ``categorical`` or ``numeric`` that ``columns`` (one
+    party's file) holds: what a deployed party reports, so that a name no party holds is refused."""
+    have = {str(c) for c in columns}
+    return sorted(c for c in {*cfg.drop_columns, *cfg.categorical, *cfg.numeric} if c in have)
+
+
 def check_named(cfg: DataConfig, columns: list[list[str]]) -> None:
     """Every column named on the command line is in some party file (``columns``: each file's)."""
     named = set(cfg.drop_columns) | set(cfg.categorical) | set(cfg.numeric)
