@@ -73,3 +73,25 @@ def test_a_column_no_party_holds_is_refused_deployed(files, column, refused) -> 
         assert deploy_run(files, cfg, [p])["utility"]
     p.close()
     assert p.status == (2 if refused else 0)
+
+
+def test_a_label_only_active_file_points_at_active_features(tmp_path, capsys) -> None:
+    """An active party file with the ID and the label only was refused with "no feature columns besides the
+    ID" and no hint; the message now names ``partition.active_features: false``, and with it set (the
+    control) the same file trains as Entity Augmentation's label-only host."""
+    import pandas as pd
+
+    from securevfl.cli import main
+
+    rng = np.random.default_rng(0)
+    ids = np.arange(120)
+    x = rng.normal(size=(120, 3))
+    pd.DataFrame({"id": ids, "y": (x[:, 0] > 0).astype(int)}).to_csv(tmp_path / "g.csv", index=False)
+    pd.DataFrame({"id": ids, "a": x[:, 0], "b": x[:, 1], "c": x[:, 2]}).to_csv(tmp_path / "h.csv", index=False)
+    argv = ["train", "--dataset", "csv", "--party-file", str(tmp_path / "g.csv"), "--party-file",
+            str(tmp_path / "h.csv"), "--label-column", "y", "--epochs", "1", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "partition.active_features: false" in err and "Traceback" not in err
+    (tmp_path / "c.yaml").write_text("partition:\n  active_features: false\n")
+    assert main([*argv, "--method", "entity-aug", "--config", str(tmp_path / "c.yaml")]) == 0

@@ -228,7 +228,9 @@ def party_data(name: str, table: PartyTable, id_col: str, aligned: np.ndarray, s
     if not features:
         drop += [c for c in table.columns if c not in drop]
     if features and not table.num_cols + table.cat_cols:
-        raise UserError(f"party file {path}: no feature columns besides the ID")
+        hint = ("; for a label-only active party (Entity Augmentation's host) set partition.active_features: false "
+                "in a --config file (docs/configuration.md)") if labels is not None else ""
+        raise UserError(f"party file {path}: no feature columns besides the ID{' and the label' if hint else ''}{hint}")
     matched = int(member(own, aligned).sum())
     info = {"file": str(path), "id_column": id_col, "rows_read": table.n_rows,
             "rows_matched": matched, "rows_unmatched": table.n_rows - matched,
