@@ -95,3 +95,42 @@ def test_a_label_only_active_file_points_at_active_features(tmp_path, capsys) ->
     assert err.startswith("error: ") and "partition.active_features: false" in err and "Traceback" not in err
     (tmp_path / "c.yaml").write_text("partition:\n  active_features: false\n")
     assert main([*argv, "--method", "entity-aug", "--config", str(tmp_path / "c.yaml")]) == 0
+
+
+def test_the_authors_clone_must_be_the_pinned_commit_and_clean(tmp_path, monkeypatch) -> None:
+    """``benchmarks/reference/fedhssl_authors.py`` took an empty folder whose ``.git/HEAD`` named the
+    pinned commit, and a clone with edited files: a result of other code would be stored as the authors'.
+    Now the commit object must exist and the tracked files match it. The control: a clean checkout of
+    the (here: a stand-in) pinned commit passes."""
+    import importlib.util
+    import subprocess
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "reference" / "fedhssl_authors.py"
+    spec = importlib.util.spec_from_file_location("fedhssl_authors", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fake = tmp_path / "fake"
+    (fake / ".git").mkdir(parents=True)
+    (fake / ".git" / "HEAD").write_text(mod.COMMIT + "\n")
+    with pytest.raises(SystemExit, match="holds no commit|not a clean clone"):
+        mod.check_clone(fake)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *a],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "main.py").write_text("print(1)\n")
+    git("add", "main.py")
+    git("commit", "-qm", "x")
+    with pytest.raises(SystemExit, match="not a clean clone"):  # another commit than the pinned one
+        mod.check_clone(repo)
+    monkeypatch.setattr(mod, "COMMIT", git("rev-parse", "HEAD"))
+    assert mod.check_clone(repo) == mod.COMMIT  # the control: clean, at the commit
+    (repo / "main.py").write_text("print(2)\n")
+    with pytest.raises(SystemExit, match="tracked files differ"):
+        mod.check_clone(repo)

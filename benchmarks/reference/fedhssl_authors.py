@@ -113,10 +113,23 @@ VALID = re.compile(r"Valid: \[\s*(\d+)/(\d+)\].*Prec@\(1,5\) \(([0-9.]+)\)")
 
 
 def check_clone(clone: Path) -> str:
-    head = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True)
+    """The pinned commit, checked out, and nothing changed: its commit object exists (a folder whose
+    ``.git/HEAD`` merely names it is no clone), HEAD is that commit, and the work tree matches it (no
+    edited, deleted or added tracked file: a result of other code would be stored as the authors')."""
+    def git(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(clone), *a], capture_output=True, text=True)
+
+    where = f"{clone} is not a clean clone of jorghyq2016/FedHSSL at {COMMIT[:8]}"
+    if git("cat-file", "-e", f"{COMMIT}^{{commit}}").returncode:
+        raise SystemExit(f"error: {where}: it holds no commit {COMMIT[:8]} (clone their repository and check it out)")
+    head = git("rev-parse", "HEAD")
     if head.returncode or head.stdout.strip() != COMMIT:
-        raise SystemExit(f"error: {clone} is not a clone of jorghyq2016/FedHSSL at {COMMIT[:8]} "
-                         f"(got {head.stdout.strip() or head.stderr.strip()})")
+        raise SystemExit(f"error: {where} (HEAD is {head.stdout.strip() or head.stderr.strip()})")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    if dirty.returncode or dirty.stdout.strip():
+        first = dirty.stdout.strip().splitlines()[0] if dirty.stdout.strip() else dirty.stderr.strip()
+        raise SystemExit(f"error: {where}: its tracked files differ from that commit ({first.strip()}; "
+                         "git -C CLONE checkout -- . restores them)")
     return COMMIT
 
 
