@@ -134,3 +134,17 @@ def test_the_authors_clone_must_be_the_pinned_commit_and_clean(tmp_path, monkeyp
     (repo / "main.py").write_text("print(2)\n")
     with pytest.raises(SystemExit, match="tracked files differ"):
         mod.check_clone(repo)
+
+
+def test_the_html_reports_contents_are_links() -> None:
+    """The HTML report's table of contents rendered as literal Markdown links ``[t](#t)``; now they are
+    anchors (the Markdown report keeps its Markdown)."""
+    from pathlib import Path
+
+    from securevfl.lab.report.render import _render_html, _render_md
+
+    sections = [("At a glance", [("ul", ["[Digits](#digits)", "**bold** a<b"])]), ("Digits", [("p", "x")])]
+    page = _render_html("", sections)
+    assert "<a href='#digits'>Digits</a>" in page and "](#" not in page and "id='digits'" in page
+    assert "a&lt;b" in page  # still escaped
+    assert "[Digits](#digits)" in _render_md("", sections, Path("."))

@@ -7,6 +7,7 @@ import base64
 import html
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -396,9 +397,14 @@ def _render_md(intro: str, sections: list, out: Path) -> str:
     return "\n".join(lines)
 
 
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+
+
 def _inline_md(text: str) -> str:
+    """The Markdown our blocks use, as HTML: **bold**, `code` (plain) and [links](#anchor)."""
     parts = html.escape(text).split("**")
-    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts)).replace("`", "")
+    out = "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(parts)).replace("`", "")
+    return _LINK.sub(lambda m: f"<a href='{html.escape(m.group(2), quote=True)}'>{m.group(1)}</a>", out)
 
 
 def _render_html(intro: str, sections: list) -> str:
