@@ -136,7 +136,8 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
             print(f"{name}: {note}", file=sys.stderr, flush=True)
         data_cfg = DataConfig(**hello["data"])
         path = Path(party_file)
-        table = read_file(data_cfg, path, id_column, active=False)
+        with ep.busy(f"reading its file {path.name}"):
+            table = read_file(data_cfg, path, id_column, active=False)
         own = table.ids
     except UserError as e:
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
@@ -145,20 +146,23 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     # party, as in one process (its other column names stay its own)
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"ok": int(len(own)), "named_held": named_held(data_cfg, table.columns)})
     # this party's own intersection: every ID the active party announces or asks for is checked against it
-    aligned, own_result = psi.align_to(ep, ACTIVE, own, hello["alignment"])
-    _within(aligned, own_result, "aligned IDs")
+    with ep.busy("aligning IDs"):  # (heartbeats pause while it waits on the active party's messages)
+        aligned, own_result = psi.align_to(ep, ACTIVE, own, hello["alignment"])
+        _within(aligned, own_result, "aligned IDs")
     test_ids = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
-    _within(test_ids, aligned, "test IDs")
-    split = Split(test_ids, aligned[~member(aligned, test_ids)], aligned[:0])  # (np.isin is quadratic on str IDs)
-    data, ingest = party_data(name, table, id_column, aligned, split, data_cfg, None)
-    del table  # its columns live on in the encoded arrays only
-    cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
-    optim = OptimConfig(**hello["optim"])
-    model = _model_config(hello["model"])
-    check_model_size(bottom_parameters(data, model), settings)
-    cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]), mixing=model.interactive_mixing,
-                         **hello["he_params"])
-    party = build_passive(data, ep, _defenses(cfg), model, optim, cut, cfg.seed, own_seed(settings, checkpoints))
+    with ep.busy("encoding its rows and building its bottom model"):
+        _within(test_ids, aligned, "test IDs")
+        split = Split(test_ids, aligned[~member(aligned, test_ids)], aligned[:0])  # (np.isin: quadratic on str IDs)
+        data, ingest = party_data(name, table, id_column, aligned, split, data_cfg, None)
+        del table  # its columns live on in the encoded arrays only
+        cfg = RunConfig(seed=int(hello["seed"]), defense=hello["defense"], mechanism_seed=hello["mechanism_seed"])
+        optim = OptimConfig(**hello["optim"])
+        model = _model_config(hello["model"])
+        check_model_size(bottom_parameters(data, model), settings)
+        cut = make_cut_layer(hello["he"], interactive=bool(hello["interactive"]), mixing=model.interactive_mixing,
+                             **hello["he_params"])
+        party = build_passive(data, ep, _defenses(cfg), model, optim, cut, cfg.seed,
+                              own_seed(settings, checkpoints))
     ep.send_json(ACTIVE, MessageKind.CONTROL, {"n_parameters": party.n_parameters()})
     train_aligned = ep.recv_ids(ACTIVE, MessageKind.ALIGNMENT)
     _within(train_aligned, split.train_aligned, "aligned training IDs")
@@ -468,15 +472,18 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     # 2. alignment
     channel.netstats.phase = "alignment"
     t_align = time.perf_counter()
-    aligned = psi.align_with(ep, names, own, "plain" if cfg.partition.alignment == "plain" else "psi")
-    if len(aligned) == 0:
-        raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids is set")
-    split = split_rows(aligned, own, has_label, cfg.partition, cfg.seed)
+    with ep.busy("aligning IDs"):
+        aligned = psi.align_with(ep, names, own, "plain" if cfg.partition.alignment == "plain" else "psi")
+        if len(aligned) == 0:
+            raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids "
+                            "is set")
+        split = split_rows(aligned, own, has_label, cfg.partition, cfg.seed)
     for name in names:
         ep.send_ids(name, MessageKind.ALIGNMENT, split.test_ids)
     labels = ActiveLabels(y_all, has_label, cfg.partition.active_labels_unaligned)
-    a_data, ingest = party_data(ACTIVE, table, id_col, aligned, split, cfg.data, labels,
-                                features=cfg.partition.active_features)
+    with ep.busy("encoding its rows"):
+        a_data, ingest = party_data(ACTIVE, table, id_col, aligned, split, cfg.data, labels,
+                                    features=cfg.partition.active_features)
     del table
     remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
                for n in names]

@@ -209,3 +209,35 @@ def test_a_deployed_run_on_200k_string_ids_completes(files, tmp_path) -> None:
     assert p.status == 0 and r["utility"]["accuracy"] > 0.6
     assert r["partition"]["aligned"] + r["partition"]["test_rows"] == n
     assert r["cost"]["network"]["alignment"]["seconds"] < 60  # the passive party's set-up within it
+
+
+@pytest.mark.parametrize("heartbeat", [True, False])
+def test_a_busy_peer_says_so_and_is_waited_for(files, monkeypatch, heartbeat) -> None:
+    """A passive party busy longer than the timeout (here: its set-up takes 3 s, the timeout is 1.5 s) made
+    the active party give up with "passive1 sent no control message within …", blaming a stalled peer or
+    the network. The busy party now sends heartbeats and is waited for; the control (no heartbeat)
+    times out as before."""
+    import contextlib
+    import time
+
+    from securevfl import deploy
+    from securevfl.channel.grpc import GrpcChannel
+
+    real = deploy.party_data
+
+    def slow(name, *a, **kw):
+        if name != "active":
+            time.sleep(3.0)
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(deploy, "party_data", slow)
+    if not heartbeat:
+        monkeypatch.setattr(GrpcChannel, "busy", lambda self, party, what: contextlib.nullcontext())
+    p = Passive(files, own=PartySettings(seed=1), timeout=1.5)
+    if heartbeat:
+        r = deploy_run(files, small_cfg(files, "guest"), [p], timeout=1.5)
+        assert r["cost"]["network"]["alignment"]["seconds"] > 3.0
+    else:
+        with pytest.raises(UserError, match="passive1 .*sent no control message within 1.5 s"):
+            deploy_run(files, small_cfg(files, "guest"), [p], timeout=1.5)
+    p.close()

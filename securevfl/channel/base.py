@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +129,12 @@ class Channel(ABC):
     def endpoint(self, party: str) -> Endpoint:
         return Endpoint(self, party)
 
+    def busy(self, party: str, what: str) -> AbstractContextManager[None]:
+        """While ``party`` computes without a message to send (reading its file, its PSI, a long set-up),
+        a networked channel tells its peers so (a heartbeat): a peer waiting on it keeps waiting as long
+        as the heartbeats come, and says what it waited on when they stop. In one process: nothing."""
+        return nullcontext()
+
     def received_by(self, party: str) -> list[Message]:
         """The party's view: every message it received (needs ``record=True``)."""
         if not self.record:
@@ -157,6 +164,10 @@ class Endpoint:
 
     def recv(self, src: str, kind: str) -> bytes:
         return self._channel.recv(self.party, src, kind)
+
+    def busy(self, what: str) -> AbstractContextManager[None]:
+        """:meth:`Channel.busy` for this party."""
+        return self._channel.busy(self.party, what)
 
     # typed helpers
     def send_tensor(self, dst: str, kind: str, t: torch.Tensor) -> None:

@@ -31,8 +31,9 @@ import struct
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,10 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 * 2 ** 20
 """Largest message either side accepts (gRPC's send and receive limits). A CKKS batch of 2048 rows ×
 64 slots is a few tens of MB; 256 MiB leaves room and still bounds a hostile peer."""
 _POLL = 0.2  # seconds between checks of a waiting receive for an abort or a closed server
+HEARTBEAT = "heartbeat"
+"""A frame a busy party sends its peers (payload: what it is doing); never queued as a message."""
+HEARTBEAT_EVERY = 10.0
+"""Seconds between heartbeats (at most a quarter of the timeout, so a working peer is never judged gone)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +180,8 @@ class GrpcChannel(Channel):
         self._closing = False
         self._channels: list[grpc.Channel] = []
         self.port: int | None = None
+        self._heard: dict[str, tuple[float, str]] = {}  # peer → (when its last heartbeat came, what it was busy with)
+        self._waiting = 0  # receives in progress (no heartbeat goes out meanwhile)
         self.doctor: Callable[[dict], dict] | None = None
         """A server's answer to a peer's ``securevfl doctor`` (securevfl/doctor.py), set by its party."""
         if listen is not None:
@@ -223,8 +230,15 @@ class GrpcChannel(Channel):
 
     def _on_deliver(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         src, kind, payload = self._caller(frame, context)
-        self._box(self._inbox, (src, kind)).put(payload)
+        self._put(src, kind, payload)
         return b""
+
+    def _put(self, src: str, kind: str, payload: bytes) -> None:
+        """A frame that arrived from ``src``: a heartbeat is noted, any other message queued."""
+        if kind == HEARTBEAT:
+            self._heard[src] = (time.monotonic(), payload.decode(errors="replace")[:200])
+        else:
+            self._box(self._inbox, (src, kind)).put(payload)
 
     def _on_take(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
         src, kind, _ = self._caller(frame, context)
@@ -263,7 +277,7 @@ class GrpcChannel(Channel):
                         failed.append((grpc.StatusCode.PERMISSION_DENIED,
                                        f"this party serves {self.client}, not {src}"))
                         return
-                    self._box(self._inbox, (src, kind)).put(payload)
+                    self._put(src, kind, payload)
             except grpc.RpcError:  # the client went away mid-run (its process ended, or the network)
                 if self._stream_out is out and not self._closing:
                     self._aborted = self._aborted or f"{self.client} closed the connection (its process ended?)"
@@ -335,7 +349,7 @@ class GrpcChannel(Channel):
             try:
                 for frame in responses:
                     _, kind, payload = unpack_frame(frame)
-                    self._box(self._inbox, (name, kind)).put(payload)
+                    self._put(name, kind, payload)
             except grpc.RpcError as e:
                 if not self._closing:
                     self._stream_errors[name] = e
@@ -403,10 +417,11 @@ class GrpcChannel(Channel):
             self._box(self._outbox, (dst, kind)).put(payload)
 
     def recv(self, dst: str, src: str, kind: str) -> bytes:
-        if src in self._stubs:
-            payload = self._wait_stream(src, kind)
-        else:
-            payload = self._wait_inbox(src, kind)
+        self._waiting += 1  # a party waiting on a peer is not busy: no heartbeat says it is (two waiting
+        try:  # parties would keep each other waiting forever)
+            payload = self._wait_stream(src, kind) if src in self._stubs else self._wait_inbox(src, kind)
+        finally:
+            self._waiting -= 1
         return self._received(src, dst, kind, payload)
 
     def _received(self, src: str, dst: str, kind: str, payload: bytes) -> bytes:
@@ -418,8 +433,22 @@ class GrpcChannel(Channel):
             self.transcript.append(Message(self._seq, src, dst, kind, payload, len(payload)))
         return payload
 
+    def _deadline(self, src: str, start: float) -> float:
+        """When a wait on ``src`` that began at ``start`` gives up: the timeout after the later of the
+        start and ``src``'s last heartbeat (a peer that says it is working is waited for)."""
+        heard = self._heard.get(src)
+        return max(start, heard[0] if heard else start) + self.net.timeout
+
+    def _silent(self, src: str, start: float) -> str:
+        """What a timed-out wait says of ``src``'s heartbeats (why it waited that long, if it did)."""
+        heard = self._heard.get(src)
+        if heard is None or heard[0] < start:
+            return ""
+        return (f"; it had said it was busy ({heard[1]}) until {time.monotonic() - heard[0]:.0f} s ago, then went "
+                "silent: its process stopped or hangs, its own log says where")
+
     def _wait_inbox(self, src: str, kind: str) -> bytes:
-        deadline = time.monotonic() + self.net.timeout
+        start = time.monotonic()
         q = self._box(self._inbox, (src, kind))
         while True:
             if self._aborted is not None:
@@ -429,14 +458,14 @@ class GrpcChannel(Channel):
             try:
                 return q.get(timeout=_POLL)
             except queue.Empty:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= self._deadline(src, start):
                     raise UserError(f"{src} sent no {kind} message within {self.net.timeout:g} s (stalled or gone; "
-                                    "--timeout sets the wait)") from None
+                                    f"--timeout sets the wait){self._silent(src, start)}") from None
 
     def _wait_stream(self, src: str, kind: str) -> bytes:
         """A client's receive: the next ``kind`` message ``src`` sent back on its stream."""
         self._stream(src)
-        deadline = time.monotonic() + self.net.timeout
+        start = time.monotonic()
         q = self._box(self._inbox, (src, kind))
         while True:
             try:
@@ -449,11 +478,11 @@ class GrpcChannel(Channel):
             try:
                 return q.get(timeout=_POLL)
             except queue.Empty:
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= self._deadline(src, start):
                     raise UserError(f"{src} at {self.peers.get(src, '?')} sent no {kind} message within "
                                     f"{self.net.timeout:g} s while this party waited for it (the peer is stalled, "
                                     "gone, or itself waiting for a message of ours; its own log says what it "
-                                    "waited for; --timeout sets the wait)") from None
+                                    f"waited for; --timeout sets the wait){self._silent(src, start)}") from None
 
     def _check_abandoned(self, src: str) -> None:
         """Raise StepAbandoned when ``src``'s next control message abandons the step (channel/base.py)."""
@@ -492,6 +521,33 @@ class GrpcChannel(Channel):
         self._idle = False  # a run starts
         return self._received(src, self.party, kind, payload)
 
+    @contextmanager
+    def busy(self, party: str, what: str) -> Iterator[None]:
+        """While the body runs, a heartbeat to every peer each :data:`HEARTBEAT_EVERY` s (≤ timeout / 4),
+        saying ``what``: the peers wait on a working party, and never blame the network for its work."""
+        stop = threading.Event()
+        every = min(HEARTBEAT_EVERY, self.net.timeout / 4)
+        payload = what.encode()[:200]
+
+        def beat() -> None:
+            while not stop.wait(every):
+                if self._waiting:
+                    continue
+                try:
+                    for name in list(self._stubs):  # a client: onto each peer's stream
+                        self._stream(name).put(pack_frame(party, HEARTBEAT, payload))
+                    if (out := self._stream_out) is not None:  # a server: back on its client's stream
+                        out.put((HEARTBEAT, payload))
+                except Exception:  # noqa: BLE001 -- best effort: the work itself reports its failures
+                    return
+
+        t = threading.Thread(target=beat, daemon=True, name=f"securevfl-{party}-heartbeat")
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+
     def reset(self) -> None:
         """Forget the last run (queues, abort, counts): a server between runs (``--serve-forever``)."""
         with self._boxes:
@@ -500,6 +556,7 @@ class GrpcChannel(Channel):
         self._stream_out = None  # the next run comes on a stream of its own
         self._idle = True
         self._aborted = None
+        self._heard = {}
         self.stats = type(self.stats)()
         self.netstats = NetStats()
         self.transcript = []
