@@ -31,6 +31,7 @@ canonically (no sign, no leading zero)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -42,7 +43,7 @@ from typing import Any
 
 import torch
 
-from securevfl.errors import UserError
+from securevfl.errors import UserError, os_cause
 from securevfl.files import make_private_dir, open_new
 
 KEEP = 2
@@ -115,17 +116,27 @@ class Checkpoints:
         payload = buf.getvalue()
         header = _encode({"format": FORMAT, "party": self.party, "key": self.key, "epoch": epoch,
                           "length": len(payload), "sha256": hashlib.sha256(payload).hexdigest()})
-        make_private_dir(self.dir.parent)
-        make_private_dir(self.dir)
         tmp = self.dir / f".epoch-{epoch}.pt.tmp"
-        if tmp.exists() or tmp.is_symlink():
-            tmp.unlink()
-        with open_new(tmp, "wb") as f:
-            f.write(MAGIC + len(header).to_bytes(_LEN_BYTES, "big") + header)
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path(epoch))  # whole or absent: a kill mid-write leaves the previous epoch
+        try:
+            make_private_dir(self.dir.parent)
+            make_private_dir(self.dir)
+            if tmp.exists() or tmp.is_symlink():
+                tmp.unlink()
+            with open_new(tmp, "wb") as f:
+                f.write(MAGIC + len(header).to_bytes(_LEN_BYTES, "big") + header)
+                f.write(payload)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._path(epoch))  # whole or absent: a kill mid-write leaves the previous epoch
+        except OSError as e:  # a full disk, a file-size limit, a folder it may not write
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            kept = self.latest()
+            raise UserError(f"--checkpoint {self.dir.parent}: cannot write {self.party}'s checkpoint of epoch {epoch} "
+                            f"({os_cause(e)}); the run ends here, "
+                            + (f"its checkpoint of epoch {kept} is kept: free space (or choose another folder) "
+                               "and rerun with --resume" if kept is not None else "no earlier checkpoint was "
+                               "written: free space or choose another folder, and rerun")) from None
         for old in self.epochs()[:-KEEP]:
             self._path(old).unlink(missing_ok=True)
 

@@ -803,6 +803,12 @@ def _run(argv: list[str] | None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except (OSError, MemoryError) as e:  # this machine's limits (a full disk, a file-size limit, memory)
+        from securevfl.errors import environment_error
+        from securevfl.limits import cap_line
+
+        print(f"error: {cap_line(str(environment_error(e)))}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

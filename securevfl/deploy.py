@@ -64,7 +64,7 @@ from securevfl.data.csvsource import (
 )
 from securevfl.data.dataset import DataConfig
 from securevfl.devices import device_name, resolve_device
-from securevfl.errors import UserError
+from securevfl.errors import UserError, environment_error
 from securevfl.federation import Federation, OptimConfig, build_active, build_passive
 from securevfl.files import make_private_dir, open_new
 from securevfl.ids import member
@@ -543,7 +543,10 @@ def train_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress
     abort message), so that they end at once rather than at their timeout. Bytes a peer sent that do
     not decode as the protocol says (a malformed message) fail the run, never this process."""
     try:
-        return run_deployed(cfg, channel, peers, progress, checkpoint, resume, save)
+        try:
+            return run_deployed(cfg, channel, peers, progress, checkpoint, resume, save)
+        except (OSError, MemoryError) as e:  # this machine's limits (a full disk, ...): the peers are told too
+            raise environment_error(e) from None
     except UserError as e:
         channel.abort(str(e))
         if checkpoint is not None and "went away mid-run" in str(e):
@@ -664,6 +667,8 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
             status = 0
         except UserError as e:
             status = _fail(channel, str(e))
+        except (OSError, MemoryError) as e:  # this machine's limits: one line here and to the peer; it serves on
+            status = _fail(channel, f"{channel.party}: {environment_error(e)}")
         except _BAD_BYTES as e:  # bytes that do not decode as the protocol says
             status = _fail(channel, f"malformed message from the active party ({type(e).__name__}: {e})")
         runs += 1

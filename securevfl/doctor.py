@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from securevfl.errors import UserError
+from securevfl.errors import UserError, os_cause
 
 EXPIRY_WARNING_DAYS = 14
 MAX_SKEW_S = 120.0
@@ -165,16 +165,41 @@ def check_resources(party_file: str | Path, folders: list[str | None],
     spill_dir = spill_dir or os.environ.get("SECUREVFL_SPILL_DIR") or tempfile.gettempdir()
     # a Parquet file's cells are not countable from its bytes: a generous 4 × its size
     need = 4 * size if is_parquet(path) or not path.is_file() else SPILL_BYTES_PER_CELL * _cells(path)
-    disk = shutil.disk_usage(spill_dir).free
-    out.append(Check("disk", disk >= need, f"{spill_dir} (SECUREVFL_SPILL_DIR): {disk / 2**30:.1f} GiB free, the "
-                                           f"file's columns need about {need / 2**30:.2f} GiB there"))
+    writable = check_writable(spill_dir, "SECUREVFL_SPILL_DIR")
+    if writable is not None:
+        out.append(writable)
+    else:
+        disk = shutil.disk_usage(spill_dir).free
+        out.append(Check("disk", disk >= need, f"{spill_dir} (SECUREVFL_SPILL_DIR): {disk / 2**30:.1f} GiB free, "
+                                               f"the file's columns need about {need / 2**30:.2f} GiB there"))
     for folder in filter(None, folders):
         where = Path(folder)
         while not where.exists() and where != where.parent:
             where = where.parent
-        disk = shutil.disk_usage(where).free
+        try:
+            disk = shutil.disk_usage(where).free
+        except OSError as e:
+            out.append(Check("disk", False, f"{folder}: {os_cause(e)}"))
+            continue
         out.append(Check("disk", disk >= size, f"{folder}: {disk / 2**30:.1f} GiB free"))
     return out
+
+
+def check_writable(folder: str, what: str) -> Check | None:
+    """A FAIL when ``folder`` is missing or a file cannot be made and written in it (what the run will
+    do there), else None."""
+    where = Path(folder)
+    if not where.is_dir():
+        return Check("disk", False, f"{folder} ({what}): {'not a folder' if where.exists() else 'does not exist'}; "
+                                    "make it, or point the setting at an existing folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=where, prefix=".securevfl-doctor-") as f:
+            f.write(b"\0" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return Check("disk", False, f"{folder} ({what}): cannot write a file there ({os_cause(e)})")
+    return None
 
 
 def check_listen(address: str) -> Check:

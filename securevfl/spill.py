@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from securevfl.errors import UserError, os_cause
 from securevfl.limits import env_limit
 
 _DIR: Path | None = None
@@ -37,12 +38,25 @@ def min_bytes() -> int:
     return env_limit("SECUREVFL_SPILL_MIN_MB", 1) << 20
 
 
+def base() -> str:
+    """The folder spill folders are made in (``SECUREVFL_SPILL_DIR``, else the system's temporary one)."""
+    return os.environ.get("SECUREVFL_SPILL_DIR") or tempfile.gettempdir()
+
+
+def spill_error(e: OSError) -> UserError:
+    """A spill folder that cannot be made or written: one line naming it and the cause."""
+    return UserError(f"spill folder {base()} (SECUREVFL_SPILL_DIR): {os_cause(e)}; it must be an existing, writable "
+                     "folder on a local disk with free space (securevfl doctor checks it)")
+
+
 def folder() -> Path:
     """This process's private spill folder (created on first use, removed at exit)."""
     global _DIR
     if _DIR is None or not _DIR.is_dir():
-        base = os.environ.get("SECUREVFL_SPILL_DIR") or tempfile.gettempdir()
-        _DIR = Path(tempfile.mkdtemp(prefix="securevfl-spill-", dir=base))
+        try:
+            _DIR = Path(tempfile.mkdtemp(prefix="securevfl-spill-", dir=base()))
+        except OSError as e:
+            raise spill_error(e) from None
         atexit.register(shutil.rmtree, _DIR, True)
     return _DIR
 
@@ -52,11 +66,21 @@ def spills(nbytes: int) -> bool:
 
 
 def _mapped(shape: tuple[int, ...], dtype: npt.DTypeLike) -> np.ndarray:
-    fd, name = tempfile.mkstemp(dir=folder(), suffix=".bin")
-    os.close(fd)
+    where = folder()
     try:
+        fd, name = tempfile.mkstemp(dir=where, suffix=".bin")
+    except OSError as e:
+        raise spill_error(e) from None
+    try:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if nbytes and hasattr(os, "posix_fallocate"):
+            # the blocks now: a full disk is an error here, not a SIGBUS when a page is first written
+            os.posix_fallocate(fd, 0, nbytes)
         return np.memmap(name, dtype=dtype, mode="w+", shape=shape)
+    except OSError as e:
+        raise spill_error(e) from None
     finally:
+        os.close(fd)
         os.unlink(name)  # the mapping keeps the pages; nothing is left behind after a crash
 
 
@@ -117,17 +141,26 @@ class Column:
 
     def __init__(self, dtype: npt.DTypeLike) -> None:
         self.dtype = np.dtype(dtype)
-        fd, name = tempfile.mkstemp(dir=folder(), suffix=".col")
+        try:
+            fd, name = tempfile.mkstemp(dir=folder(), suffix=".col")
+        except OSError as e:
+            raise spill_error(e) from None
         os.unlink(name)
         self.file = os.fdopen(fd, "w+b")
         self.n = 0
 
     def append(self, values: np.ndarray) -> None:
-        self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        try:
+            self.file.write(np.ascontiguousarray(values, dtype=self.dtype).tobytes())
+        except OSError as e:
+            raise spill_error(e) from None
         self.n += len(values)
 
     def finish(self) -> np.ndarray:
-        self.file.flush()
+        try:
+            self.file.flush()
+        except OSError as e:
+            raise spill_error(e) from None
         try:
             if not spills(self.n * self.dtype.itemsize) or self.n == 0:
                 self.file.seek(0)

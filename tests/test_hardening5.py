@@ -241,3 +241,111 @@ def test_a_busy_peer_says_so_and_is_waited_for(files, monkeypatch, heartbeat) ->
         with pytest.raises(UserError, match="passive1 .*sent no control message within 1.5 s"):
             deploy_run(files, small_cfg(files, "guest"), [p], timeout=1.5)
     p.close()
+
+
+def test_a_checkpoint_that_cannot_be_written_is_one_line_on_both_sides(files, tmp_path, monkeypatch) -> None:
+    """A passive party's checkpoint on a full disk ended in ``OSError`` with a traceback, and the active
+    party was told its peer "went away … restart it with the same flags". Now the passive party prints
+    one line naming its folder and the cause, the active party gets that line as the abort reason,
+    and a ``--serve-forever`` party serves the next run (the control: with space again, it completes)."""
+    import errno
+    import threading
+
+    from securevfl import checkpoint as ck_mod
+    from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles
+    from securevfl.deploy import serve, train_deployed
+    from securevfl.passive_own import from_run
+
+    cfg = small_cfg(files, "guest")
+    real, full = ck_mod.open_new, [True]
+
+    def open_new(path, *a, **kw):
+        if full[0] and "ckp" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(ck_mod, "open_new", open_new)
+    certs = files["certs"]
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=30),
+                     listen="127.0.0.1:0", client="active")
+    own = PartySettings(seed=1, model=from_run(cfg.model, cfg.optim, cfg.train.lr_grid, cfg.data))
+    status: list = []
+    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id", serve_forever=True, own=own,
+                                                            checkpoint=str(tmp_path / "ckp"))), daemon=True)
+    t.start()
+    peers = {"passive1": f"127.0.0.1:{ch.port}"}
+    try:
+        for attempt in ("full", "space"):
+            full[0] = attempt == "full"
+            active = GrpcChannel("active", NetConfig(TLSFiles.load(certs / "active", "active"), timeout=30),
+                                 peers=peers)
+            try:
+                if attempt == "full":
+                    with pytest.raises(UserError) as e:
+                        train_deployed(cfg, active, peers, progress=False, checkpoint=str(tmp_path / f"cka-{attempt}"))
+                    msg = str(e.value)
+                    assert "passive1" in msg and "No space left on device" in msg and "--checkpoint" in msg, msg
+                    assert "went away" not in msg
+                else:
+                    r = train_deployed(cfg, active, peers, progress=False, checkpoint=str(tmp_path / f"cka-{attempt}"))
+                    assert r["utility"]
+            finally:
+                active.close()
+        assert t.is_alive() and not status  # still serving
+    finally:
+        ch.close()
+
+
+def test_a_spill_folder_that_cannot_be_used_is_one_line(tmp_path, monkeypatch, capsys) -> None:
+    """A missing spill folder (or one on a full disk) ended in ``FileNotFoundError``/``OSError`` tracebacks
+    from ``train`` and crashed ``doctor party``, which also said ``ok`` for a folder it could not write.
+    Now both name the folder and the cause; the control: an existing folder."""
+    import pandas as pd
+
+    from securevfl import doctor, spill
+    from securevfl.cli import main
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 3))
+    pd.DataFrame({"id": range(200), "y": (x[:, 0] > 0).astype(int), "a": x[:, 0]}).to_csv(tmp_path / "g.csv",
+                                                                                         index=False)
+    pd.DataFrame({"id": range(200), "b": x[:, 1], "c": x[:, 2]}).to_csv(tmp_path / "h.csv", index=False)
+    argv = ["train", "--dataset", "csv", "--party-file", str(tmp_path / "g.csv"), "--party-file",
+            str(tmp_path / "h.csv"), "--label-column", "y", "--epochs", "1", "--no-progress"]
+    monkeypatch.setattr(spill, "_DIR", None)
+    monkeypatch.setenv("SECUREVFL_SPILL_DIR", str(tmp_path / "nosuch"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: spill folder") and str(tmp_path / "nosuch") in err and "Traceback" not in err
+    checks = doctor.check_resources(tmp_path / "h.csv", [], available=lambda: 2 ** 40)
+    assert any(not c.ok and "does not exist" in c.detail for c in checks)
+    (tmp_path / "spill").mkdir()
+    monkeypatch.setenv("SECUREVFL_SPILL_DIR", str(tmp_path / "spill"))
+    assert all(c.ok for c in doctor.check_resources(tmp_path / "h.csv", [], available=lambda: 2 ** 40))
+    monkeypatch.setattr(spill, "_DIR", None)
+    assert main(argv) == 0
+
+
+def test_a_huge_line_and_a_fifo_are_one_accurate_line(tmp_path, monkeypatch) -> None:
+    """A 2 GB line in a party file raised ``MemoryError`` and then ``IndexError`` while formatting the
+    message (``str(MemoryError())`` is empty); a FIFO or device as party file was "no such file". Now a
+    line over ``SECUREVFL_MAX_LINE_BYTES`` is refused as it streams past (here 3 MB against a 1 MiB cap),
+    and a FIFO is named as what it is. The controls: the same file under a larger cap, a regular file."""
+    import os
+
+    from securevfl.data.blocks import _blocks, check_file
+
+    path = tmp_path / "p.csv"
+    path.write_text("id,a\n1,2\n3," + "9" * 3_000_000 + "\n4,5\n")
+    monkeypatch.setenv("SECUREVFL_MAX_LINE_BYTES", str(1 << 20))
+    with pytest.raises(UserError, match=r"line 3 is longer than 1048576 bytes \(SECUREVFL_MAX_LINE_BYTES\)"):
+        list(_blocks(path))
+    monkeypatch.setenv("SECUREVFL_MAX_LINE_BYTES", str(8 << 20))
+    assert sum(len(b) for b in _blocks(path)) == 3
+    fifo = tmp_path / "f.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError, match="not a regular file"):
+        check_file(fifo)
+    with pytest.raises(UserError, match="no such file"):
+        check_file(tmp_path / "nosuch.csv")
+    assert check_file(path) == ["id", "a"]

@@ -55,6 +55,7 @@ DEFAULT_MAX_MESSAGE_BYTES = 256 * 2 ** 20
 """Largest message either side accepts (gRPC's send and receive limits). A CKKS batch of 2048 rows ×
 64 slots is a few tens of MB; 256 MiB leaves room and still bounds a hostile peer."""
 _POLL = 0.2  # seconds between checks of a waiting receive for an abort or a closed server
+_ABORT = "\x00abort"  # a server's abort, queued on its client's stream behind what it sent before
 HEARTBEAT = "heartbeat"
 """A frame a busy party sends its peers (payload: what it is doing); never queued as a message."""
 HEARTBEAT_EVERY = 10.0
@@ -294,6 +295,8 @@ class GrpcChannel(Channel):
                 if not context.is_active():
                     return
                 continue
+            if kind == _ABORT:  # this stream's run ended here: its reason reaches the client even if the
+                context.abort(grpc.StatusCode.ABORTED, payload.decode())  # server already reset for the next
             yield pack_frame(self.party, kind, payload)
 
     def _on_ping(self, frame: bytes, context: grpc.ServicerContext) -> bytes:
@@ -564,6 +567,8 @@ class GrpcChannel(Channel):
     def abort(self, reason: str) -> None:
         """Tell every peer why this run ends (best effort: the peer may be the reason)."""
         self._aborted = self._aborted or f"{self.party} ended the run: {reason}"
+        if (out := self._stream_out) is not None:  # a server: on its client's stream, after what it sent
+            out.put((_ABORT, self._aborted.encode()))
         for name in self._stubs:
             try:
                 self._stubs[name]["Abort"](pack_frame(self.party, "abort", reason.encode()), timeout=2.0)

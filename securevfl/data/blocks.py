@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,6 +46,9 @@ def check_file(path: Path) -> list[str]:
     """The file's column names as written, after refusing what no reader should try (too many columns,
     repeated names, nested Parquet types)."""
     if not path.is_file():
+        if path.exists():  # a FIFO, a device or a folder: nothing a block reader can measure and re-read
+            raise UserError(f"party file {path}: not a regular file (a folder, a named pipe or a device); give a "
+                            "file on disk")
         raise UserError(f"party file {path}: no such file")
     # the memory is bounded by the block; the disk the columns spill to is not (≈ 20 bytes a cell)
     max_bytes = env_limit("SECUREVFL_MAX_CSV_BYTES", 1 << 40)
@@ -63,7 +68,7 @@ def check_file(path: Path) -> list[str]:
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - any reader failure is the user's file
-        raise UserError(f"party file {path}: cannot read ({str(e).splitlines()[0]})") from None
+        raise UserError(f"party file {path}: cannot read ({_cause(e)})") from None
     _refuse_duplicate_names(path, names)
     return names
 
@@ -79,9 +84,59 @@ def read_table(path: Path) -> pd.DataFrame:
     try:
         if is_parquet(path):
             return pd.read_parquet(path)
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
+        with io.BufferedReader(LineCapped(path, max_line_bytes()), 1 << 20) as f:
+            return pd.read_csv(f, dtype=str, keep_default_na=False)
+    except UserError:
+        raise
+    except MemoryError:
+        raise UserError(f"party file {path}: out of memory while reading it (SECUREVFL_MAX_LINE_BYTES caps a line)"
+                        ) from None
     except Exception as e:  # noqa: BLE001 - any reader failure is the user's file
-        raise UserError(f"party file {path}: cannot read ({str(e).splitlines()[0]})") from None
+        raise UserError(f"party file {path}: cannot read ({_cause(e)})") from None
+
+
+def max_line_bytes() -> int:
+    """The longest line a CSV party file may hold (``SECUREVFL_MAX_LINE_BYTES``, default 64 MiB): a
+    longer one is refused as it streams past, before it is held in memory."""
+    return env_limit("SECUREVFL_MAX_LINE_BYTES", 64 << 20)
+
+
+class LineCapped(io.RawIOBase):
+    """A file read in chunks that refuses a line longer than ``cap`` bytes as it passes (a 2 GB line
+    would otherwise be held whole by the CSV parser: a MemoryError, or the machine's memory)."""
+
+    def __init__(self, path: Path, cap: int) -> None:
+        self.path, self.cap, self.run, self.line = path, cap, 0, 1
+        self.raw = open(path, "rb", buffering=0)  # noqa: SIM115 -- closed with this object
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        n = self.raw.readinto(buf)
+        if not n:
+            return 0
+        chunk = bytes(memoryview(buf)[:n])
+        last = chunk.rfind(b"\n")
+        if last < 0:
+            self.run += n
+        else:
+            self.line += chunk.count(b"\n")
+            self.run = n - last - 1
+        if self.run > self.cap:
+            raise UserError(f"party file {self.path}: line {self.line} is longer than {self.cap} bytes "
+                            "(SECUREVFL_MAX_LINE_BYTES); refused before it was held in memory")
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def _cause(e: BaseException) -> str:
+    """An exception's first line, or its type where it has no text (``str(MemoryError())`` is empty)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _blocks(path: Path, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
@@ -95,12 +150,16 @@ def _blocks(path: Path, columns: list[str] | None = None) -> Iterator[pd.DataFra
                 yield batch.to_pandas()
         else:
             kw = {"usecols": columns} if columns is not None else {}
-            with pd.read_csv(path, dtype=str, keep_default_na=False, chunksize=n, **kw) as reader:
+            with io.BufferedReader(LineCapped(path, max_line_bytes()), 1 << 20) as f, \
+                    pd.read_csv(f, dtype=str, keep_default_na=False, chunksize=n, **kw) as reader:
                 yield from reader
     except UserError:
         raise
+    except MemoryError:
+        raise UserError(f"party file {path}: out of memory while reading it (a line or a cell larger than this "
+                        "machine's free memory; SECUREVFL_MAX_LINE_BYTES caps a line)") from None
     except Exception as e:  # noqa: BLE001 - any reader failure is the user's file
-        raise UserError(f"party file {path}: cannot read ({str(e).splitlines()[0]})") from None
+        raise UserError(f"party file {path}: cannot read ({_cause(e)})") from None
 
 
 def _csv_header(head: bytes) -> list[str]:
