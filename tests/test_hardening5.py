@@ -349,3 +349,30 @@ def test_a_huge_line_and_a_fifo_are_one_accurate_line(tmp_path, monkeypatch) -> 
     with pytest.raises(UserError, match="no such file"):
         check_file(tmp_path / "nosuch.csv")
     assert check_file(path) == ["id", "a"]
+
+
+@pytest.mark.parametrize("ours", [True, False])
+def test_worker_pools_do_not_run_a_script_without_a_main_guard(tmp_path, ours) -> None:
+    """A script that wraps the library without ``if __name__ == "__main__":`` hung: every spawned worker
+    (PSI, Paillier, a sweep) re-imported it, started its own party and waited for a handshake. Our pools
+    start their workers with a stand-in main module: the script runs once. The control: a plain spawn
+    pool runs it again in its workers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    mark = tmp_path / "imports.txt"
+    make = ("from securevfl.procs import spawn_pool\npool = spawn_pool(2)" if ours else
+            "from concurrent.futures import ProcessPoolExecutor\nfrom multiprocessing import get_context\n"
+            "pool = ProcessPoolExecutor(2, mp_context=get_context('spawn'))")
+    script = tmp_path / "wrapper.py"
+    script.write_text(f"import operator, os, sys\nsys.path.insert(0, {str(root)!r})\n"
+                      f"open({str(mark)!r}, 'a').write(f'{{os.getpid()}}\\n')\n{make}\n"
+                      "print(sum(pool.map(operator.neg, [1, 2, 3])))\npool.shutdown()\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    runs = len(mark.read_text().split())
+    if ours:
+        assert out.returncode == 0 and out.stdout.strip() == "-6" and runs == 1, out.stderr
+    else:
+        assert runs > 1  # each worker imported the script

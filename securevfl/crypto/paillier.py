@@ -31,7 +31,6 @@ Naive (``packing: false``): the textbook baseline the benchmark compares against
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import secrets
 import weakref
@@ -44,7 +43,7 @@ from phe import paillier
 
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, he_threads, pack_blobs, unpack_blobs
 from securevfl.errors import UserError
-from securevfl.procs import watch_parent
+from securevfl.procs import spawn_pool, watch_parent
 
 DEFAULTS: dict[str, object] = {"key_bits": 3072, "packing": True, "mask_bits": 40}
 SECURITY = {2048: 112, 3072: 128, 4096: 152, 7680: 192}
@@ -216,9 +215,8 @@ class PaillierBackend(HEBackend):
             return [local(t) for t in tasks]
         if getattr(self, "_pool", None) is None or self._pool_k != k:
             pq = (self.private_key.p, self.private_key.q) if self.private_key is not None else None
-            self._pool = ProcessPoolExecutor(k, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_init_worker,
-                                             initargs=(int(self.n), self.h, self.w, pq, os.getpid()))
+            self._pool = spawn_pool(k, initializer=_init_worker,
+                                    initargs=(int(self.n), self.h, self.w, pq, os.getpid()))
             self._pool_k = k
             weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
         worker = _combine_task if op == "combine" else _decrypt_task

@@ -33,8 +33,6 @@ import hashlib
 import os
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 
 import numpy as np
 
@@ -42,6 +40,7 @@ from securevfl import ecdh
 from securevfl.channel import Endpoint, MessageKind
 from securevfl.errors import UserError
 from securevfl.ids import intersect, sorted_copy
+from securevfl.procs import spawn_pool
 from securevfl.progress import progress_bar
 
 NAME = "x25519-dh-psi/1"
@@ -75,7 +74,7 @@ class Workers:
 
     def __init__(self, n: int = 1) -> None:
         self.n = max(1, int(n))
-        self._pool = ProcessPoolExecutor(self.n, mp_context=get_context("spawn")) if self.n > 1 else None
+        self._pool = spawn_pool(self.n) if self.n > 1 else None
 
     @classmethod
     def for_size(cls, n_ids: int, n: int | None = None) -> Workers:

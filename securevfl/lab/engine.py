@@ -14,13 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from securevfl.errors import UserError
 from securevfl.lab.sweep import Cell
 from securevfl.lab.worker import init_worker
+from securevfl.procs import spawn_pool
 from securevfl.registry import Registry
 
 OnResult = Callable[[dict], None]
@@ -175,8 +175,8 @@ class LocalEngine(Engine):
     def _pool(self) -> ProcessPoolExecutor:
         from securevfl.threads import idle_cores, share_for
 
-        return ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=self.worker_init,
-                                   initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
+        return spawn_pool(self.workers, initializer=self.worker_init,
+                          initargs=(share_for(self.workers, idle=idle_cores()), os.getpid()))
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
