@@ -247,6 +247,12 @@ def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
     try:
         r = train_deployed(cfg, channel, peers, progress=args.progress, checkpoint=args.checkpoint, resume=args.resume,
                            save=args.save)
+    except KeyboardInterrupt:  # Ctrl-C: the passive parties are told why, and the operator what was kept
+        where = _kept_checkpoint(args.checkpoint)
+        channel.abort("the active party's operator interrupted the run (Ctrl-C)" + (
+            "; restart this party with the same flags: the active party resumes the run" if where else ""))
+        raise KeyboardInterrupt(f"interrupted; {where}" if where else "interrupted (no --checkpoint: nothing "
+                                "of the run was kept; rerun it)") from None
     finally:
         if args.record_view is not None:  # also when the run failed: what this party saw up to then
             from securevfl.view import try_write_view
@@ -257,6 +263,19 @@ def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
                 print(f"error: {view_error}", file=sys.stderr)
         channel.close()
     return r, view_error
+
+
+def _kept_checkpoint(folder: str | None) -> str | None:
+    """What an interrupted deployed run kept in ``--checkpoint``, and how to go on (None: no folder)."""
+    if folder is None:
+        return None
+    kept = sorted(Path(folder).glob("*/epoch-*.pt"), key=lambda p: p.stat().st_mtime)
+    if not kept:
+        return (f"no epoch had ended, so {folder} holds no checkpoint of this run yet: restart every passive party "
+                "with the same flags and rerun this command")
+    epoch = kept[-1].stem.removeprefix("epoch-")
+    return (f"the checkpoints of epoch {epoch} are kept in {folder} (each passive party keeps its own): restart every "
+            "passive party with the same flags, then rerun this command with --resume")
 
 
 def _peers(specs: list[str]) -> dict[str, str]:
@@ -795,8 +814,8 @@ def _run(argv: list[str] | None) -> int:
 
         print(f"error: {cap_line(str(e))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"error: {e or 'interrupted'}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early: not an error
         import os

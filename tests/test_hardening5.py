@@ -376,3 +376,50 @@ def test_worker_pools_do_not_run_a_script_without_a_main_guard(tmp_path, ours) -
         assert out.returncode == 0 and out.stdout.strip() == "-6" and runs == 1, out.stderr
     else:
         assert runs > 1  # each worker imported the script
+
+
+def test_ctrl_c_of_a_deployed_active_party_says_what_was_kept(files, tmp_path, capfd) -> None:
+    """Ctrl-C of a deployed active party with ``--checkpoint`` said only ``error: interrupted``, and the
+    passive party that its peer "closed the connection". Now the active party says which epoch's
+    checkpoints are kept and what to run, and the passive party is told the operator interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles
+    from securevfl.deploy import serve
+
+    certs = files["certs"]
+    ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(certs / "passive1", "passive1"), timeout=30),
+                     listen="127.0.0.1:0", client="active")
+    own = PartySettings(seed=1)  # both sides on the default model
+    status: list = []
+    t = threading.Thread(target=lambda: status.append(serve(ch, str(files["host"]), "id", own=own,
+                                                            checkpoint=str(tmp_path / "ckp"))), daemon=True)
+    t.start()
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "securevfl", "train", "--dataset", "csv", "--party-file", str(files["guest"]),
+           "--peer", f"passive1=127.0.0.1:{ch.port}", "--tls", str(certs / "active"), "--label-column", "y",
+           "--epochs", "400", "--seed", "3", "--checkpoint", str(tmp_path / "cka"), "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list((tmp_path / "cka").glob("*/epoch-2.pt")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    t.join(timeout=30)
+    ch.close()
+    assert proc.returncode == 130
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: interrupted; the checkpoints of epoch ") and "--resume" in line, err
+    assert status == [2]
+    assert "the active party's operator interrupted the run" in capfd.readouterr().err
