@@ -423,3 +423,28 @@ def test_ctrl_c_of_a_deployed_active_party_says_what_was_kept(files, tmp_path, c
     assert line.startswith("error: interrupted; the checkpoints of epoch ") and "--resume" in line, err
     assert status == [2]
     assert "the active party's operator interrupted the run" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("folder", ["foreign", "certs"])
+def test_certificates_of_two_certs_runs_are_named_as_such(files, folder) -> None:
+    """Certificates from two ``securevfl certs`` runs gave raw gRPC text (``BAD_SIGNATURE … OK — the TLS
+    handshake failed …``) cut short. Now one line says both folders must come from one ``securevfl
+    certs --out`` folder (the doctor's reach check gives the same line). The control: one folder."""
+    from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles
+
+    p = GrpcChannel("passive1", NetConfig(TLSFiles.load(files["certs"] / "passive1", "passive1"), timeout=5),
+                    listen="127.0.0.1:0", client="active")
+    a = GrpcChannel("active", NetConfig(TLSFiles.load(files[folder] / "active", "active"), timeout=5),
+                    peers={"passive1": f"127.0.0.1:{p.port}"})
+    try:
+        if folder == "foreign":
+            with pytest.raises(UserError) as e:
+                a.wait_ready()
+            msg = str(e.value)
+            assert "must come from one `securevfl certs --out` folder" in msg and "another CA" in msg, msg
+            assert "SSL_ERROR" not in msg and len(msg) < 300
+        else:
+            a.wait_ready()
+    finally:
+        a.close()
+        p.close()

@@ -605,8 +605,12 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
         if net.tls is not None and ("hostname" in low or "no match found for server name" in low):
             tls_hint = f" — its certificate does not name {peer} (wrong party at that address?)"
         elif net.tls is not None and _tls_failure(e):
-            tls_hint = (" — the TLS handshake failed: the peer's certificate is not from our CA or does not name "
-                        f"{peer} (or it rejected ours)")
+            signature = "signature" in low or "unknown ca" in low or "verify" in low
+            why = ("its certificate is signed by another CA than ours" if signature else
+                   f"the peer's certificate is not from our CA or does not name {peer} (or it rejected ours)")
+            # the raw handshake text (OpenSSL's codes) says less than this and would cut the line short
+            return (f"cannot reach {where} ({what}): the TLS handshake failed — {why}: both parties' --tls folders "
+                    "must come from one `securevfl certs --out` folder (securevfl doctor checks it against the peer)")
         elif net.tls is not None and ("connection reset" in low or "closed" in low):
             tls_hint = " — the connection was closed (a peer without TLS, or one that rejected our certificate)"
         return f"cannot reach {where} ({what}): {detail or 'unavailable'}{tls_hint}"
