@@ -448,3 +448,23 @@ def test_certificates_of_two_certs_runs_are_named_as_such(files, folder) -> None
     finally:
         a.close()
         p.close()
+
+
+@pytest.mark.parametrize("std,words", [(0.116, "within ±0.232"), (float("nan"), "one seed per cell")])
+def test_not_moved_says_the_interval_it_judged_by(std, words) -> None:
+    """The first screen said "not moved beyond seed noise" for 0.264 → 0.083 (below the prior) with no
+    word of why: one seed's std was 0.116. It now gives the interval it judged by, and with one seed
+    says that one seed cannot judge."""
+    import pandas as pd
+
+    from securevfl.lab.report.text import _judged_by
+
+    d = pd.DataFrame({"method": ["splitnn", "splitnn"], "defense": ["none", "dp"], "he": ["off", "off"],
+                      "swept": ["", ""], "family": ["none", "gradient"], "mc_value": [0.264, 0.083],
+                      "mc_value_std": [0.02, std], "utility": [0.9, 0.85]})
+    if std != std:
+        d["mc_value_std"] = float("nan")
+    text = _judged_by(d, d.iloc[1], "mc")
+    assert words in text, text
+    if std == std:
+        assert "-0.181" in text or "−0.181" in text

@@ -447,10 +447,24 @@ def recommendation(summary: pd.DataFrame, table: pd.DataFrame, dataset: str,
     if others:
         out.append(f"It also lowers: {', '.join(others)} (change of the attack's value).")
     unmoved = [f"{attack_words(b)} (`{b}`) {_g(ref[f'{b}_value'])} → {_g(cell[f'{b}_value'])}{_beside(cell, b)}"
+               f"{_judged_by(d, cell, b)}"
                for b in attacks if b != a and b not in set(lowered.attack) and not pd.isna(cell.get(f"{b}_value"))]
     if unmoved:  # the sweep's other attacks, so a reader sees all of them (issue 51)
         out.append(f"Not moved beyond seed noise by it: {'; '.join(unmoved)}.")
     return out, a
+
+
+def _judged_by(d: pd.DataFrame, cell: pd.Series, attack: str) -> str:
+    """The interval a change was judged against (a reader sees why 0.264 → 0.083 is "not moved"), or that
+    one seed cannot judge it."""
+    e = defense_effects(d, attack)
+    e = e[(e.method == cell.method) & (e.defense == cell.defense) & (e.he == cell.he)]
+    if e.empty:
+        return ""
+    r = e.iloc[0]
+    if not r.noise > 0:  # one seed (no std): no change can be told from seed noise
+        return " (one seed per cell: it cannot judge a change; run more seeds)"
+    return f" (change {_g(r.delta)}, within ±{_g(2 * r.noise)}: twice the larger seed std of the two cells)"
 
 
 def attack_words(name: str) -> str:
