@@ -201,6 +201,7 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
     label = desc or f"{party.name} serving"
     stage = {"per_epoch": 0, "done": 0}
     bar = progress_bar(None, label, progress, unit="step")
+    ops_done = 0
     try:
         while True:
             msg = ep.recv(ACTIVE, MessageKind.CONTROL)
@@ -230,6 +231,8 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
             op = req["op"]
             if limits is not None:
                 limits.operation(op)
+            ops_done += 1  # a stage of other requests (pre-training, set-up) shows on the line, not "step 0"
+            bar.set_postfix(requests=ops_done, last=op, refresh=False)
             answer: object = None
             if op == "end":
                 report = {"party": party.name, "steps": party.step, "privacy": party.privacy_reports(),

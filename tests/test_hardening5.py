@@ -468,3 +468,28 @@ def test_not_moved_says_the_interval_it_judged_by(std, words) -> None:
     assert words in text, text
     if std == std:
         assert "-0.181" in text or "−0.181" in text
+
+
+def test_pre_training_and_a_busy_passive_party_say_what_they_do(monkeypatch, capfd) -> None:
+    """Pre-training printed nothing, even in one process, and a passive party busy with requests other
+    than supervised steps reported "step 0" for a minute. Now FedHSSL's pre-training has its own line
+    per epoch, and the passive party's line counts the requests it answered and names the last."""
+    from securevfl.cli import main
+
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0")  # a line at every update
+    assert main(["train", "--dataset", "breast-cancer", "--method", "fedhssl", "--epochs", "1",
+                 "--method-param", "ssl_epochs=2"]) == 0
+    err = capfd.readouterr().err
+    assert "fedhssl pre-training: epoch 2/2 (100%)" in err and "cross_loss=" in err, err[-2000:]
+
+
+def test_a_passive_party_busy_with_requests_says_so(files, monkeypatch, capfd) -> None:
+    """A deployed passive party in FedHSSL's pre-training reported "step 0" for as long as it lasted; its
+    line now counts the requests it answered and names the last (here a line every 0.1 s)."""
+    monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0.1")
+    cfg = small_cfg(files, "guest", method="fedhssl", method_params={"ssl_epochs": 3})
+    p = Passive(files, own=PartySettings(seed=1))
+    deploy_run(files, cfg, [p])
+    p.close()
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("passive1 serving")]
+    assert any("requests=" in line and "last=" in line for line in lines), lines[-5:]

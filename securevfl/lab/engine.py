@@ -258,6 +258,8 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     def claimed():  # a cell another live sweep on this store is computing is left to it
         for cell in todo:
             if store.claim(cell.run_id):
+                counts["started"] += 1  # handed to a worker: the line shows cells running before any ends
+                bar.set_postfix(**postfix(), refresh=False)
                 yield cell
             else:
                 counts["elsewhere"] += 1
@@ -271,6 +273,12 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
                        initial=counts["skipped"], dynamic_ncols=width > 0, ncols=None if width > 0 else 80)
 
     attacked = {"attacks": 0, "attack_s": 0.0}
+    counts["started"] = 0
+
+    def postfix() -> dict:
+        running = counts["started"] - counts["ok"] - counts["failed"]
+        return {"running": running, "ok": counts["ok"], "failed": counts["failed"], "attacks": attacked["attacks"],
+                "attack_s": f"{attacked['attack_s']:.0f}"}
 
     def on_result(row: dict) -> None:
         store.put(row)
@@ -279,8 +287,7 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
         for a in (found or {}).values():  # attacks often cost more than the training they attack: count them
             attacked["attacks"] += 1
             attacked["attack_s"] += float(a.get("seconds") or 0.0) if isinstance(a, dict) else 0.0
-        bar.set_postfix(ok=counts["ok"], failed=counts["failed"], attacks=attacked["attacks"],
-                        attack_s=f"{attacked['attack_s']:.0f}")
+        bar.set_postfix(**postfix())
         bar.update(1)
         if row["status"] == "failed":
             bar.write(f"cell {row['method']} / {row['defense']} / seed {row['seed']} failed: {row['error'][:200]}",
@@ -303,6 +310,7 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     finally:
         bar.close()
         store.close()
+    counts.pop("started")
     return counts
 
 

@@ -47,6 +47,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, party_augmentation, ssl_config
 from securevfl.models import build_bottom
 from securevfl.parties import Party
+from securevfl.progress import progress_bar
 from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
 from securevfl.ssl import SSLConfig, neg_cosine
@@ -276,6 +277,7 @@ class FedHSSL(Method):
         assert aligned is not None  # pre-training runs after alignment
         rng = np.random.default_rng(self.ctx.seed + STREAM_HSSL_BATCHES)
         history = []
+        bar = progress_bar(cfg.epochs, f"{self.name} pre-training", self.ctx.progress, unit="epoch")
         for _ in range(cfg.epochs):
             order = spill.take(aligned, spill.permutation(rng, len(aligned)))
             cross = [cross_party_step(fed, order[s:s + cfg.batch_size])
@@ -292,6 +294,9 @@ class FedHSSL(Method):
                 if self.use_pma:
                     pma_round(fed)
             history.append(record)
+            bar.set_postfix(cross_loss=f"{record['cross']:.4g}" if record["cross"] is not None else None)
+            bar.update(1)
+        bar.close()
         return history
 
 

@@ -38,6 +38,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.methods.ssl_common import SSL_PARAMS, pretrain_party_locally, ssl_config
 from securevfl.models import build_head, reset_parameters
 from securevfl.parties import ActiveParty, Party
+from securevfl.progress import phase
 from securevfl.runtime import handles
 
 OP_SCARF = "vflhlp.scarf"
@@ -164,9 +165,11 @@ class VFLHLP(Method):
                     "party's file that the passive parties' files do not hold; simulated: "
                     "partition.active_labels_unaligned: true)")
             record: dict = {}
-            theta1, theta0, encoder = active_pretrain(a, self.ctx.model, fed.n_classes, int(params["pretrain_epochs"]),
-                                                      int(params["pretrain_batch_size"]), float(params["pretrain_lr"]),
-                                                      seed_for(self.ctx.seed, 0) + STREAM_VFLHLP_ACTIVE, record)
+            epochs = int(params["pretrain_epochs"])
+            with phase(f"{self.name} local pre-training ({epochs} epochs)", self.ctx.progress):
+                theta1, theta0, encoder = active_pretrain(
+                    a, self.ctx.model, fed.n_classes, epochs, int(params["pretrain_batch_size"]),
+                    float(params["pretrain_lr"]), seed_for(self.ctx.seed, 0) + STREAM_VFLHLP_ACTIVE, record)
             fed.meta.setdefault("vflhlp", {})["active_pretraining"] = record
             if params["init_active"]:
                 # start at the pre-trained point: encoder Θ^1, head slice Θ^0, and zero weights on the
