@@ -72,6 +72,7 @@ from securevfl.lab.party_settings import PartySettings
 from securevfl.models import ModelConfig, for_head
 from securevfl.parties import PassiveParty
 from securevfl.policy import RequestLimits, ServedRows
+from securevfl.progress import phase
 from securevfl.roles import ACTIVE, passive_name
 from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle, handles, serve_passive
 from securevfl.view import try_write_view
@@ -472,7 +473,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
     # 2. alignment
     channel.netstats.phase = "alignment"
     t_align = time.perf_counter()
-    with ep.busy("aligning IDs"):
+    with ep.busy("aligning IDs"), phase("aligning IDs with the passive parties", progress):
         aligned = psi.align_with(ep, names, own, "plain" if cfg.partition.alignment == "plain" else "psi")
         if len(aligned) == 0:
             raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids "
@@ -485,8 +486,9 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         a_data, ingest = party_data(ACTIVE, table, id_col, aligned, split, cfg.data, labels,
                                     features=cfg.partition.active_features)
     del table
-    remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
-               for n in names]
+    with phase("waiting for the passive parties' set-up (their rows and bottom models)", progress):
+        remotes = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
+                   for n in names]
     # the active party's models from the same seed streams as the simulator's standard_models
     active = build_active(a_data, ep, defenses, cfg.model, cfg.optim, cut, names, n_classes, cfg.seed, device,
                           features=cfg.partition.active_features)
