@@ -124,9 +124,17 @@ def test_every_defense_declares_where_it_runs_what_it_observes_and_whether_it_ca
     import pytest
 
     from defenses import DEFENSES
-    from securevfl.hooks import OBSERVABLES, ActiveStep, LabelTransform, MessageTransform, PartyHook, PassiveStep
+    from securevfl.hooks import (
+        OBSERVABLES,
+        ActiveStep,
+        GradientCheck,
+        LabelTransform,
+        MessageTransform,
+        PartyHook,
+        PassiveStep,
+    )
 
-    points = (MessageTransform, ActiveStep, PassiveStep, LabelTransform, ModelWrap, ExtraLoss)
+    points = (MessageTransform, ActiveStep, PassiveStep, LabelTransform, ModelWrap, ExtraLoss, GradientCheck)
     for name in DEFENSES.names():
         cls = DEFENSES.get(name)
         assert any(issubclass(cls, p) for p in points), name
