@@ -85,8 +85,6 @@ def epsilon(ledger: list[dict], delta: float, accountant: str = "rdp") -> float:
     """(ε, δ) of everything in the ledger; 0 for an empty ledger, inf without noise. ``accountant``:
     ``rdp`` (an upper bound for any ledger) or ``gdp`` (exact, Gaussian entries only)."""
     if accountant == "gdp":
-        from securevfl.lab.audit_bound import gdp_epsilon
-
         mu = ledger_mu(ledger)
         return math.inf if math.isinf(mu) else gdp_epsilon(mu, delta)
     rdp = ledger_rdp(ledger)
@@ -130,3 +128,38 @@ def exponential_mechanism(scores: list[float], sensitivity: float, eps: float, r
     logits = eps * s / (2.0 * sensitivity)
     p = np.exp(logits - logits.max())
     return int(rng.choice(len(s), p=p / p.sum()))
+
+
+# ---------------------------------------------------------------- μ-GDP (Dong, Roth & Su 2022)
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """δ(ε) of μ-GDP (Dong, Roth & Su 2022, Corollary 2.13)."""
+    from scipy.stats import norm  # (slow to import: only where a GDP figure is asked for)
+
+    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The smallest ε at which μ-GDP is (ε, ``delta``)-DP (0 when δ(0) ≤ δ already)."""
+    if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while gdp_delta(mu, hi) > delta:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-9 * max(1.0, hi):
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if gdp_delta(mu, mid) > delta else (lo, mid)
+    return hi
+
+
+def gdp_mu(epsilon: float, delta: float) -> float:
+    """The μ of the Gaussian mechanism that is exactly (``epsilon``, ``delta``)-DP (the largest μ
+    whose δ(ε) is at most ``delta``)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"the f-DP audit needs δ in (0, 1), got {delta}")
+    lo, hi = 1e-9, 1.0
+    while gdp_delta(hi, epsilon) < delta:
+        lo, hi = hi, 2.0 * hi
+    while hi - lo > 1e-9 * hi:
+        mid = (lo + hi) / 2.0
+        lo, hi = (mid, hi) if gdp_delta(mid, epsilon) < delta else (lo, mid)
+    return lo

@@ -392,7 +392,7 @@ def _doctor_train(args: argparse.Namespace) -> list:
     if not all(c.ok for c in checks):
         return checks
     from securevfl.deploy import planned_descriptions
-    from securevfl.lab.party_settings import settings_digest
+    from securevfl.party_settings import settings_digest
 
     descriptions = planned_descriptions(cfg, peers)
     digest = settings_digest(next(iter(descriptions.values())))
@@ -433,7 +433,7 @@ def cmd_party(args: argparse.Namespace) -> int:
         _check_writable_dir(args.checkpoint, "--checkpoint", private=True)
     grpc_mod, net = _net_config(args, args.role)
     _startup_tls(args, args.role)
-    from securevfl.deploy import serve  # heavy (torch): after every flag is checked
+    from securevfl.serve import serve  # heavy (torch): after every flag is checked
 
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",
@@ -457,8 +457,8 @@ def check_party_file(path: str) -> None:
 
 
 def party_settings(args: argparse.Namespace):
-    """``party``'s own privacy settings (:class:`securevfl.lab.party_settings.PartySettings`), checked."""
-    from securevfl.lab.party_settings import PartySettings, check_own
+    """``party``'s own privacy settings (:class:`securevfl.party_settings.PartySettings`), checked."""
+    from securevfl.party_settings import PartySettings, check_own
     from securevfl.settings import parse_keyvalues
 
     he_params = parse_keyvalues("--he-param", args.he_param)  # the one key=value syntax of every command
@@ -483,7 +483,7 @@ _LIMIT_RANGES = {"max_rate": (0, 10 ** 12), "max_lr": (1e-12, 10), "min_batch_fr
 def party_policy(args: argparse.Namespace) -> dict:
     """``party``'s own seed and policy flags, checked (fields of ``PartySettings``)."""
     from securevfl.catalog import check_names  # torch-free: a typo is answered at once
-    from securevfl.lab.party_settings import DIGEST_HEX, PERMISSIONS
+    from securevfl.party_settings import DIGEST_HEX, PERMISSIONS
 
     out: dict = {}
     if args.seed is not None:

@@ -87,6 +87,14 @@ class RunConfig:
         return dataclasses.asdict(self)
 
 
+# top-level run settings that are no grid axis of a sweep (record, mechanism_seed, ...): every cell gets the
+# value, so a new top-level setting is a sweep key without an edit there
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
+                 and f.name not in {"dataset", "method", "seed", "he", "he_params", "defense", "attacks",
+                                    "method_params"})
+"""The top-level run settings a sweep file sets for every cell (securevfl/lab/sweep.py)."""
+
+
 def _coerce(value: object, typ: object, key: str) -> object:
     origin = typing.get_origin(typ)
     if origin in (typing.Union, types.UnionType):

@@ -229,9 +229,9 @@ def about_me() -> dict:
 def passive_verdict(description: dict, own: object, party_file: str, id_column: str) -> dict:
     """A passive party's answer to the active party's doctor: its facts and whether its own settings
     and policy accept ``description`` (the refusal it would give at the run's start), reading no data."""
-    from securevfl.deploy import _method, _model_config
     from securevfl.federation import OptimConfig
-    from securevfl.lab.party_settings import PartySettings, admit, reconcile
+    from securevfl.party_settings import PartySettings, admit, reconcile
+    from securevfl.serve import _method, _model_config
 
     settings = own if isinstance(own, PartySettings) else PartySettings()
     verdict: dict = {**about_me()}

@@ -10,6 +10,7 @@ and a last one when work that printed any ends. Work shorter than the interval p
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
-from securevfl.validate import number
+from securevfl.errors import UserError
 
 # Parties in one process (the tests, the in-process runtime) share stderr: one lock and one write per
 # line, or two threads' lines interleave mid-line (print writes the text and the newline separately).
@@ -28,7 +29,15 @@ _LINE_LOCK = threading.Lock()
 
 def interval() -> float:
     raw = os.environ.get("SECUREVFL_PROGRESS_SECONDS")
-    return 30.0 if not raw else float(number("SECUREVFL_PROGRESS_SECONDS", raw, ge=0))
+    if not raw:
+        return 30.0
+    try:
+        every = float(raw)
+    except ValueError:
+        every = math.nan
+    if not math.isfinite(every) or every < 0:
+        raise UserError(f"SECUREVFL_PROGRESS_SECONDS must be a finite number ≥ 0, got {raw!r}")
+    return every
 
 
 class PlainProgress:

@@ -46,22 +46,22 @@ class RunResult:
 
         Returns:
             The object ``securevfl train --json`` prints and a sweep stores as ``result_json``."""
-        cfg = self.config
-        return json_safe({
-            "dataset": cfg.dataset,
-            "method": cfg.method,
-            "seed": cfg.seed,
-            "defense": cfg.defense,
-            "utility": self.utility,
-            "attacks": self.attacks,
-            "privacy": self.privacy,
-            "cost": self.cost,
-            "partition": self.partition.summary(),
-            "method_info": self.method_info,
-            "warnings": self.warnings,
-            "versions": versions(),
-            "config": cfg.to_dict(),
-        })
+        return run_json(self.config, self.utility, self.attacks, self.privacy, self.cost, self.partition.summary(),
+                        self.method_info, self.warnings)
+
+
+def run_json(cfg: RunConfig, utility: dict, attacks: dict, privacy: dict, cost: dict, partition: dict,
+             method_info: dict, warnings: list[str], transport: dict | None = None) -> dict:
+    """The JSON object of every run: an in-process one (:meth:`RunResult.to_json`, ``train --json``, a
+    sweep's stored row) and a deployed one (:mod:`securevfl.deploy`, which adds ``transport``: the
+    peers, the channel's security and limits, each passive party's report). The one builder, so the
+    records cannot drift apart (issue 62: the deployed one once lacked the commit)."""
+    out = {"dataset": cfg.dataset, "method": cfg.method, "seed": cfg.seed, "defense": cfg.defense,
+           "utility": utility, "attacks": attacks, "privacy": privacy, "cost": cost, "partition": partition}
+    if transport is not None:
+        out["transport"] = transport
+    out |= {"method_info": method_info, "warnings": warnings, "versions": versions(), "config": cfg.to_dict()}
+    return json_safe(out)
 
 
 def json_safe(obj):

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -18,6 +18,9 @@ import torch
 from securevfl.errors import UserError
 from securevfl.files import make_private_dir, open_new
 from securevfl.provenance import versions
+
+if TYPE_CHECKING:
+    from securevfl.data.partition import PartyData
 
 FORMAT = "securevfl-party/2"  # 2: run id, the manifest's own hash, no label facts in a passive folder
 MODEL, PREPROCESSING, MANIFEST = "model.pt", "preprocessing.json", "manifest.json"
@@ -210,3 +213,17 @@ def read_party_folder(folder: Path) -> tuple[dict, dict, dict]:
                            for k, v in prep["numeric"].items()}
     prep["vocab"] = [np.asarray(v, dtype=np.int64) for v in prep.get("vocab", [])]
     return manifest, state, prep
+
+
+def party_rows(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray) -> PartyData:
+    """One party's new rows: the aligned ones, as its test split (what evaluation reads)."""
+    import pandas as pd
+
+    from securevfl.data.partition import PartyData
+
+    pos = pd.Index(ids).get_indexer(aligned)
+    scale = manifest.get("label_scale")
+    return PartyData(manifest["party"], np.arange(X.shape[1]), ids[:0], X[:0], aligned, X[pos],
+                     n_numeric=int(manifest["model"]["n_numeric"]),
+                     cardinalities=tuple(manifest["model"]["cardinalities"]),
+                     label_scale=None if scale is None else (float(scale[0]), float(scale[1])), preprocessing=prep)

@@ -92,8 +92,7 @@ def _table(entries: list[settings.Entry]) -> list[str]:
 
 
 def render() -> str:
-    from securevfl.config import RunConfig
-    from securevfl.lab.sweep import RUN_KEYS
+    from securevfl.config import RUN_KEYS, RunConfig
 
     out = [HEADER.replace("{run_keys}", " and ".join(f"`{k}`" for k in RUN_KEYS))]
     entries = list(settings.walk(RunConfig, sections=True))

@@ -16,7 +16,7 @@ from securevfl import doctor  # noqa: E402
 from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles  # noqa: E402
 from securevfl.cli import main  # noqa: E402
 from securevfl.deploy import serve  # noqa: E402
-from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from securevfl.party_settings import PartySettings  # noqa: E402
 from tests.test_grpc import files as grpc_files  # noqa: E402
 
 files = grpc_files  # per-party files and two federations' certificates (a module fixture)
@@ -137,7 +137,7 @@ def test_the_settings_digest_pins_a_run(files, capsys) -> None:
     that digest accepts the run and refuses any other (another number of epochs here), before data moves."""
     import re
 
-    from securevfl.lab.party_settings import settings_digest
+    from securevfl.party_settings import settings_digest
 
     probe, _ = _serving(files)
     try:

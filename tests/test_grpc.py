@@ -26,7 +26,7 @@ from securevfl.config import RunConfig  # noqa: E402
 from securevfl.deploy import PROTOCOL, serve, train_deployed  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.lab import compose  # noqa: E402,F401 - imported once here, not inside a party's timed wait
-from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from securevfl.party_settings import PartySettings  # noqa: E402
 from securevfl.passive_own import PassiveOwn, from_run, replace_model  # noqa: E402
 from securevfl.roles import party_index, seed_for  # noqa: E402
 
@@ -221,16 +221,16 @@ def same_draws(monkeypatch) -> None:
 
 def capture_cut_layers(monkeypatch) -> list:
     """Every cut layer the deployed parties build (each process's own), for the judge to read keys from."""
-    import securevfl.deploy as deploy_mod
+    import securevfl.serve as serve_mod
 
     layers: list = []
-    real = deploy_mod.make_cut_layer
+    real = serve_mod.make_cut_layer
 
     def capture(*a, **kw):
         layers.append(real(*a, **kw))
         return layers[-1]
 
-    monkeypatch.setattr(deploy_mod, "make_cut_layer", capture)
+    monkeypatch.setattr(serve_mod, "make_cut_layer", capture)
     return layers
 
 

@@ -418,7 +418,7 @@ REFUSED = {  # what the active party asks → this party's own settings → refu
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_party_refuses_settings_that_weaken_its_protection(case):
-    from securevfl.lab.party_settings import PartySettings, reconcile
+    from securevfl.party_settings import PartySettings, reconcile
 
     asked, own, needle = REFUSED[case]
     with pytest.raises(UserError, match=needle.replace("(", r"\(")):
@@ -428,7 +428,7 @@ def test_party_refuses_settings_that_weaken_its_protection(case):
 def test_party_overrides_the_strength_of_its_own_defense():
     """The active party asks for a weaker feature DP than this party set: this party runs its own, says so,
     and keeps the active party's own (label) defense."""
-    from securevfl.lab.party_settings import PartySettings, reconcile
+    from securevfl.party_settings import PartySettings, reconcile
 
     got, notes = reconcile(hello(defense="iso:5+embedding-dp:clip=1,noise=0.01"),
                            PartySettings(defense="embedding-dp:clip=1,noise=2"))
@@ -441,7 +441,7 @@ def test_party_overrides_the_strength_of_its_own_defense():
 def test_party_accepts_and_states_what_it_did_not_decide():
     """Control: settings that match this party's own are accepted; what it left to the active party, and
     every weak setting, is stated (a seed that seeds nothing here is dropped, not used)."""
-    from securevfl.lab.party_settings import PartySettings, reconcile
+    from securevfl.party_settings import PartySettings, reconcile
 
     got, notes = reconcile(hello(defense="embedding-dp:noise=1", mechanism_seed=7), PartySettings(mechanism_seed=7))
     assert got["mechanism_seed"] == 7 and any("not private" in n for n in notes)
@@ -457,7 +457,7 @@ def test_party_accepts_and_states_what_it_did_not_decide():
 
 def test_mixing_auto_is_compared_as_what_it_resolves_to():
     """``auto`` means on under HE: a party requiring mixing on accepts it, and refuses an explicit off."""
-    from securevfl.lab.party_settings import PartySettings, reconcile
+    from securevfl.party_settings import PartySettings, reconcile
 
     reconcile(hello(he="ckks", model={"interactive_mixing": "auto"}), PartySettings(interactive_mixing="on"))
     with pytest.raises(UserError, match="requires on"):

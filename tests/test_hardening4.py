@@ -72,7 +72,7 @@ def test_a_peer_sending_non_finite_values_is_named(monkeypatch, tmp_path_factory
 
     from securevfl.channel import MessageKind
     from securevfl.channel.base import Endpoint
-    from securevfl.lab.party_settings import PartySettings
+    from securevfl.party_settings import PartySettings
     from tests.test_grpc import Passive, deploy, small_cfg
     from tests.test_grpc import files as make_files
 

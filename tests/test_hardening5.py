@@ -12,7 +12,7 @@ from securevfl.errors import UserError
 
 grpc = pytest.importorskip("grpc")
 
-from securevfl.lab.party_settings import PartySettings  # noqa: E402
+from securevfl.party_settings import PartySettings  # noqa: E402
 from securevfl.provenance import versions  # noqa: E402
 from tests.test_grpc import Passive, small_cfg  # noqa: E402
 from tests.test_grpc import deploy as deploy_run  # noqa: E402
@@ -160,9 +160,9 @@ def test_the_passive_partys_id_checks_are_linear_on_string_ids() -> None:
     it serves) now take well under a second each. The control: the same answers as numpy's on a sample."""
     import time
 
-    from securevfl.deploy import _within
     from securevfl.ids import difference, intersect, member
     from securevfl.policy import ServedRows
+    from securevfl.serve import _within
 
     own = _string_ids(200_000)
     aligned = own[::2]
@@ -220,17 +220,16 @@ def test_a_busy_peer_says_so_and_is_waited_for(files, monkeypatch, heartbeat) ->
     import contextlib
     import time
 
-    from securevfl import deploy
+    from securevfl import serve as serve_mod
     from securevfl.channel.grpc import GrpcChannel
 
-    real = deploy.party_data
+    real = serve_mod.party_data
 
-    def slow(name, *a, **kw):
-        if name != "active":
-            time.sleep(3.0)
+    def slow(name, *a, **kw):  # the passive party's set-up
+        time.sleep(3.0)
         return real(name, *a, **kw)
 
-    monkeypatch.setattr(deploy, "party_data", slow)
+    monkeypatch.setattr(serve_mod, "party_data", slow)
     if not heartbeat:
         monkeypatch.setattr(GrpcChannel, "busy", lambda self, party, what: contextlib.nullcontext())
     p = Passive(files, own=PartySettings(seed=1), timeout=1.5)
@@ -405,11 +404,11 @@ def test_ctrl_c_of_a_deployed_active_party_says_what_was_kept(files, tmp_path, c
     env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "securevfl", "train", "--dataset", "csv", "--party-file", str(files["guest"]),
            "--peer", f"passive1=127.0.0.1:{ch.port}", "--tls", str(certs / "active"), "--label-column", "y",
-           "--epochs", "400", "--seed", "3", "--checkpoint", str(tmp_path / "cka"), "--no-progress"]
+           "--epochs", "100000", "--seed", "3", "--checkpoint", str(tmp_path / "cka"), "--no-progress"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not list((tmp_path / "cka").glob("*/epoch-2.pt")):
+        while not list((tmp_path / "cka").glob("*/epoch-*.pt")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
@@ -486,7 +485,18 @@ def test_pre_training_and_a_busy_passive_party_say_what_they_do(monkeypatch, cap
 def test_a_passive_party_busy_with_requests_says_so(files, monkeypatch, capfd) -> None:
     """A deployed passive party in FedHSSL's pre-training reported "step 0" for as long as it lasted; its
     line now counts the requests it answered and names the last (here a line every 0.1 s)."""
+    import time
+
+    from securevfl import runtime
+
     monkeypatch.setenv("SECUREVFL_PROGRESS_SECONDS", "0.1")
+    real = runtime.decode_json
+
+    def slow(msg):  # each request takes a while, as on a real network: the ticker's lines fall among them
+        time.sleep(0.03)
+        return real(msg)
+
+    monkeypatch.setattr(runtime, "decode_json", slow)
     cfg = small_cfg(files, "guest", method="fedhssl", method_params={"ssl_epochs": 3})
     p = Passive(files, own=PartySettings(seed=1))
     deploy_run(files, cfg, [p])

@@ -16,11 +16,12 @@ from attacks.feature.fr import r2_per_feature  # noqa: E402
 from attacks.feature.init_inversion import first_training_batch  # noqa: E402
 from attacks.feature.sign_probe import best_r2, recover  # noqa: E402
 from securevfl import deploy  # noqa: E402
+from securevfl import serve as serve_mod  # noqa: E402
 from securevfl.channel import MessageKind  # noqa: E402
 from securevfl.channel.codec import encode_batch_request  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
-from securevfl.lab.party_settings import PartySettings, settings_digest  # noqa: E402
 from securevfl.methods.splitnn import SplitNN  # noqa: E402
+from securevfl.party_settings import PartySettings, settings_digest  # noqa: E402
 from securevfl.policy import RequestLimits  # noqa: E402
 from securevfl.runtime import handles  # noqa: E402
 from tests.test_grpc import Passive, small_cfg  # noqa: E402
@@ -44,13 +45,13 @@ def _old_limits(settings, method, hello, resumes=False) -> RequestLimits:
 def ground_truth(monkeypatch) -> dict:
     """The passive party's encoded rows, for scoring only (the adversary never reads this)."""
     captured: dict = {}
-    real = deploy.build_passive
+    real = serve_mod.build_passive
 
     def capture(data, *a, **kw):
         captured["data"] = data
         return real(data, *a, **kw)
 
-    monkeypatch.setattr(deploy, "build_passive", capture)
+    monkeypatch.setattr(serve_mod, "build_passive", capture)
     return captured
 
 
@@ -114,7 +115,7 @@ def test_gradient_steering_recovers_no_feature(files, monkeypatch, ground_truth,
     if case.endswith("search"):  # a learning-rate search of 3 rates: the run needs 1 snapshot and 4 restores
         cfg.train.lr_grid = [0.01, 0.05, 0.1]
     if case == "control: old limits":
-        monkeypatch.setattr(deploy, "run_limits", _old_limits)
+        monkeypatch.setattr(serve_mod, "run_limits", _old_limits)
     if pinned:
         desc = deploy.planned_descriptions(cfg, {"passive1": "x"})["passive1"]
         own.expect_settings = settings_digest(desc)

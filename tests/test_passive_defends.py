@@ -16,12 +16,13 @@ pytest.importorskip("grpc")
 from attacks.feature.fr import r2_per_feature  # noqa: E402
 from attacks.feature.init_inversion import first_training_batch, invert_release  # noqa: E402
 from securevfl import deploy  # noqa: E402
+from securevfl import serve as serve_mod  # noqa: E402
 from securevfl.channel import MessageKind  # noqa: E402
 from securevfl.channel.base import Endpoint  # noqa: E402
 from securevfl.errors import UserError  # noqa: E402
 from securevfl.federation import fresh_bottom  # noqa: E402
-from securevfl.lab.party_settings import PERMISSIONS, PartySettings  # noqa: E402
 from securevfl.models import for_head  # noqa: E402
+from securevfl.party_settings import PERMISSIONS, PartySettings  # noqa: E402
 from securevfl.policy import RequestLimits, ServedRows, Snapshots  # noqa: E402
 from securevfl.roles import seed_for  # noqa: E402
 from tests.test_grpc import Passive, small_cfg  # noqa: E402
@@ -52,13 +53,13 @@ def test_the_first_message_does_not_invert_without_the_passive_seed(files, monke
     old behaviour, the control) it recovers most of the features (R² 0.86 here, 0.99 at the issue's batch of
     1,000 on the whole file)."""
     captured = {}
-    real_build = deploy.build_passive
+    real_build = serve_mod.build_passive
 
     def capture(data, *args, **kw):  # ground truth for scoring only: the passive party's own rows
         captured["data"] = data
         return real_build(data, *args, **kw)
 
-    monkeypatch.setattr(deploy, "build_passive", capture)
+    monkeypatch.setattr(serve_mod, "build_passive", capture)
     cfg = small_cfg(files, "guest", model__hidden=(32,), model__cut_dim=16, train__batch_size=64)
     own = PartySettings() if passive_seed == "own" else PartySettings(seed=seed_for(cfg.seed, 1))
     p = Passive(files, own=own)

@@ -21,8 +21,8 @@ from securevfl.config import RunConfig  # noqa: E402
 from securevfl.deploy import serve, train_deployed  # noqa: E402
 from securevfl.errors import ProtocolError, UserError  # noqa: E402
 from securevfl.lab.compose import execute  # noqa: E402
-from securevfl.lab.party_settings import PERMISSIONS, PartySettings  # noqa: E402
 from securevfl.methods import METHODS  # noqa: E402
+from securevfl.party_settings import PERMISSIONS, PartySettings  # noqa: E402
 from securevfl.roles import seed_for  # noqa: E402
 from securevfl.view import read_view, received, write_view  # noqa: E402
 

@@ -240,7 +240,7 @@ class FeatureSpaceHijacking(FeatureAttack):
     @staticmethod
     def deployed_limits(target: AttackTarget) -> Any:
         """A deployed passive party's own limits (as :class:`attacks.feature.sign_probe.SignProbe` puts them)."""
-        from securevfl.lab.party_settings import PartySettings
+        from securevfl.party_settings import PartySettings
         from securevfl.policy import RequestLimits
 
         own = PartySettings()

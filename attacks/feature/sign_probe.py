@@ -166,7 +166,7 @@ class SignProbe(Attack):
 
         limits = None
         if self.config["limits"]:
-            from securevfl.lab.party_settings import PartySettings
+            from securevfl.party_settings import PartySettings
             from securevfl.policy import RequestLimits
 
             own = PartySettings()

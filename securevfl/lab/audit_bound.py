@@ -21,6 +21,8 @@ import math
 import numpy as np
 from scipy.stats import binom, norm
 
+from defenses.accounting import gdp_delta, gdp_epsilon, gdp_mu  # noqa: F401  (the accountants' GDP maths)
+
 
 def _check(m: int, r: int, v: int, delta: float) -> None:
     if not 0 <= v <= r <= m:
@@ -76,38 +78,6 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float = 0.0, confidence: 
 # is exactly (ε, δ)-DP: the claim DP-SGD's accounting makes. We implement the paper's recursive bound
 # on the guessing game (its "audit_rh_with_cap"; our reading checked against DeepMind's jax_privacy
 # auditing library) for one-sided guesses: r guesses "S_i = +1", v of them right.
-
-
-def gdp_delta(mu: float, epsilon: float) -> float:
-    """δ(ε) of μ-GDP (Dong, Roth & Su 2022, Corollary 2.13)."""
-    return float(norm.cdf(-epsilon / mu + mu / 2) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2))
-
-
-def gdp_epsilon(mu: float, delta: float) -> float:
-    """The smallest ε at which μ-GDP is (ε, ``delta``)-DP (0 when δ(0) ≤ δ already)."""
-    if mu <= 0 or gdp_delta(mu, 0.0) <= delta:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while gdp_delta(mu, hi) > delta:
-        lo, hi = hi, 2.0 * hi
-    while hi - lo > 1e-9 * max(1.0, hi):
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if gdp_delta(mu, mid) > delta else (lo, mid)
-    return hi
-
-
-def gdp_mu(epsilon: float, delta: float) -> float:
-    """The μ of the Gaussian mechanism that is exactly (``epsilon``, ``delta``)-DP (the largest μ
-    whose δ(ε) is at most ``delta``)."""
-    if not 0 < delta < 1:
-        raise ValueError(f"the f-DP audit needs δ in (0, 1), got {delta}")
-    lo, hi = 1e-9, 1.0
-    while gdp_delta(hi, epsilon) < delta:
-        lo, hi = hi, 2.0 * hi
-    while hi - lo > 1e-9 * hi:
-        mid = (lo + hi) / 2.0
-        lo, hi = (mid, hi) if gdp_delta(mid, epsilon) < delta else (lo, mid)
-    return lo
 
 
 def gdp_refutes(mu: float, m: int, r: int, v: int, beta: float) -> bool:

@@ -18,11 +18,11 @@ import pandas as pd
 from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data.csvsource import align_ids, encode_file_rows, read_party_file
-from securevfl.data.partition import Partition, PartyData
+from securevfl.data.partition import Partition
 from securevfl.errors import UserError
 from securevfl.federation import build_federation
-from securevfl.lab.compose import defense_hooks  # the composition layer owns the defense registry
-from securevfl.saved import MANIFEST, read_manifest, read_party_folder
+from securevfl.pipeline import defense_hooks
+from securevfl.saved import MANIFEST, party_rows, read_manifest, read_party_folder
 from securevfl.training import SplitTrainer
 
 
@@ -103,16 +103,6 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
     return {"rows_read": [len(i) for i in id_sets], "rows_scored": len(order), "out": str(out)}
 
 
-def party_rows(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray) -> PartyData:
-    """One party's new rows: the aligned ones, as its test split (what evaluation reads)."""
-    pos = pd.Index(ids).get_indexer(aligned)
-    scale = manifest.get("label_scale")
-    return PartyData(manifest["party"], np.arange(X.shape[1]), ids[:0], X[:0], aligned, X[pos],
-                     n_numeric=int(manifest["model"]["n_numeric"]),
-                     cardinalities=tuple(manifest["model"]["cardinalities"]),
-                     label_scale=None if scale is None else (float(scale[0]), float(scale[1])), preprocessing=prep)
-
-
 def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, channel: Any,
                      peers: dict[str, str]) -> dict:
     """``securevfl predict --peer``: score new rows as the active party while each passive party, in its
@@ -126,12 +116,11 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
         peers: passive party name → address.
     Returns:
         A summary (rows read, scored, output path)."""
-    from securevfl.channel import MessageKind
-    from securevfl.data import psi
-    from securevfl.federation import Federation, build_active
+    from securevfl.deploy import align_over, open_run, remote_federation
+    from securevfl.federation import build_active
     from securevfl.models import for_head
     from securevfl.roles import ACTIVE
-    from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle
+    from securevfl.runtime import PROTOCOL
 
     check_out(out)
     folder = Path(model_dir) / ACTIVE
@@ -150,29 +139,23 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     ep = channel.endpoint(ACTIVE)
     channel.wait_ready()
     mode = "plain" if cfg.partition.alignment == "plain" else "psi"
-    for name in names:
-        ep.send_json(name, MessageKind.CONTROL, {"op": "predict", "protocol": PROTOCOL, "party": name,
-                                                 "run_id": manifest["run_id"], "alignment": mode,
-                                                 "cut_dim": cfg.model.cut_dim})
-    for name in names:
-        reply = ep.recv_json(name, MessageKind.CONTROL)
-        if not isinstance(reply, dict) or "error" in reply:
-            raise UserError(f"{name}: {reply.get('error') if isinstance(reply, dict) else reply!r}")
-    aligned = psi.align_with(ep, names, ids, mode)
-    if len(aligned) == 0:
-        raise UserError("the party files share no IDs")
+    # the steps of every active party's set-up over a channel (securevfl/deploy.py), as training takes them
+    open_run(ep, {name: {"op": "predict", "protocol": PROTOCOL, "party": name, "run_id": manifest["run_id"],
+                         "alignment": mode, "cut_dim": cfg.model.cut_dim} for name in names})
+    aligned = align_over(ep, names, ids, mode, progress=False)
     data = party_rows(manifest, prep, ids, X, aligned)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
-    active = build_active(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, names, n_classes, cfg.seed)
-    active.load_own(folder)
-    handles = [PassiveHandle(n, ep) for n in names]
-    fed = Federation(channel, active, handles, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
-                     regression=manifest["task"] == "regression")
+    def build() -> Any:
+        active = build_active(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, names, n_classes, cfg.seed)
+        active.load_own(folder)
+        return active
+
+    fed = remote_federation(channel, build, names, cut, n_classes, manifest["task"] == "regression", ready=False)
     order = aligned[np.argsort(pd.Index(ids).get_indexer(aligned))]  # this file's row order
     scores = SplitTrainer(fed, cfg.train, cfg.seed, progress=False).predict_proba(order, "test")
-    for h in handles:
-        h.end()
+    for h in fed.passives:
+        h.end()  # type: ignore[attr-defined]
     _write(_predictions(manifest, prep["id_column"], order, scores), Path(out))
     if len(ids) > len(order):
         print(f"note: {len(ids) - len(order)} rows of {party_file} are not in every party's file and were not scored",

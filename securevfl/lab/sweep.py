@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from securevfl.config import RunConfig, apply_dict, load_config_file
+from securevfl.config import RUN_KEYS, RunConfig, apply_dict, load_config_file
 from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
 from securevfl.lab.search import with_params
@@ -73,11 +73,6 @@ _LIST_KEYS = {"party_files", "id_columns", "drop_columns", "categorical", "numer
 _PARTITION_ALIASES = {"parties": "n_parties", "labeled": "n_labeled"}
 _GRID_KEYS = {"name", "dataset", "methods", "defenses", "attacks", "attack_search", "he", "seeds", "train", "model",
               "optim", "save", "max_cells"}
-# top-level run settings that are no grid axis (record, mechanism_seed, ...): every cell gets the value, so a
-# new top-level setting is a sweep key without an edit here
-RUN_KEYS = tuple(f.name for f in dataclasses.fields(RunConfig) if not dataclasses.is_dataclass(f.default_factory)
-                 and f.name not in {"dataset", "method", "seed", "he", "he_params", "defense", "attacks",
-                                    "method_params"})
 _TOP_KEYS = _GRID_KEYS | set(RUN_KEYS)
 
 
