@@ -11,7 +11,7 @@ import securevfl
 ROOT = Path(securevfl.__file__).parent
 DEFENSES = ROOT.parent / "defenses"
 LAB = ROOT / "lab"
-LAUNCHERS = {ROOT / "cli.py"}
+LAUNCHERS = set((ROOT / "cli").rglob("*.py"))
 """The command line launches the lab's commands (each imports its part lazily)."""
 
 
