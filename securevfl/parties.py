@@ -9,7 +9,11 @@ are set only by its own methods (:meth:`Party.__setattr__`): with parties in sep
 nothing else could. A method changes what a party holds between stages through the party's own
 methods (:meth:`Party.install`, :meth:`Party.reset_optimizer`, ...), and keeps its own per-party
 state (FedHSSL's encoders and optimizers, Entity Augmentation's sampler) in the one slot
-:attr:`Party.method_state`."""
+:attr:`Party.method_state`.
+
+Why one file (about 640 lines): the active and passive parties share :class:`Party`'s state,
+checkpoint and save logic; the cut-layer ends are in cutlayer.py.
+"""
 
 from __future__ import annotations
 

@@ -446,7 +446,7 @@ def test_a_killed_worker_costs_at_most_its_cell(tmp_path, monkeypatch, fn):
 HOLDER = """
 import json, os, sys, time
 from securevfl.crypto.backend import set_he_threads
-from securevfl.crypto.ckks import _scratch
+from securevfl.crypto.seal_wire import _scratch
 from securevfl.crypto.paillier import PaillierBackend
 set_he_threads(2)
 b = PaillierBackend({"key_bits": 2048})

@@ -282,7 +282,7 @@ def complex_slots(ct, ctx) -> np.ndarray:
 
 def as_seal(ct, ctx):
     """A SEAL ciphertext from a TenSEAL vector (P's own [[t]]) or received product bytes."""
-    from securevfl.crypto.ckks import seal_loads
+    from securevfl.crypto.seal_wire import seal_loads
 
     if isinstance(ct, bytes):
         return seal_loads(ctx.seal_context().data, ct)
@@ -333,7 +333,7 @@ def plaintext_coeffs(ct, ctx) -> tuple[np.ndarray, float]:
     (written uncompressed in SEAL's format), leave NTT form with SEAL's evaluator, compose the RNS."""
     import tenseal.sealapi as sealapi
 
-    from securevfl.crypto.ckks import raw_ciphertext
+    from securevfl.crypto.seal_wire import raw_ciphertext
 
     ct = as_seal(ct, ctx)
     seal_ctx = ctx.seal_context().data

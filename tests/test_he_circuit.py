@@ -24,8 +24,9 @@ import tenseal.sealapi as sealapi
 
 from securevfl.crypto import tiles
 from securevfl.crypto.bfv import FLOOD_HI, FLOOD_SHIFT, PLAIN_BITS, BFVBackend
-from securevfl.crypto.ckks import CKKSBackend, proto_blobs, seal_loads
+from securevfl.crypto.ckks import CKKSBackend
 from securevfl.crypto.protocol import fixed, real
+from securevfl.crypto.seal_wire import proto_blobs, seal_loads
 from securevfl.interactive import Drbg
 
 F = 20

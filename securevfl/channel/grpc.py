@@ -20,6 +20,9 @@ Failures become :class:`~securevfl.errors.UserError` (one ``error:`` line): a pe
 refuses the TLS handshake (foreign CA, wrong party name), goes away mid-run, sends nothing within
 ``timeout`` seconds, or sends a message over ``max_message_bytes`` (gRPC's own limit on both sides,
 set to the same value). A malformed frame is refused with INVALID_ARGUMENT; the server stays up.
+
+Why one file (about 640 lines): the server and client halves of one channel share its queues,
+streams, heartbeats and abort handling.
 """
 
 from __future__ import annotations

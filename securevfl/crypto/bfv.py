@@ -35,6 +35,10 @@ backend is built).
 Parameters: ``poly_modulus_degree`` 16384 (coefficient modulus 6 × 60 bits = 360 ≤ the 438 the
 HomomorphicEncryption.org standard allows for 128-bit security; 32768 doubles the slots),
 ``mask_bits`` κ 40 (40..128). SEAL's calls hold Python's lock, so BFV runs on one core.
+
+Why one file (about 700 lines): CRT-BFV's slots, layouts, masks and the SEAL calls that carry them
+are one scheme; SEAL's wire format is in seal_wire.py, the rotation layouts in ckks_rotations.py,
+OpenFHE's backend in openfhe_bfv.py.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ import tenseal.sealapi as sealapi
 from securevfl.crypto import ckks_rotations as rot
 from securevfl.crypto import tiles
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, bits_of, pack_blobs, unpack_blobs
-from securevfl.crypto.ckks import SIGMA, raw_ciphertext, seal_dumps, seal_load, seal_loads
+from securevfl.crypto.ckks import SIGMA
+from securevfl.crypto.seal_wire import raw_ciphertext, seal_dumps, seal_load, seal_loads
 from securevfl.errors import UserError
 
 COEFF_BITS = (60,) * 6  # 5 data primes and the special prime

@@ -1,4 +1,5 @@
 """The lab: composition of methods with defenses and attacks, sweeps, store and reports.
 
-This is the only part of ``securevfl`` allowed to import the top-level ``attacks`` and
-``defenses`` packages (a test enforces it)."""
+The top layer (docs/architecture.md): the only part of ``securevfl`` that imports the ``attacks``
+package; nothing below it (the run pipeline, a party's process, the defenses) imports the lab
+(tests/test_layering.py enforces both)."""

@@ -37,6 +37,9 @@ Keys (errors name the offending key, e.g. ``defenses[2].dp.noise``):
   mechanism seed derived from this one and the cell's configuration, so no two cells (nor two
   seeds of one cell) share noise; every such run is marked "not private (mechanism seed fixed)".
   Without it (the default) every cell draws its noise from the OS CSPRNG.
+
+Why one file (about 680 lines): the sweep file's schema, its validation (messages naming the key
+and line) and the expansion into cells read the same YAML nodes.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ quotes the run and never a typed-in number.
 
 Flow as in the sweep report: store → tidy frame (one row per run with its counters) → paired table
 → figure and sentences → ``report.md`` + ``report.html``.
+
+Why one file (about 780 lines): the claims schema, the paired statistics and the verdict sentences
+read one table shape per claim; the split the main report has (claims, frame, text, figures) is still
+to do (issue 62).
 """
 
 from __future__ import annotations
