@@ -23,12 +23,12 @@ import torch
 import yaml
 
 from defenses import parse_defense
+from securevfl import pipeline
 from securevfl.channel import MessageKind
 from securevfl.channel.codec import decode_array
 from securevfl.config import RunConfig
 from securevfl.data import partition as partition_mod
 from securevfl.data.registry import load_dataset
-from securevfl.lab import compose
 from securevfl.lab.compose import execute
 from securevfl.result import NOT_PRIVATE
 from tests.golden_runs import pinned_threads
@@ -173,7 +173,7 @@ def passive_view(monkeypatch, flip_row: int | None, stratify: bool) -> tuple[lis
         y = ds.y.copy()
         y[flip_row] = 1 - y[flip_row]
         ds = dataclasses.replace(ds, y=y)
-    monkeypatch.setattr(compose, "load_dataset", lambda *a, **k: ds)
+    monkeypatch.setattr(pipeline, "load_dataset", lambda *a, **k: ds)
     if stratify:
         monkeypatch.setattr(partition_mod, "label_free_test_split", lambda n, f, rng: stratified_split(n, f, rng, ds.y))
     cfg = RunConfig(dataset="breast-cancer", method="splitnn", seed=5, record=True)

@@ -181,6 +181,7 @@ class GrpcChannel(Channel):
         self._streams: dict[str, queue.Queue[bytes | None]] = {}  # client: the frames to send on each peer's stream
         self._stream_errors: dict[str, grpc.RpcError] = {}  # client: why a peer's stream ended
         self._stream_out: queue.Queue[tuple[str, bytes]] | None = None  # server: what the client's stream carries back
+        self._stream_peer: str | None = None  # server: the address of the connection the run's stream came on
         self._closing = False
         self._channels: list[grpc.Channel] = []
         self.port: int | None = None
@@ -260,8 +261,16 @@ class GrpcChannel(Channel):
     def _on_stream(self, frames, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
         """One run's stream: what the client sends is queued per (src, kind) as it arrives (a thread
         reads it), and what this party sends to the client goes back on the same stream."""
+        deadline = time.monotonic() + self.net.timeout
+        while self._stream_out is not None and context.is_active():
+            # a server still ending its previous run (sending its refusal, draining): this run's stream
+            # starts once that run is reset, so nothing of it (its abort, its queues) reaches this one
+            if time.monotonic() >= deadline:
+                context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.party} is still ending its previous run")
+            time.sleep(_POLL / 4)
         out: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._stream_out = out
+        self._stream_peer = context.peer()  # this run's connection: an abort from another is an earlier run's
         failed: list[tuple[grpc.StatusCode, str]] = []
         names = peer_names(context) if self.net.tls is not None else set()
 
@@ -318,6 +327,8 @@ class GrpcChannel(Channel):
         src, _, payload = self._caller(frame, context)
         if self._idle:  # the active party's abort of a run this server already ended (e.g. after its refusal)
             return b""
+        if self._stream_peer is not None and context.peer() != self._stream_peer:
+            return b""  # a late abort of an earlier run (another connection of the active party): not this run's
         self._aborted = f"{src} ended the run: {payload.decode(errors='replace')}"
         return b""
 
@@ -560,6 +571,7 @@ class GrpcChannel(Channel):
             self._inbox.clear()
             self._outbox.clear()
         self._stream_out = None  # the next run comes on a stream of its own
+        self._stream_peer = None
         self._idle = True
         self._aborted = None
         self._heard = {}
