@@ -226,9 +226,15 @@ def about_me() -> dict:
     return {"version": __version__, "protocol": PROTOCOL, "time": time.time()}
 
 
+REFUSED_WAIT_S = 5.0
+"""How long the doctor waits on a peer that refuses connections (a party still starting) before it
+says nothing listens there (issue 63: a wrong port took the whole timeout, 2 minutes)."""
+
+
 def passive_verdict(description: dict, own: object, party_file: str, id_column: str) -> dict:
     """A passive party's answer to the active party's doctor: its facts and whether its own settings
     and policy accept ``description`` (the refusal it would give at the run's start), reading no data."""
+    from securevfl.data.blocks import check_file
     from securevfl.federation import OptimConfig
     from securevfl.party_settings import PartySettings, admit, reconcile
     from securevfl.serve import _method, _model_config
@@ -239,6 +245,10 @@ def passive_verdict(description: dict, own: object, party_file: str, id_column: 
         hello, notes = reconcile(description, settings)
         method = _method(hello, _model_config(hello["model"]), OptimConfig(**hello["optim"]), int(hello["seed"]))
         notes += admit(hello, settings, method)
+        label = (hello.get("data") or {}).get("label_column")
+        if label and label in check_file(Path(party_file)):  # the real run refuses it when it reads the file
+            raise UserError(f"party file {party_file}: holds the run's label column {label!r}; labels belong to the "
+                            "active party only (drop that column from this party's file)")
         verdict.update(accepted=True, notes=notes)
     except UserError as e:
         verdict.update(accepted=False, reason=str(e))
@@ -255,7 +265,7 @@ def check_peers(channel: object, peers: dict[str, str], descriptions: dict[str, 
     out = []
     for name, addr in peers.items():
         try:
-            channel.wait_ready_peer(name)  # type: ignore[attr-defined]
+            channel.wait_ready_peer(name, refused_for=REFUSED_WAIT_S)  # type: ignore[attr-defined]
         except UserError as e:
             out.append(Check(f"reach {name}", False, str(e)))
             continue

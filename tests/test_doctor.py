@@ -165,3 +165,38 @@ def test_the_settings_digest_pins_a_run(files, capsys) -> None:
             str(files["certs"] / "passive1"), "--party-file", str(files["host"])]
     assert main([*base, "--expect-settings", "not-hex"]) == 2
     assert "--expect-settings 'not-hex': expected the 16 hex digits" in capsys.readouterr().err
+
+
+def test_a_wrong_port_and_a_passive_label_column_fail_in_seconds(files, tmp_path, capsys) -> None:
+    """Issue 63: ``doctor train`` against a port nothing listens on waited its whole ``--timeout`` (2 min)
+    in silence; it now says at once that the peer refuses connections and fails within seconds, naming
+    what to check. A passive file holding the run's label column passed every check; the passive party's
+    answer now fails it, as the real run would (the control: its own file passes, test_the_peers_checks)."""
+    import time
+
+    import pandas as pd
+
+    from securevfl.doctor import passive_verdict
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    assert main(["doctor", "train", "--dataset", "csv", "--party-file", str(files["guest"]), "--label-column", "y",
+                 "--peer", f"passive1=127.0.0.1:{port}", "--tls", str(files["certs"] / "active"),
+                 "--timeout", "120"]) == 2
+    assert time.monotonic() - t0 < 15
+    got = capsys.readouterr()
+    assert "FAIL reach passive1" in got.out and "connection refused" in got.out and "--listen" in got.out
+    assert "refuses connections" in got.err
+    host = pd.read_csv(files["host"])
+    host["y"] = 0
+    bad = tmp_path / "host_with_label.csv"
+    host.to_csv(bad, index=False)
+    ch, _ = _serving(files)
+    try:
+        ch.doctor = lambda d: passive_verdict(d, PartySettings(), str(bad), "id")
+        assert _doctor_train(files, ch) == 2
+        assert "FAIL policy passive1" in (out := capsys.readouterr().out) and "label column 'y'" in out
+    finally:
+        ch.close()

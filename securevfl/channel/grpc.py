@@ -31,6 +31,7 @@ import json
 import os
 import queue
 import struct
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -397,10 +398,16 @@ class GrpcChannel(Channel):
         for name in self.peers:
             self.wait_ready_peer(name)
 
-    def wait_ready_peer(self, name: str) -> None:
-        """Block until peer ``name`` accepts a connection (TLS included), or fail with the reason."""
+    def wait_ready_peer(self, name: str, refused_for: float | None = None) -> None:
+        """Block until peer ``name`` accepts a connection (TLS included), or fail with the reason.
+
+        A refused connection (nothing listens there: a party still starting, a wrong port, a firewall
+        that rejects) is said once on stderr at once, and waited out for ``refused_for`` seconds at most
+        (None: the timeout; the doctor gives a few seconds, so a wrong port is reported in seconds)."""
         addr = self.peers[name]
-        deadline = time.monotonic() + self.net.timeout
+        start = time.monotonic()
+        deadline = start + self.net.timeout
+        said = False
         while True:
             try:  # answers only once connected (TLS verified both ways) and this party is authorised
                 self._stubs[name]["Ping"](pack_frame(self.party, "ping", b""), timeout=min(2.0, self.net.timeout))
@@ -408,7 +415,14 @@ class GrpcChannel(Channel):
             except grpc.RpcError as e:
                 retry = e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
                     and not _tls_failure(e)  # a refused handshake will not fix itself: say so at once
-                if not retry or time.monotonic() >= deadline:
+                refused = _refused(e)
+                if refused and not said:
+                    print(f"{self.party}: {name} at {addr} refuses connections (nothing listens there yet); "
+                          "waiting for it — check that `securevfl party` runs there, the port, and the firewall",
+                          file=sys.stderr, flush=True)
+                    said = True
+                end = min(deadline, start + refused_for) if refused and refused_for is not None else deadline
+                if not retry or time.monotonic() >= end:
                     raise UserError(describe_rpc_error(e, name, addr, "connect", self.net)) from None
                 time.sleep(_POLL)
 
@@ -614,6 +628,10 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
     if code == grpc.StatusCode.UNAVAILABLE and what != "connect":  # connected and past the handshake
         return (f"{where} went away mid-run ({what}): {detail or 'unavailable'} — the peer's process stopped or "
                 "its machine became unreachable; restart it with the same flags")
+    if code == grpc.StatusCode.UNAVAILABLE and _refused(e):
+        return (f"cannot reach {where} ({what}): connection refused — nothing listens there: check that "
+                f"`securevfl party` runs on that host with --listen on port {addr.rsplit(':', 1)[-1]}, and that no "
+                "firewall rejects the port")
     if code == grpc.StatusCode.UNAVAILABLE:
         tls_hint = ""
         low = detail.lower()
@@ -644,6 +662,11 @@ def describe_rpc_error(e: grpc.RpcError, peer: str, addr: str, what: str, net: N
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return f"{where} refused us ({what}): {detail}"
     return f"{where} ({what}): {code.name.lower()}: {detail}"
+
+
+def _refused(e: grpc.RpcError) -> bool:
+    """Nothing accepts connections at the address (the host answers, the port is closed)."""
+    return e.code() == grpc.StatusCode.UNAVAILABLE and "refused" in (e.details() or "").lower()
 
 
 def _tls_failure(e: grpc.RpcError) -> bool:
