@@ -352,3 +352,18 @@ def test_a_csv_sweep_is_named_after_its_file():
     assert dataset_label({"dataset": "csv", "data": {"party_files": ["/x/default_credit_guest.csv", "h.csv"]}}) \
         == "csv: default_credit_guest"
     assert dataset_label({"dataset": "digits", "data": {}}) == "digits"
+
+
+@pytest.mark.parametrize("key", ["data", "party_files", "aligned_fraction"])
+def test_data_keys_at_the_top_of_a_sweep_say_they_go_under_dataset(key) -> None:
+    """Issue 63: a sweep over one's own files written with a ``data:`` section was refused with a list of
+    keys that did not say where data keys go; the line now names ``dataset:`` and the template. The
+    control: the template itself (the same keys under ``dataset``) parses into its cells."""
+    from securevfl.lab.sweep import load_config_file, parse_sweep
+
+    value = {"party_files": ["a.csv", "b.csv"]} if key == "data" else ["a.csv"] if key == "party_files" else 0.5
+    with pytest.raises(UserError, match="go under `dataset:`"):
+        parse_sweep({"name": "x", key: value, "methods": ["splitnn"]}, "sweep file")
+    template = Path(__file__).resolve().parents[1] / "sweeps" / "templates" / "compare-methods.yaml"
+    sweep = parse_sweep(load_config_file(str(template), "sweep file"), str(template))
+    assert {c.method for c in sweep.cells} >= {"local", "splitnn", "fedhssl", "vflhlp", "fedud", "risa"}

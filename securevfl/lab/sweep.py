@@ -63,6 +63,7 @@ from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
 from securevfl.lab.search import with_params
 from securevfl.limits import brief
+from securevfl.options import DataConfig, PartitionSpec
 from securevfl.validate import number
 
 if TYPE_CHECKING:
@@ -517,7 +518,13 @@ def _check_top_level(data: object, source: str) -> str:
         raise UserError(f"{source}: top level must be a mapping")
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise _fail(sorted(unknown)[0], f"unknown key; expected one of {', '.join(sorted(_TOP_KEYS))}")
+        key = sorted(unknown)[0]
+        data_keys = {f.name for c in (DataConfig, PartitionSpec) for f in dataclasses.fields(c)}
+        if key in data_keys | {"data", "partition"}:  # a section of the run config that a sweep file nests
+            raise _fail(key, "data and partition keys go under `dataset:` (your own files: dataset: {name: csv, "
+                             "party_files: [ACTIVE.csv, PASSIVE.csv], label_column: y}; docs/lab.md, \"Your own "
+                             "files\", and sweeps/templates/compare-methods.yaml)")
+        raise _fail(key, f"unknown key; expected one of {', '.join(sorted(_TOP_KEYS))}")
     name = data.get("name")
     # the name becomes a file name (runs/<name>.sqlite): no path separators, control characters (NUL
     # included) or leading dot, and a length every file system takes
