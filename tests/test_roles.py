@@ -1,6 +1,9 @@
 """Methods as per-role programs (securevfl/runtime.py, issue 41): each party runs its own program in
 its own thread (in-process) or process (gRPC); the same programs give the same run either way, and
-a stuck protocol is an error that names every party's wait, never a hang."""
+a stuck protocol is an error that names every party's wait, never a hang.
+
+Over 600 lines in one file because each method's in-process and deployed runs, resume and progress
+cases share its fixtures (the party files, certificates and the serving helpers)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ with its own fresh uniform mask κ bits above the term bound: with ``hide`` the 
 sum of its terms' masks; without, the term masks cancel in each output (the key owner learns the
 exact sum, never a term).
 
-Why one file (about 660 lines): :class:`CKKSBase` (the library-free scheme maths) and its SEAL
+Over 600 lines (662) in one file because :class:`CKKSBase` (the library-free scheme maths) and its SEAL
 backend share the layouts slot for slot; SEAL's wire format is in seal_wire.py, OpenFHE's backend in
 openfhe_ckks.py.
 """

@@ -16,7 +16,7 @@ quotes the run and never a typed-in number.
 Flow as in the sweep report: store → tidy frame (one row per run with its counters) → paired table
 → figure and sentences → ``report.md`` + ``report.html``.
 
-Why one file (about 780 lines): the claims schema, the paired statistics and the verdict sentences
+Over 600 lines (789) in one file because the claims schema, the paired statistics and the verdict sentences
 read one table shape per claim; the split the main report has (claims, frame, text, figures) is still
 to do (issue 62).
 """
