@@ -114,9 +114,6 @@ def check_deployable(cfg: RunConfig, peers: dict[str, str], checkpoint: str | No
         raise UserError(f"method {cfg.method} cannot run across processes: {method.not_deployable}")
     if not method.uses_passives:
         raise UserError(f"method {cfg.method} trains the active party alone: there is nothing to deploy")
-    if save is not None and not method.savable:
-        raise UserError(f"--save: method {cfg.method} is not supported (it ends with other models or predicts another "
-                        "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
     if checkpoint is not None and not method.resumable:
         resumable = ", ".join(m for m in METHODS.names() if METHODS.get(m).resumable)
         raise UserError(f"--checkpoint: method {cfg.method} cannot resume yet (it keeps state in or between its "

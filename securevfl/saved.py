@@ -164,7 +164,7 @@ def _ints(v: object) -> bool:
 
 def _semantics(m: dict) -> str:
     """What the fields must say together (a manifest with consistent hashes can still be inconsistent)."""
-    if not (m["n_parties"] >= 2 and 0 <= m["index"] < m["n_parties"]):
+    if not (m["n_parties"] >= 1 and 0 <= m["index"] < m["n_parties"]):  # 1: local, the active party alone
         return f"positions index {m['index']} of n_parties {m['n_parties']} do not fit"
     model = m["model"]
     if not (_ints(model.get("feature_shape")) and _ints(model.get("cardinalities"))
@@ -215,15 +215,17 @@ def read_party_folder(folder: Path) -> tuple[dict, dict, dict]:
     return manifest, state, prep
 
 
-def party_rows(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray) -> PartyData:
-    """One party's new rows: the aligned ones, as its test split (what evaluation reads)."""
+def party_rows(manifest: dict, prep: dict, ids: np.ndarray, X: np.ndarray, aligned: np.ndarray | None) -> PartyData:
+    """One party's new rows as its test split (what scoring reads): the ``aligned`` ones (a passive
+    party), or every row (``aligned`` None: the active party, which scores each of its rows)."""
     import pandas as pd
 
     from securevfl.data.partition import PartyData
 
-    pos = pd.Index(ids).get_indexer(aligned)
+    rows = ids if aligned is None else aligned
+    pos = pd.Index(ids).get_indexer(rows)
     scale = manifest.get("label_scale")
-    return PartyData(manifest["party"], np.arange(X.shape[1]), ids[:0], X[:0], aligned, X[pos],
+    return PartyData(manifest["party"], np.arange(X.shape[1]), ids[:0], X[:0], rows, X[pos],
                      n_numeric=int(manifest["model"]["n_numeric"]),
                      cardinalities=tuple(manifest["model"]["cardinalities"]),
                      label_scale=None if scale is None else (float(scale[0]), float(scale[1])), preprocessing=prep)

@@ -126,7 +126,9 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
             raise UserError("the active party saves the trained federation, but this party keeps no model: start it "
                             "with --save DIR (its own folder)")
         run = dict(req["run"])
-        run["config"] = {**run["config"], "data": {**run["config"]["data"], "party_files": [str(party_file)]}}
+        # its own file, and the bottom model and optimiser it trained with (its own settings decided them)
+        run["config"] = {**run["config"], "data": {**run["config"]["data"], "party_files": [str(party_file)]},
+                         "model": dict(hello["model"]), "optim": dict(hello["optim"])}
         where = party.save_own(Path(save_dir) / party.name, run)
         print(f"{party.name}: saved its part in {where}", file=sys.stderr, flush=True)
         return {"saved": party.name}
@@ -206,6 +208,7 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
     from securevfl.data.csvsource import encode_file_rows, read_party_file
     from securevfl.party_settings import admit
     from securevfl.saved import party_rows, read_party_folder
+    from securevfl.scoring import ScoringOps, method_for
 
     settings = settings or PartySettings()
     try:
@@ -241,10 +244,12 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
     # the saved weights replace the initial ones; the draws after them are this party's own
     party = build_passive(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, cfg.seed,
                           own_seed(settings))
+    method = method_for(cfg)  # the layout its training ended with, and its scoring operations only
+    method.serving_layout(party, 0)
     party.load_own(folder)
     party.serve_only(ServedRows(aligned, aligned, settings.max_batch_size))
-    return serve_passive(party, cut, None, progress=None, desc=f"{name} scoring", extra={"rows": int(len(ids))},
-                         limits=run_limits(settings, None, {}))
+    return serve_passive(party, cut, ScoringOps(method), progress=None, desc=f"{name} scoring",
+                         extra={"rows": int(len(ids))}, limits=run_limits(settings, None, {}))
 
 
 def _own_checkpoints(hello: dict, party_file: str, folder: str | None) -> Checkpoints | None:

@@ -39,11 +39,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
                  if v]
         if given:
             raise UserError(f"{'/'.join(given)} go{'es' if len(given) == 1 else ''} with --peer")
-        summary = predict(args.model, args.party_file, args.out)
+        summary = predict(args.model, args.party_file, args.out, federated_only=args.federated_only)
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"predict: {summary['rows_scored']} rows scored → {summary['out']}")
+        paths = ", ".join(f"{k} {v}" for k, v in summary["scored_by"].items())
+        print(f"predict: {summary['rows_scored']} rows scored ({paths}) → {summary['out']}")
     return 0
 
 
@@ -60,7 +61,8 @@ def _predict_deployed(args: argparse.Namespace) -> dict:
     channel = grpc_mod.GrpcChannel(ACTIVE, net, peers=peers)
     try:
         try:
-            return predict_deployed(args.model, args.party_file[0], args.out, channel, peers)
+            return predict_deployed(args.model, args.party_file[0], args.out, channel, peers,
+                                    federated_only=args.federated_only)
         except UserError as e:
             channel.abort(str(e))
             raise

@@ -124,6 +124,9 @@ def make_parser() -> _Parser:
     pr.add_argument("--party-file", action="append", required=True, metavar="FILE",
                     help="one new file per party, in the training order (active party first)")
     pr.add_argument("--out", required=True, help="predictions file: .csv, or .parquet")
+    pr.add_argument("--federated-only", action="store_true",
+                    help="score only the rows every party holds (default: every row of the active party's file, "
+                         "each marked in column scored_by)")
     pr.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     prn = pr.add_argument_group("passive parties in other processes (docs/deployment.md)")
     prn.add_argument("--peer", action="append", default=[], metavar="NAME=HOST:PORT",

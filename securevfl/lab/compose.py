@@ -178,17 +178,14 @@ def save_run(result: RunResult, folder: Path) -> list[Path]:
 
 
 def check_savable(cfg: RunConfig, method: Method, partition: Partition) -> None:
-    """``--save`` keeps what ``securevfl predict`` can rebuild: file-based parties, the standard models
-    and the plain split predictor, with at least one passive party.
+    """``--save`` keeps what ``securevfl predict`` can rebuild: file-based parties (every method serves:
+    each lays out its saved models again, :meth:`~securevfl.methods.base.Method.serving_layout`).
 
     Raises:
         UserError: before training, naming what cannot be saved."""
     if any(p.preprocessing is None for p in partition.parties):
         raise UserError(f"--save: dataset {cfg.dataset} is not read from per-party files; new rows can be scored "
                         "only for --dataset csv")
-    if not type(method).savable or not type(method).uses_passives:
-        raise UserError(f"--save: method {cfg.method} is not supported (it ends with other models or predicts another "
-                        "way than the plain split model); splitnn, fedlocal-* and vflhlp* are")
 
 
 # ----------------------------------------------------------------------------------------- stages

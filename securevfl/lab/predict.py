@@ -3,8 +3,10 @@
 
 :func:`predict` rebuilds the federation from the saved folders: each party reads its own new file
 through the preprocessing it saved, the parties align their IDs by PSI through a counted channel as
-training did, every party loads its own folder, and the active party's head scores the aligned rows
-through the same message exchange (and cut-layer protocol) as evaluation at the end of training."""
+training did, every party lays out its models as the method's training ended them and loads its own
+folder, and the active party scores every row of its file (:mod:`securevfl.scoring`): the aligned
+rows through the same message exchange (and cut-layer protocol) as evaluation at the end of training,
+the others by the method's own path for them or the active party's part alone."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ from securevfl.data.partition import Partition
 from securevfl.errors import UserError
 from securevfl.federation import build_federation
 from securevfl.pipeline import defense_hooks
+from securevfl.runtime import run_in_process
 from securevfl.saved import MANIFEST, party_rows, read_manifest, read_party_folder
-from securevfl.training import SplitTrainer
+from securevfl.scoring import FEDERATED, ScoringOps, method_for, path_counts, score_rows
 
 
 def _party_folders(model_dir: Path) -> list[Path]:
@@ -51,17 +54,19 @@ def _party_folders(model_dir: Path) -> list[Path]:
     return folders
 
 
-def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> dict:
-    """Score the rows every party file shares with the saved federation in ``model_dir``.
+def predict(model_dir: str | Path, party_files: list[str], out: str | Path, federated_only: bool = False) -> dict:
+    """Score every row of the active party's new file with the saved federation in ``model_dir``.
 
     Args:
         model_dir: the ``train --save`` folder (one sub-folder per party).
         party_files: one new file per party, in the training order (active party first).
         out: the predictions file (``.parquet``/``.pq``: Parquet, else CSV): the ID column, then
-            ``prediction`` and, for classes, one ``proba_<class>`` column per class.
+            ``prediction``, for classes one ``proba_<class>`` column per class, and ``scored_by``, the
+            path that scored the row (:mod:`securevfl.scoring`).
+        federated_only: score only the rows every party holds.
 
     Returns:
-        A summary (rows read, scored, output path).
+        A summary (rows read, scored, by path, output path).
 
     Raises:
         UserError: a folder or file that does not match, in one line."""
@@ -74,37 +79,38 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path) -> d
     active_manifest = loaded[0][0]
     cfg = RunConfig()
     apply_dict(cfg, active_manifest["config"])
+    method = method_for(cfg)
     id_sets, rows = [], []
     for (_, _, prep), path in zip(loaded, party_files, strict=True):
         ids, X = encode_file_rows(read_party_file(path), path, prep, cfg.data.numeric_ids)
         id_sets.append(ids)
         rows.append(X)
-    aligned, _ = align_ids(id_sets, "plain" if cfg.partition.alignment == "plain" else "psi")
-    if len(aligned) == 0:
-        raise UserError("the party files share no IDs")
-    parties = [party_rows(manifest, prep, ids, X, aligned)
-               for (manifest, _, prep), ids, X in zip(loaded, id_sets, rows, strict=True)]
+    if len(id_sets) > 1:
+        aligned, _ = align_ids(id_sets, "plain" if cfg.partition.alignment == "plain" else "psi")
+    else:
+        aligned = id_sets[0]
+    parties = [party_rows(manifest, prep, ids, X, None if k == 0 else aligned)
+               for k, ((manifest, _, prep), ids, X) in enumerate(zip(loaded, id_sets, rows, strict=True))]
     regression = active_manifest["task"] == "regression"
-    partition = Partition("csv", cfg.partition, cfg.seed, int(active_manifest["n_classes"]), "tabular", parties,
+    n_classes = int(active_manifest["n_classes"])
+    partition = Partition("csv", cfg.partition, cfg.seed, n_classes, "tabular", parties,
                           aligned, aligned[:0], regression=regression)
     cut = make_cut_layer(cfg.he, interactive=bool(active_manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
-    fed = build_federation(partition, cfg.model, cfg.optim, cfg.seed, cut, defense_hooks(cfg))
-    for party, folder in zip(fed.parties, folders, strict=True):
+    fed = build_federation(partition, cfg.model, cfg.optim, cfg.seed, cut, defense_hooks(cfg),
+                           with_passives=len(folders) > 1, models=method.models)
+    for k, (party, folder) in enumerate(zip(fed.parties, folders, strict=True)):
+        method.serving_layout(party, n_classes if k == 0 else 0)
         party.load_own(folder)
-    order = aligned[np.argsort(pd.Index(id_sets[0]).get_indexer(aligned))]  # the active file's row order
-    scores = SplitTrainer(fed, cfg.train, cfg.seed, progress=False).predict_proba(order, "test")
-    frame = _predictions(active_manifest, loaded[0][2]["id_column"], order, scores)
-    _write(frame, Path(out))
-    unmatched = len(id_sets[0]) - len(order)
-    if unmatched:
-        print(f"note: {unmatched} rows of {party_files[0]} are not in every party file and were not scored",
-              file=sys.stderr)
-    return {"rows_read": [len(i) for i in id_sets], "rows_scored": len(order), "out": str(out)}
+    ids = id_sets[0]  # the active file's rows, in its order
+    scored, scores, paths = run_in_process(fed, ScoringOps(method),
+                                           lambda view: score_rows(method, view, ids, aligned, federated_only))
+    _write(_predictions(active_manifest, loaded[0][2]["id_column"], scored, scores, paths), Path(out))
+    return _summary(party_files[0], ids, paths, out, federated_only, [len(i) for i in id_sets])
 
 
 def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, channel: Any,
-                     peers: dict[str, str]) -> dict:
+                     peers: dict[str, str], federated_only: bool = False) -> dict:
     """``securevfl predict --peer``: score new rows as the active party while each passive party, in its
     own process (``securevfl party --model``), reads its own new file and serves its own saved part.
 
@@ -114,8 +120,9 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
         out: the predictions file.
         channel: a connected :class:`~securevfl.channel.grpc.GrpcChannel` for party ``active``.
         peers: passive party name → address.
+        federated_only: score only the rows every party holds.
     Returns:
-        A summary (rows read, scored, output path)."""
+        A summary (rows read, scored, by path, output path)."""
     from securevfl.deploy import align_over, open_run, remote_federation
     from securevfl.federation import build_active
     from securevfl.models import for_head
@@ -133,6 +140,7 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
         raise UserError(f"--model {model_dir} was trained with {', '.join(names)}: give one --peer for each")
     cfg = RunConfig()
     apply_dict(cfg, manifest["config"])
+    method = method_for(cfg)
     n_classes = int(manifest["n_classes"])
     cfg.model = for_head(cfg.model, n_classes)  # the models as training built them (agg: logits per party)
     ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids)
@@ -143,35 +151,51 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     open_run(ep, {name: {"op": "predict", "protocol": PROTOCOL, "party": name, "run_id": manifest["run_id"],
                          "alignment": mode, "cut_dim": cfg.model.cut_dim} for name in names})
     aligned = align_over(ep, names, ids, mode, progress=False)
-    data = party_rows(manifest, prep, ids, X, aligned)
+    data = party_rows(manifest, prep, ids, X, None)
     cut = make_cut_layer(cfg.he, interactive=bool(manifest["interactive"]), mixing=cfg.model.interactive_mixing,
                          **cfg.he_params)
+
     def build() -> Any:
-        active = build_active(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, names, n_classes, cfg.seed)
+        active = build_active(data, ep, defense_hooks(cfg), cfg.model, cfg.optim, cut, names, n_classes, cfg.seed,
+                              features=cfg.partition.active_features is not False)
+        method.serving_layout(active, n_classes)
         active.load_own(folder)
         return active
 
     fed = remote_federation(channel, build, names, cut, n_classes, manifest["task"] == "regression", ready=False)
-    order = aligned[np.argsort(pd.Index(ids).get_indexer(aligned))]  # this file's row order
-    scores = SplitTrainer(fed, cfg.train, cfg.seed, progress=False).predict_proba(order, "test")
+    scored, scores, paths = score_rows(method, fed, ids, aligned, federated_only)
     for h in fed.passives:
         h.end()  # type: ignore[attr-defined]
-    _write(_predictions(manifest, prep["id_column"], order, scores), Path(out))
-    if len(ids) > len(order):
-        print(f"note: {len(ids) - len(order)} rows of {party_file} are not in every party's file and were not scored",
-              file=sys.stderr)
-    return {"rows_read": int(len(ids)), "rows_scored": int(len(order)), "out": str(out)}
+    _write(_predictions(manifest, prep["id_column"], scored, scores, paths), Path(out))
+    return _summary(party_file, ids, paths, out, federated_only, int(len(ids)))
 
 
-def _predictions(manifest: dict, id_column: str, ids: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
+def _summary(party_file: str, ids: np.ndarray, paths: np.ndarray, out: str | Path, federated_only: bool,
+             rows_read: object) -> dict:
+    """What the run scored, by path; a note on stderr of the rows that another path scored or none did."""
+    counts = path_counts(paths)
+    others = len(ids) - counts.get(FEDERATED, 0)
+    if others and federated_only:
+        print(f"note: {others} rows of {party_file} are not in every party's file and were not scored "
+              "(--federated-only)", file=sys.stderr)
+    elif others:
+        print(f"note: {others} rows of {party_file} are not in every party's file; scored by "
+              + ", ".join(f"{k} ({v})" for k, v in counts.items() if k != FEDERATED)
+              + " (column scored_by; --federated-only leaves them out)", file=sys.stderr)
+    return {"rows_read": rows_read, "rows_scored": int(len(paths)), "scored_by": counts, "out": str(out)}
+
+
+def _predictions(manifest: dict, id_column: str, ids: np.ndarray, scores: np.ndarray,
+                 paths: np.ndarray) -> pd.DataFrame:
     frame = pd.DataFrame({id_column: ids})
     if manifest["task"] == "regression":
         frame["prediction"] = scores[:, 0]
-        return frame
-    classes = list(manifest["classes"])
-    frame["prediction"] = np.asarray(classes, dtype=object)[scores.argmax(1)]
-    for j, c in enumerate(classes):
-        frame[f"proba_{c}"] = scores[:, j]
+    else:
+        classes = list(manifest["classes"])
+        frame["prediction"] = np.asarray(classes, dtype=object)[scores.argmax(1)]
+        for j, c in enumerate(classes):
+            frame[f"proba_{c}"] = scores[:, j]
+    frame["scored_by"] = paths
     return frame
 
 

@@ -30,7 +30,7 @@ from securevfl.spec import check_nonnegative, check_params
 from securevfl.training import SplitTrainer, TrainConfig, fit_with_lr_search
 
 if TYPE_CHECKING:
-    from securevfl.parties import PassiveParty
+    from securevfl.parties import Party, PassiveParty
 
 
 @dataclass
@@ -89,9 +89,6 @@ class Method(ABC):
     soft_label_training: ClassVar[bool] = False
     """True when every loss on the training labels is the shared trainer's cross-entropy, which takes
     class-probability rows too; defenses with ``soft_labels`` (CAE) refuse other methods."""
-    savable: ClassVar[bool] = True
-    """Whether ``train --save`` can keep the trained federation: it ends with the standard models
-    (:func:`securevfl.federation.standard_models`) and predicts with the plain :class:`SplitTrainer`."""
     supports_regression: ClassVar[bool] = True
     """False for methods whose training uses class labels outside the shared loop's loss (pre-training
     heads, soft labels, pseudo-labels, evidential heads): a continuous label is refused."""
@@ -157,6 +154,32 @@ class Method(ABC):
         """The operations a passive party runs for this method besides supervised steps, by request
         name (:data:`securevfl.runtime.PassiveOp`); a method's active program asks for them with
         ``handle.call(name, ...)``."""
+        return {}
+
+    # ---- serving after training (``train --save``, ``securevfl predict``; securevfl/scoring.py)
+    def serving_layout(self, party: Party, n_classes: int) -> None:  # noqa: B027 - optional
+        """Give ``party``, freshly built with this method's models, the module layout its training ended
+        with (an encoder pre-training replaced, a module a stage added), so that its saved weights load.
+        Each party runs it on itself, in its own process when deployed; the standard models need none.
+        ``n_classes``: the head's outputs (the active party's fact; 0 at a passive party)."""
+
+    def scoring_trainer(self, fed: Federation) -> SplitTrainer:
+        """The active party's predictor over ``fed``: the trainer the method evaluates with (its output →
+        probability map; e.g. RISA's fused evidential opinion)."""
+        return SplitTrainer(fed, self.ctx.train, self.ctx.seed, progress=False)
+
+    def unaligned_path(self, fed: Federation, trainer: SplitTrainer) -> str:
+        """The active party's program, before it scores rows no passive party holds: set the passive
+        inputs the method gives such rows (``trainer.passive_stand_in``; None: zeros, the active party's part
+        alone, as :meth:`SplitTrainer.evaluate` scores unaligned test rows) and name the path, which the
+        predictions mark. The paper's own path where it has one (FedUD's Rep, RISA's imputation)."""
+        trainer.passive_stand_in = None
+        # a label-only active party (Entity Augmentation's host) has no part: its head sees no input
+        return "active-only" if int(np.prod(fed.active.data.feature_shape)) else "no-features"
+
+    def scoring_ops(self) -> dict[str, Callable[[PassiveParty, dict], object]]:
+        """The passive operations a scoring run asks for besides inference batches (a subset of what
+        :meth:`unaligned_path` needs); a scoring run serves no training operation."""
         return {}
 
     def truth_facts(self, partition: Partition) -> dict:

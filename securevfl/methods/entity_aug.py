@@ -256,7 +256,6 @@ class EntityAugTrainer(SplitTrainer):
 @METHODS.register
 class EntityAugmentation(Method):
     name = "entity-aug"
-    savable = False  # other models or another predictor than the plain split model
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     heads = frozenset({"split"})
     head_refusal = "builds its own layout (a label-only host whose head reads the guests only), not wired for aggVFL"

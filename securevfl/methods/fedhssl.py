@@ -209,7 +209,6 @@ def passive_pma(party: Party, req: dict) -> None:
 @METHODS.register
 class FedHSSL(Method):
     name = "fedhssl"
-    savable = False  # other models or another predictor than the plain split model
     heads = frozenset({"split"})
     head_refusal = "pre-trains cut-layer representations by cross-party SSL and fine-tunes a linear head on them"
     summary = "cross-party SSL + guided local SSL + partial model aggregation, then fine-tuning (FedHSSL)"
@@ -256,6 +255,11 @@ class FedHSSL(Method):
                 OP_LOCAL: lambda party, req: self._local(party, int(req["shuffle_seed"])),
                 OP_PMA: passive_pma,
                 OP_INSTALL: lambda party, req: self._install(party)}
+
+    def serving_layout(self, party: Party, n_classes: int) -> None:
+        """The fine-tuned encoder ½(f_c + f_l) (or f_c) in place of the standard bottom model."""
+        self._init_party(party)
+        self._install(party)
 
     def fit(self, fed: Federation) -> None:
         cfg = ssl_config(self.params, "simsiam")

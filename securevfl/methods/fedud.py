@@ -47,7 +47,7 @@ from securevfl.methods.base import METHODS, Method, labeled_aligned_ids
 from securevfl.models import MLPEncoder, reset_parameters
 from securevfl.parties import ActiveParty, Party
 from securevfl.runtime import handles
-from securevfl.training import LabelTerm
+from securevfl.training import LabelTerm, SplitTrainer
 
 OP_OUTSIDE = "fedud.rows_outside"  # a guest's count of rows outside the aligned set (for a warning)
 OP_REINIT = "fedud.reinit"  # step 2 with re-initialised weights (reinit: true)
@@ -116,7 +116,6 @@ class UnalignedTerm(LabelTerm):
 @METHODS.register
 class FedUD(Method):
     name = "fedud"
-    savable = False  # other models or another predictor than the plain split model
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     heads = frozenset({"split"})
     head_refusal = "distils the guest's cut-layer representation into the host's Rep, which needs a top model"
@@ -157,6 +156,20 @@ class FedUD(Method):
 
         seeded_build(party.own_seed + STREAM_FEDUD_REINIT, reset)
 
+    def _rep(self, a: ActiveParty) -> RepNet:
+        cut = cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
+        return RepNet(cut, a.passive_widths, int(self.params["rep_hidden"] or 2 * cut))
+
+    def serving_layout(self, party: Party, n_classes: int) -> None:
+        """The host owns Rep (the guests' models are the standard ones)."""
+        if isinstance(party, ActiveParty):
+            party.install(modules={"rep": self._rep(party)})
+
+    def unaligned_path(self, fed: Federation, trainer: SplitTrainer) -> str:
+        """The paper's host-only path: Rep(h_H) stands in for every guest's representation."""
+        trainer.passive_stand_in = cast(RepNet, fed.active.extra_modules["rep"])
+        return "fedud-rep"
+
     def fit(self, fed: Federation) -> None:
         a, params = fed.active, self.params
         alpha, beta = float(params["alpha"]), float(params["beta"])
@@ -174,9 +187,8 @@ class FedUD(Method):
         if len(unaligned) == 0:
             raise UserError("fedud needs labeled rows only the host holds (partition.active_labels_unaligned: true "
                             "and aligned_fraction < 1)")
-        cut = cast(int, a.bottom.out_dim)  # bottom encoders set an int out_dim
         torch.manual_seed(seed_for(self.ctx.seed, 0) + STREAM_FEDUD_REP)
-        rep = RepNet(cut, a.passive_widths, int(params["rep_hidden"] or 2 * cut))
+        rep = self._rep(a)
         a.install(modules={"rep": rep})  # the host owns Rep from here on (and a fresh optimizer)
 
         # step 1: VFL on aligned rows + α·MSE distillation into Rep

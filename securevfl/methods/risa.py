@@ -74,7 +74,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from securevfl.channel import MessageKind
-from securevfl.data.partition import IdIndex, Partition, PartyData
+from securevfl.data.partition import IdIndex, Partition
 from securevfl.errors import UserError
 from securevfl.federation import STREAM_RISA_HEADS, STREAM_RISA_PAIRING, Federation, seed_for
 from securevfl.ids import difference, intersect, member
@@ -87,74 +87,19 @@ from securevfl.methods.evidential import (
     opinion_from_evidence,
     uncertainty_threshold,
 )
+from securevfl.methods.imputation import (
+    ImputedRow,
+    ImputingView,
+    end_imputation,
+    imputation_vector,
+    send_imputed_output,
+    use_view,
+)
 from securevfl.models import ModelConfig, build_head
-from securevfl.parties import Party
-from securevfl.policy import ServedRows
+from securevfl.parties import ActiveParty, Party, PassiveParty
 from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
 from securevfl.training import SplitTrainer, fit_with_lr_search
-
-
-# ----------------------------------------------------------------------------- party-local pieces
-class ImputingView:
-    """A party's own training rows as RISA sees them: the real row for IDs it holds, ``imputed_row``
-    (its imputation vector) for IDs it does not; ``alias`` maps request keys to its own IDs (the active
-    party's side of ``random-match``). Everything else is the wrapped :class:`PartyData`."""
-
-    def __init__(self, data: PartyData, imputed_row: np.ndarray | None,
-                 alias: tuple[np.ndarray, np.ndarray] | None = None, served: ServedRows | None = None) -> None:
-        self._data, self.imputed_row = data, imputed_row
-        self._served = served  # a deployed party's rows it serves: the others are imputed, held or not
-        self._alias = None if alias is None else (IdIndex(alias[0]), np.asarray(alias[1]))
-
-    def __getattr__(self, name: str):
-        return getattr(self._data, name)
-
-    @property
-    def base(self) -> PartyData:
-        return self._data
-
-    def rows(self, ids: np.ndarray, split: str = "train") -> np.ndarray:
-        if split != "train":  # test rows are aligned: no imputation
-            return self._data.rows(ids, split)
-        ids = np.asarray(ids)
-        if self._alias is not None and len(self._alias[1]):  # no alias when every row is aligned
-            index, targets = self._alias
-            pos = index.positions(ids)
-            ids = np.where(pos >= 0, targets[np.maximum(pos, 0)], ids)
-        pos = self._data._train_index.positions(ids)
-        X = self._data.X_train
-        out = np.empty((len(ids), *X.shape[1:]), dtype=X.dtype)
-        held = pos >= 0
-        if self._served is not None:
-            held &= self._served.inside(ids, "train")
-        out[held] = X[pos[held]]
-        if not held.all():
-            if self.imputed_row is None:
-                raise KeyError(f"{self._data.name} holds no train rows for ids {list(ids[~held][:3])}")
-            out[~held] = self.imputed_row
-        return out
-
-
-def imputation_vector(data: PartyData, ids: np.ndarray, mode: str) -> np.ndarray:
-    """Party-local: the mean attribute vector of the party's rows ``ids`` (its aligned rows);
-    categorical fields take their most frequent value. ``mode='zero'``: all zeros (Local+VFL)."""
-    X = data.rows(ids, "train")
-    if mode == "zero":
-        return np.zeros(X.shape[1:], dtype=X.dtype)
-    vector = X.mean(axis=0)
-    if data.cardinalities:  # tabular layout: numeric columns first, then one vocabulary id per field
-        for j in range(data.n_numeric, X.shape[1]):
-            values, counts = np.unique(X[:, j], return_counts=True)
-            vector[j] = values[counts.argmax()]
-    return vector.astype(X.dtype)
-
-
-def use_view(party: Party, view: ImputingView | None) -> None:
-    """Install (or, with ``None``, remove) a party's imputing view of its own rows."""
-    base = party.data.base if isinstance(party.data, ImputingView) else party.data
-    # an ImputingView stands in for the PartyData it wraps (everything else delegates to it)
-    party.use_data(cast(PartyData, base if view is None else view))
 
 
 class EvidentialHeads(nn.Module):
@@ -321,6 +266,7 @@ class _RowSets:
 
 # ---------------------------------------------------------------------------------------- method
 OP_ANNOUNCE, OP_IMPUTE, OP_PLAIN = "risa.announce_unaligned", "risa.impute", "risa.plain_rows"
+OP_IMPUTED_OUTPUT = "risa.imputed_output"
 
 
 def announce_unaligned(party: Party) -> None:
@@ -336,7 +282,6 @@ def announce_unaligned(party: Party) -> None:
 @METHODS.register
 class RISA(Method):
     name = "risa"
-    savable = False  # other models or another predictor than the plain split model
     supports_regression = False  # class labels outside the shared loop (Method.supports_regression)
     heads = frozenset({"split"})
     head_refusal = "trains its own heads on the parties' cut-layer representations (evidential or concatenation)"
@@ -389,7 +334,35 @@ class RISA(Method):
     def passive_ops(self) -> dict:
         return {OP_ANNOUNCE: lambda party, req: announce_unaligned(party),
                 OP_IMPUTE: lambda party, req: self._impute_own(party),
-                OP_PLAIN: lambda party, req: use_view(party, None)}
+                OP_PLAIN: lambda party, req: end_imputation(party)}
+
+    # ---- serving after training: the evidential heads, and each party's imputation vector
+    def serving_layout(self, party: Party, n_classes: int) -> None:
+        if isinstance(party, ActiveParty) and self.params["evidential"]:
+            widths = [self.ctx.model.cut_dim, *party.passive_widths]
+            party.install_head(EvidentialHeads(widths, n_classes, self.ctx.model))
+        elif isinstance(party, PassiveParty) and self._imputes:
+            party.install(modules={"imputation": ImputedRow(int(np.prod(party.data.feature_shape)))})
+
+    def scoring_trainer(self, fed: Federation) -> SplitTrainer:
+        none = np.zeros(0, dtype=np.int64)
+        return RisaTrainer(fed, self.ctx.train, self.ctx.seed, (none, none), droppable=none,
+                           evidential=bool(self.params["evidential"]), params=self.params, progress=False)
+
+    def scoring_ops(self) -> dict:
+        return {OP_IMPUTED_OUTPUT: send_imputed_output} if self._imputes else {}
+
+    def unaligned_path(self, fed: Federation, trainer: SplitTrainer) -> str:
+        """The paper's imputed sample x̂ = [x_k, μ_j]: each passive party's output on its own mean row
+        stands in for it (under --he that output would cross in the clear: the active party's part alone)."""
+        if not self._imputes or fed.cut.describe().get("scheme") != "off":
+            return super().unaligned_path(fed, trainer)
+        reps = []
+        for p in handles(fed):
+            p.call(OP_IMPUTED_OUTPUT)
+            reps.append(fed.cut.complete_forward(None, fed.active.cut_ends[p.name]))  # type: ignore[arg-type]
+        trainer.passive_stand_in = lambda own: [r.expand(len(own), -1) for r in reps]
+        return "risa-imputation"
 
     def _impute_own(self, party: Party) -> None:
         """This party's imputing view: its own mean (or zero) row for the IDs it does not hold."""
@@ -427,7 +400,7 @@ class RISA(Method):
         evidential = self._install_heads(fed)
         self._train_final(fed, rows, label_ids, label_y, evidential, info)
         fed.meta["risa"] = info
-        use_view(fed.active, None)  # training is over: every party goes back to its plain rows
+        end_imputation(fed.active)  # training is over: every party goes back to its plain rows
         for p in handles(fed):
             p.call(OP_PLAIN)
 
