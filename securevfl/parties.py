@@ -560,6 +560,15 @@ class ActiveParty(Party):
             # passive term (the passive columns multiply zeros), so this holds under --he too
             return self.head(torch.cat([own, *self._delivered(reps)], dim=1))
 
+    def logits_delivered(self, ids: np.ndarray, split: str, delivered: list[torch.Tensor]) -> torch.Tensor:
+        """Logits (no training) for rows whose passive inputs are ``delivered``: one row per passive
+        party, as its cut-layer end delivered it (plain or interactive), the same for every row."""
+        set_mode(self.bottom, False)
+        set_mode(self.head, False)
+        own = self.bottom(self.features(ids, split))
+        reps = [r.expand(len(ids), -1) for r in delivered]
+        return self.combine(self.head, own, self._delivered(reps))
+
     def _delivered(self, reps: list[torch.Tensor]) -> list[torch.Tensor]:
         """Each passive party's input to the head, through the model wraps' layers on it (if any)."""
         if not self._on_received:

@@ -69,6 +69,9 @@ class SplitTrainer:
                  label_terms: list[LabelTerm] | None = None) -> None:
         self.fed = fed
         self.passive_stand_in = passive_stand_in  # passive inputs for rows only the active party holds (None: zeros)
+        # or each passive party's input as its cut-layer end delivered it, one row for every such row (RISA's
+        # imputed sample at scoring time, securevfl/scoring.py)
+        self.delivered_stand_in: list[torch.Tensor] | None = None
         self.cfg = cfg
         self.rng = np.random.default_rng(seed)  # the active party's batch order
         self.loss_terms = loss_terms or []
@@ -258,9 +261,13 @@ class SplitTrainer:
     def predict_proba_alone(self, ids: np.ndarray, split: str = "test") -> np.ndarray:
         """Rows only the active party holds: no exchange, passive inputs from ``self.passive_stand_in``."""
         # the same output → probability map as aligned rows (RISA's evidential heads use their own)
-        out = [self.proba(self.fed.active.logits_alone(ids[s:s + self.cfg.eval_batch_size], split, False,
-                                                       self.passive_stand_in))
-               for s in range(0, len(ids), self.cfg.eval_batch_size)]
+        a, step = self.fed.active, self.cfg.eval_batch_size
+        if self.delivered_stand_in is not None:
+            out = [self.proba(a.logits_delivered(ids[s:s + step], split, self.delivered_stand_in))
+                   for s in range(0, len(ids), step)]
+        else:
+            out = [self.proba(a.logits_alone(ids[s:s + step], split, False, self.passive_stand_in))
+                   for s in range(0, len(ids), step)]
         return torch.cat(out).cpu().numpy() if out else np.zeros((0, self.fed.n_classes), dtype=np.float32)
 
     def evaluate(self) -> dict:

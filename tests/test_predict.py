@@ -142,7 +142,8 @@ def test_regression_trains_saves_and_refuses_label_attacks(tmp_path, capsys):
                  "--out", str(tmp_path / "p.parquet"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows_scored"] == 300
     pred = pd.read_parquet(tmp_path / "p.parquet")
-    assert list(pred.columns) == ["id", "prediction", "scored_by"] and abs(pred["prediction"].mean() - 100) < 20  # label scale
+    assert list(pred.columns) == ["id", "prediction", "scored_by"]
+    assert abs(pred["prediction"].mean() - 100) < 20  # label scale
     for extra, needle in ((["--attack", "norm"], "attack norm infers class labels"),
                           (["--defense", "rr:1"], "defense rr re-draws class labels"),
                           (["--method", "fedud"], "method fedud trains on class labels")):

@@ -104,11 +104,12 @@ def test_fedud_scores_the_hosts_rows_by_rep_as_its_evaluation_did(tmp_path, fram
 
 
 def test_every_customer_is_scored_and_marked(tmp_path, frames, capsys) -> None:
-    """The whole files: the host lacks 100 customers; RISA scores them by its imputation path, splitnn by
+    """The whole files: the host lacks 100 customers; the RISA family scores them by its imputation path, splitnn by
     the active party's part alone; --federated-only leaves them out (and says so)."""
     guest, host = frames
     files = _write(tmp_path, guest, host, "all")
-    for method, path in (("risa", "risa-imputation"), ("splitnn", "active-only")):
+    # local-vfl: the imputation path through the interactive layer (RISA's evidential heads read plain blocks)
+    for method, path in (("risa", "risa-imputation"), ("local-vfl", "risa-imputation"), ("splitnn", "active-only")):
         execute(_cfg(files, method), progress=False, save=tmp_path / method)
         summary = predict(tmp_path / method, list(files), tmp_path / f"{method}.csv")
         assert summary["scored_by"] == {"federated": HOST_ROWS, path: N - HOST_ROWS}

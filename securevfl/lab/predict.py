@@ -106,7 +106,7 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path, fede
     scored, scores, paths = run_in_process(fed, ScoringOps(method),
                                            lambda view: score_rows(method, view, ids, aligned, federated_only))
     _write(_predictions(active_manifest, loaded[0][2]["id_column"], scored, scores, paths), Path(out))
-    return _summary(party_files[0], ids, paths, out, federated_only, [len(i) for i in id_sets])
+    return _summary(party_files[0], ids, paths, out, federated_only, [len(i) for i in id_sets], len(folders) > 1)
 
 
 def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, channel: Any,
@@ -171,11 +171,14 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
 
 
 def _summary(party_file: str, ids: np.ndarray, paths: np.ndarray, out: str | Path, federated_only: bool,
-             rows_read: object) -> dict:
-    """What the run scored, by path; a note on stderr of the rows that another path scored or none did."""
+             rows_read: object, federated: bool = True) -> dict:
+    """What the run scored, by path; a note on stderr of the rows that another path scored or none did
+    (``federated`` False: a single-party model, whose every row is its own)."""
     counts = path_counts(paths)
     others = len(ids) - counts.get(FEDERATED, 0)
-    if others and federated_only:
+    if not federated:
+        pass
+    elif others and federated_only:
         print(f"note: {others} rows of {party_file} are not in every party's file and were not scored "
               "(--federated-only)", file=sys.stderr)
     elif others:

@@ -170,10 +170,11 @@ class Method(ABC):
 
     def unaligned_path(self, fed: Federation, trainer: SplitTrainer) -> str:
         """The active party's program, before it scores rows no passive party holds: set the passive
-        inputs the method gives such rows (``trainer.passive_stand_in``; None: zeros, the active party's part
+        inputs the method gives such rows (``trainer.passive_stand_in`` from the active party's own output,
+        or ``trainer.delivered_stand_in`` as the cut layer delivers them; None: zeros, the active party's part
         alone, as :meth:`SplitTrainer.evaluate` scores unaligned test rows) and name the path, which the
         predictions mark. The paper's own path where it has one (FedUD's Rep, RISA's imputation)."""
-        trainer.passive_stand_in = None
+        trainer.passive_stand_in = trainer.delivered_stand_in = None
         # a label-only active party (Entity Augmentation's host) has no part: its head sees no input
         return "active-only" if int(np.prod(fed.active.data.feature_shape)) else "no-features"
 

@@ -361,7 +361,7 @@ class RISA(Method):
         for p in handles(fed):
             p.call(OP_IMPUTED_OUTPUT)
             reps.append(fed.cut.complete_forward(None, fed.active.cut_ends[p.name]))  # type: ignore[arg-type]
-        trainer.passive_stand_in = lambda own: [r.expand(len(own), -1) for r in reps]
+        trainer.delivered_stand_in = reps
         return "risa-imputation"
 
     def _impute_own(self, party: Party) -> None:
