@@ -167,7 +167,8 @@ def open_run(ep: Endpoint, descriptions: dict[str, dict]) -> dict[str, dict]:
     """Step 1: each passive party gets its run description (it admits it by its own policy and reads its
     file); their replies, by party. A refusal ends the run with one line naming that party."""
     for name, description in descriptions.items():
-        ep.send_json(name, MessageKind.CONTROL, description)
+        engine = psi.engine_of(ep, name)  # the PSI engine this party runs (--psi), which the passive one must too
+        ep.send_json(name, MessageKind.CONTROL, description | ({"psi": engine} if engine != "x25519" else {}))
     replies = {}
     for name in descriptions:
         reply = _expect(ep.recv_json(name, MessageKind.CONTROL), "handshake")

@@ -77,6 +77,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
         name = hello["party"]
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
+        _check_engine(ep, hello)
         checkpoints = _own_checkpoints(hello, party_file, checkpoint_dir)
         hello, notes = reconcile(hello, settings)
         method = _method(hello, _model_config(hello["model"]), OptimConfig(**hello["optim"]), int(hello["seed"]))
@@ -188,6 +189,16 @@ def bottom_parameters(data: Any, model: ModelConfig) -> int:
     return sum(q.numel() for q in m.parameters())
 
 
+def _check_engine(ep: Endpoint, hello: dict) -> None:
+    """The run's PSI engine is this party's own (``--psi``): refused before any ID moves otherwise."""
+    if hello.get("alignment", "psi") == "plain":
+        return
+    theirs, own = str(hello.get("psi", "x25519")), psi.engine_of(ep, ACTIVE)
+    if theirs != own:
+        raise UserError(f"the active party aligns with PSI engine {theirs}, this party with {own} (securevfl party "
+                        "--psi); both must name the same")
+
+
 def _within(ids: np.ndarray, allowed: np.ndarray, what: str) -> None:
     """The active party's announcement stays inside what this party aligned on itself; the refusal
     names counts only (no ID: no membership oracle)."""
@@ -217,6 +228,7 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
         name = hello.get("party")
         if name != ep.party:
             raise UserError(f"the active party addresses {name!r}, this party serves {ep.party!r}")
+        _check_engine(ep, hello)
         if model_dir is None:
             raise UserError("the active party asks to score rows, but this party serves no saved model: start it "
                             "with --model DIR (the folder its party --save wrote)")

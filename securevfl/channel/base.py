@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -142,6 +143,19 @@ class Channel(ABC):
         return [m for m in self.transcript if m.dst == party]
 
 
+@dataclass(frozen=True)
+class Contact:
+    """How a party's external PSI engine (securevfl/data/otpsi.py) reaches a peer's: the engine both run,
+    where this party's worker listens, the peer's host, this party's TLS files (None: ``--insecure``),
+    and how long to wait."""
+
+    engine: str
+    listen_host: str
+    peer_host: str
+    tls: Any  # securevfl.channel.grpc.TLSFiles | None (not imported: the in-memory channel has no grpc)
+    timeout: float
+
+
 class Endpoint:
     """A party's handle on the channel: it can only send as itself and receive what is addressed to it.
 
@@ -168,6 +182,11 @@ class Endpoint:
     def busy(self, what: str) -> AbstractContextManager[None]:
         """:meth:`Channel.busy` for this party."""
         return self._channel.busy(self.party, what)
+
+    def psi_contact(self, peer: str) -> Any:
+        """How this party's PSI engine reaches ``peer`` (None: the channel's own X25519 PSI only)."""
+        contact = getattr(self._channel, "psi_contact", None)
+        return None if contact is None else contact(self.party, peer)
 
     # typed helpers
     def send_tensor(self, dst: str, kind: str, t: torch.Tensor) -> None:

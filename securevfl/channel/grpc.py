@@ -44,7 +44,7 @@ from pathlib import Path
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's C core logs every refused handshake to stderr
 import grpc  # noqa: E402
 
-from securevfl.channel.base import ABANDON, Channel, Message, MessageKind, StepAbandoned
+from securevfl.channel.base import ABANDON, Channel, Contact, Message, MessageKind, StepAbandoned
 from securevfl.errors import UserError
 
 DOCTOR_PING = b"doctor:"
@@ -92,6 +92,8 @@ class NetConfig:
     tls: TLSFiles | None
     timeout: float = DEFAULT_TIMEOUT
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    psi: str = "x25519"
+    """This party's PSI engine (``--psi``; securevfl/data/otpsi.py): every peer must run the same."""
 
     def options(self) -> list[tuple[str, int | str]]:
         return [("grpc.max_send_message_length", self.max_message_bytes),
@@ -194,6 +196,19 @@ class GrpcChannel(Channel):
             self._serve(listen)
         for name, addr in self.peers.items():
             self._connect(name, addr)
+
+    def psi_contact(self, party: str, peer: str) -> Contact:
+        """How this party's OT PSI engine reaches ``peer``'s (securevfl/data/otpsi.py): the host this channel
+        talks to it on (a client: the ``--peer`` address; a server: the run's connection), this party's
+        TLS files and timeout; its worker listens on loopback when the peer is on loopback."""
+        if peer in self.peers:
+            host = self.peers[peer].rsplit(":", 1)[0].strip("[]")
+        else:  # "ipv4:10.0.0.2:51234" / "ipv6:[::1]:51234"
+            where = (self._stream_peer or "ipv4:127.0.0.1:0").split(":", 1)[-1]
+            host = where.rsplit(":", 1)[0].strip("[]")
+        loopback = host in ("127.0.0.1", "::1", "localhost")
+        return Contact(self.net.psi, host if loopback else ("::" if ":" in host else "0.0.0.0"),
+                       host, self.net.tls, self.net.timeout)
 
     # ------------------------------------------------------------------ server side
     def _serve(self, listen: str) -> None:

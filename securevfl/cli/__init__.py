@@ -17,7 +17,7 @@ from securevfl.cli.doctor import cmd_doctor
 from securevfl.cli.lab import cmd_predict, cmd_report, cmd_sweep
 from securevfl.cli.listing import cmd_attacks, cmd_datasets, cmd_defenses, cmd_methods
 from securevfl.cli.parser import make_parser
-from securevfl.cli.party import cmd_certs, cmd_party, party_settings
+from securevfl.cli.party import cmd_certs, cmd_party, cmd_psi_engine, party_settings
 from securevfl.cli.train import cmd_train
 from securevfl.errors import UserError
 
@@ -25,7 +25,7 @@ __all__ = ["COMMANDS", "_build_config", "main", "make_parser", "party_settings",
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
             "attacks": cmd_attacks, "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict,
-            "party": cmd_party, "certs": cmd_certs, "doctor": cmd_doctor}
+            "party": cmd_party, "certs": cmd_certs, "doctor": cmd_doctor, "psi-engine": cmd_psi_engine}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,11 @@ def _net_config(args: argparse.Namespace, party: str):
     if args.max_message_mb is not None:
         kw["max_message_bytes"] = int(number("--max-message-mb", args.max_message_mb, gt=0, le=2047) * 2 ** 20)
     tls = None if args.insecure else grpc_mod.TLSFiles.load(args.tls, party)
-    return grpc_mod, grpc_mod.NetConfig(tls, **kw)
+    if getattr(args, "psi", "x25519") != "x25519":
+        from securevfl.data.otpsi import engine_python
+
+        engine_python()  # a missing engine is named before anything connects
+    return grpc_mod, grpc_mod.NetConfig(tls, psi=getattr(args, "psi", "x25519"), **kw)
 
 
 def _view_failed(error: str | None) -> int:

@@ -85,6 +85,9 @@ def _net_flags(g) -> None:
                    help="seconds to wait for a peer's next message or answer (default 120; at most a week)")
     g.add_argument("--max-message-mb", default=None, metavar="MB",
                    help="largest message accepted or sent, MiB (default 256; gRPC's limit: under 2048)")
+    g.add_argument("--psi", default="x25519", choices=("x25519", "rr22", "kkrt"),
+                   help="PSI engine: x25519 (default), or OT-based rr22/kkrt (faster; `securevfl psi-engine install` "
+                        "first); every party must name the same")
     g.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="keep this party's own checkpoint in DIR at each epoch end, so that a killed run can be "
                         "resumed (train --resume; every party needs its own)")
@@ -180,6 +183,10 @@ def make_parser() -> _Parser:
                         "<that command's flags> (docs/deployment.md)")
     dr.add_argument("checked", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                     help="the train --peer ... or party ... command this party is about to run, flags and all")
+    pe = sub.add_parser("psi-engine", help="install the optional OT-based PSI engine (--psi rr22/kkrt; "
+                        "docs/deployment.md)")
+    pe.add_argument("action", choices=("install", "where"), help="install: make its environment; where: print it")
+    pe.add_argument("--dir", default=None, help="its folder (default ~/.local/share/securevfl/psi-engine)")
     ce = sub.add_parser("certs", help="make a CA and one key/certificate folder per party (mutual TLS)")
     ce.add_argument("--parties", required=True, help="comma-separated party names, e.g. active,passive1")
     ce.add_argument("--out", required=True, help="new folder: OUT/<party>/ per party, OUT/ca/ the CA")

@@ -121,3 +121,16 @@ def cmd_certs(args: argparse.Namespace) -> int:
         print(f"{name}: {d}  (copy this folder to {name}'s machine; its .key never leaves it)")
     print(f"CA key: {Path(args.out) / 'ca' / 'ca.key'} (keep it here, or delete it)")
     return 0
+
+
+def cmd_psi_engine(args: argparse.Namespace) -> int:
+    """``securevfl psi-engine install``: the OT PSI engine's own environment (securevfl/data/otpsi.py)."""
+    from securevfl.data import otpsi
+
+    if args.action == "where":
+        print(otpsi.engine_python())
+        return 0
+    python = otpsi.install(Path(args.dir) if args.dir else None)
+    print(f"psi-engine: installed ({python}); parties choose it with --psi rr22 (or kkrt)"
+          + (f"; set {otpsi.ENGINE_ENV}={python}" if args.dir else ""))
+    return 0

@@ -311,7 +311,7 @@ def align_with(endpoint: Endpoint, peers: list[str], own_ids: np.ndarray, mode: 
             if mode == "plain":
                 theirs.append(endpoint.recv_ids(name, MessageKind.ALIGNMENT))
             else:
-                theirs.append(mutual_psi(endpoint, name, own_ids, workers))
+                theirs.append(_psi_with(endpoint, name, own_ids, workers))
     aligned = plain_intersection([own_ids, *theirs])
     if len(aligned):
         for name in peers:
@@ -330,5 +330,21 @@ def align_to(endpoint: Endpoint, active: str, own_ids: np.ndarray, mode: str) ->
         endpoint.send_ids(active, MessageKind.ALIGNMENT, own_ids)
         own_result = np.asarray(own_ids)
     else:
-        own_result = mutual_psi(endpoint, active, own_ids)
+        own_result = _psi_with(endpoint, active, own_ids)
     return endpoint.recv_ids(active, MessageKind.ALIGNMENT), own_result
+
+
+def engine_of(endpoint: Endpoint, peer: str) -> str:
+    """The PSI engine this party runs with ``peer`` (``--psi``; x25519 on a channel without engines)."""
+    contact = endpoint.psi_contact(peer)
+    return "x25519" if contact is None else str(contact.engine)
+
+
+def _psi_with(endpoint: Endpoint, peer: str, own_ids: np.ndarray, workers: Workers | None = None) -> np.ndarray:
+    """The PSI with ``peer`` by this party's engine: the X25519 PSI here, or an OT-based one (otpsi.py)."""
+    contact = endpoint.psi_contact(peer)
+    if contact is None or contact.engine == "x25519":
+        return mutual_psi(endpoint, peer, own_ids, workers)
+    from securevfl.data.otpsi import ot_psi
+
+    return ot_psi(endpoint, peer, own_ids, contact)
