@@ -196,8 +196,11 @@ def _run_worker(python: Path, cfg: dict, peer: str, timeout: float) -> None:
         except subprocess.TimeoutExpired:
             raise UserError(f"PSI: the OT engine with {peer} did not finish") from None
     if done.returncode != 0:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        why = next((ln for ln in reversed(lines) if "Error" in ln or "what:" in ln), lines[-1] if lines else "")
+        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        # the engine's exception: "RuntimeError: what:" and its message on the next line, then a stack trace
+        at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].endswith("what:")), None)
+        why = lines[at + 1] if at is not None and at + 1 < len(lines) else next(
+            (ln for ln in reversed(lines) if "Error" in ln), lines[-1] if lines else "")
         raise UserError(f"PSI: the OT engine with {peer} failed (exit {done.returncode}): {why.strip()[:300]}")
 
 
