@@ -1,0 +1,216 @@
+"""The methods report's paired statistics: seed-paired differences, their intervals and the verdicts."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from scipy import stats  # noqa: E402
+
+from securevfl.lab.report.methods.claims import (  # noqa: E402
+    POWER,
+    ROWS_KEY,
+    _fmt,  # noqa: E402
+)
+
+
+def paired(a: pd.Series, b: pd.Series) -> dict[str, float]:
+    """Mean of a − b over the seeds both have, its sd and 95 % t-interval, and how many seeds a wins."""
+    both = pd.concat([a.rename("a"), b.rename("b")], axis=1).dropna()
+    d = (both.a - both.b).to_numpy(dtype=float)
+    n = len(d)
+    if n == 0:
+        return {"n": 0, "mean": math.nan, "sd": math.nan, "low": math.nan, "high": math.nan, "wins": 0,
+                "detectable": math.nan}
+    mean, sd = float(d.mean()), float(d.std(ddof=1)) if n > 1 else math.nan
+    half = float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)) if n > 1 else math.nan
+    return {"n": n, "mean": mean, "sd": sd, "low": mean - half, "high": mean + half, "wins": int((d > 0).sum()),
+            "detectable": detectable(sd, n)}
+
+
+def detectable(sd: float, n: int, power: float = POWER) -> float:
+    """The smallest true mean difference that ``n`` paired seeds with this sd find (two-sided 5 % t-test)
+    with probability ``power``: (t₀.₉₇₅ + t_power) · sd / √n, with n − 1 degrees of freedom."""
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    return float((stats.t.ppf(0.975, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
+
+
+def verdict(p: dict[str, float], paper: float | None = None) -> str:
+    """``holds`` (the interval lies above 0), ``does not hold`` (it lies below 0, or below the paper's
+    difference: the effect the paper reports is excluded by our seeds), else ``unresolved``."""
+    if p["n"] < 2 or math.isnan(p["low"]):
+        return "too few seeds"
+    if p["low"] > 0:
+        return "holds"
+    if p["high"] < 0 or (isinstance(paper, int | float) and p["high"] < paper):
+        return "does not hold"
+    return "unresolved"
+
+
+def claim_runs(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The regime map's runs: the claim's sweep, plus its ``more_seeds`` sweep (further seeds at the
+    paper's setting only: its runs count at the headline's regime value)."""
+    sub = frame[frame.sweep == claim["sweep"]]
+    if claim.get("more_seeds"):
+        more = frame[frame.sweep == claim["more_seeds"]].copy()
+        if claim.get("regime") and "headline" in claim:
+            more[f"swept_{claim['regime']}"] = claim["headline"]
+        sub = pd.concat([sub, more], ignore_index=True)
+    return sub
+
+
+def rows_runs(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The rows axis's runs at the paper's setting: the ``rows`` sweep's (``train_rows`` swept) and the
+    claim's own headline runs, which count at all their training rows."""
+    if not claim.get("rows"):
+        return frame.iloc[:0]
+    own = claim_runs(frame, claim)
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    if key and key in own and "headline" in claim:
+        own = own[np.isclose(own[key].astype(float), float(claim["headline"]))]
+    own = own.assign(**{ROWS_KEY: own.train_total})
+    fewer = frame[frame.sweep == claim["rows"]]
+    return pd.concat([fewer, own], ignore_index=True)
+
+
+def references(claim: dict) -> dict[str, str]:
+    """Our arm → the authors' arm of the same method (``reference``: one name is the method's)."""
+    ref = claim.get("reference")
+    return {claim["method"]: ref} if isinstance(ref, str) else dict(ref or {})
+
+
+def pairs(claim: dict) -> list[tuple[str, dict]]:
+    """(arm, comparison) pairs: the method against each baseline; with the authors' code (``reference``),
+    their method against each baseline (their own baseline where they have one), and each of our arms
+    against the authors' arm of the same method."""
+    out = [(claim["method"], c) for c in claim["comparisons"]]
+    refs = references(claim)
+    if refs:
+        out += [(refs[claim["method"]], {**c, "baseline": refs.get(c["baseline"], c["baseline"])})
+                for c in claim["comparisons"]]
+        out += [(ours_arm, {"baseline": theirs_arm}) for ours_arm, theirs_arm in refs.items()]
+    return out
+
+
+def comparison_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """One row per (arm, comparison, regime value): the paired difference of the arm against the baseline."""
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    return _paired_table(claim_runs(frame, claim), claim, key, lambda v: _is_headline(claim, v))
+
+
+def rows_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The comparisons at the paper's setting against the number of training rows (the largest: all)."""
+    sub = rows_runs(frame, claim)
+    if sub.empty or ROWS_KEY not in sub or sub[ROWS_KEY].isna().all():
+        return pd.DataFrame()
+    most = float(sub[ROWS_KEY].max())
+    # no paper's difference here: the papers measured at far more rows than any point of this axis
+    return _paired_table(sub, claim, ROWS_KEY, lambda v: v is not None and float(v) == most, papers=False)
+
+
+def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: Any,
+                  papers: bool = True) -> pd.DataFrame:
+    values = sorted(sub[key].dropna().unique()) if key and key in sub else [None]
+    column = {"unaligned": "utility_unaligned", "aligned": "utility_aligned"}
+    rows = []
+    for arm_name, comp in pairs(claim):
+        col = column.get(comp.get("subset", claim.get("subset", "")), "utility")
+        for v in values:
+            at = sub if v is None else sub[sub[key] == v]
+            arm = at[at.method == arm_name].groupby("seed")[col].first()
+            base = at[at.method == comp["baseline"]].groupby("seed")[col].first()
+            p = paired(arm, base)
+            head = is_headline(v)
+            paper = comp.get("paper") if head and papers else None
+            rows.append({"arm": arm_name, "baseline": comp["baseline"],
+                         "rows": comp.get("subset", claim.get("subset", "all")),
+                         "regime": v, "headline": head, "paper": paper,
+                         "method_mean": float(arm.mean()) if len(arm) else math.nan,
+                         "baseline_mean": float(base.mean()) if len(base) else math.nan, **p,
+                         "verdict": verdict(p, paper)})
+    return pd.DataFrame(rows)
+
+
+def ours(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The method's own comparisons (not the reference arm's, nor the method against the reference)."""
+    return table[(table.arm == claim["method"]) & ~table.baseline.isin(list(references(claim).values()))]
+
+
+def theirs(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The reference arm's comparisons against the baselines (empty without one)."""
+    main = references(claim).get(claim["method"])
+    return table[table.arm == main] if main else table.iloc[:0]
+
+
+def _authors_rows(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The comparisons at the paper's setting that involve the authors' code (and have runs)."""
+    return table[table.headline & (table.n > 0) & ~((table.arm == claim["method"]) & ~table.baseline.isin(
+        list(references(claim).values())))] if references(claim) else table.iloc[:0]
+
+
+def claim_verdict(table: pd.DataFrame, claim: dict) -> str:
+    """The method's verdict; with the authors' code as an arm, whether theirs agrees, comparison by
+    comparison at the paper's setting (their method against their baseline where they have one):
+    ``does not hold, with the authors' code too`` when both fail, else both verdicts side by side."""
+    mine = method_verdict(ours(table, claim), claim)
+    ref = theirs(table, claim)
+    if ref.empty or ref.n.max() == 0:
+        return mine
+    other = method_verdict(ref, claim)
+    refs, head = references(claim), table[table.headline & (table.n > 0)]
+    each = []
+    for comp in claim["comparisons"]:
+        rows = comp.get("subset", claim.get("subset", "all"))
+        o = head[(head.arm == claim["method"]) & (head.baseline == comp["baseline"]) & (head.rows == rows)]
+        t = head[(head.arm == refs[claim["method"]]) & (head.baseline == refs.get(comp["baseline"], comp["baseline"]))
+                 & (head.rows == rows)]
+        if len(o) and len(t):
+            on = "" if rows == "all" else f" on {rows} test rows"
+            each.append((f"vs {comp['baseline'].split('{')[0]}{on}", o.verdict.iloc[0], t.verdict.iloc[0]))
+    if mine == other and all(vo == vt for _, vo, vt in each):
+        return f"{mine}, with the authors' code too"
+    if len(each) < 2:
+        return f"{mine} (the authors' code: {other})"
+    return mine + "; at the paper's setting " + "; ".join(
+        f"{vs}: {vo}" + (", with the authors' code too" if vo == vt else f" (the authors' code: {vt})")
+        for vs, vo, vt in each)
+
+
+def _is_headline(claim: dict, value: Any) -> bool:
+    if value is None or "headline" not in claim:
+        return True
+    return bool(np.isclose(float(value), float(claim["headline"])))
+
+
+def method_verdict(table: pd.DataFrame, claim: dict) -> str:
+    """``holds`` / ``holds in regime …`` / ``holds in part …`` / ``does not hold`` / ``unresolved`` for one
+    arm's comparisons (:func:`ours` or :func:`theirs` of a claim with the authors' code)."""
+    head = table[table.headline]
+    if (head.verdict == "too few seeds").any():
+        return "too few seeds to tell"
+    if (head.verdict == "holds").all():
+        return "holds"
+    key = claim.get("regime", "")
+    good = [v for v, g in table.groupby("regime") if (g.verdict == "holds").all()] if key else []
+    if good:
+        return f"holds in regime {key} ∈ {{{', '.join(_fmt(v) for v in good)}}}"
+    parts = []
+    for (base, rows), g in table.groupby(["baseline", "rows"], sort=False):
+        where = [_fmt(v) for v in g[g.verdict == "holds"].regime]
+        if where:
+            on = "" if rows == "all" else f" on {rows} test rows"
+            parts.append(f"vs {base}{on} at {key} ∈ {{{', '.join(where)}}}" if key else f"vs {base}{on}")
+    if parts:
+        return "holds in part: " + "; ".join(parts)
+    if (head.verdict == "does not hold").any():
+        return "does not hold"
+    return "unresolved (within seed noise)"
+
+
