@@ -7,18 +7,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-import matplotlib.ticker
+import pandas as pd
+import yaml
 
-matplotlib.use("Agg")
-import pandas as pd  # noqa: E402
-import yaml  # noqa: E402
-
-from securevfl.errors import UserError  # noqa: E402
-from securevfl.lab.report.frame import load_frames  # noqa: E402
-from securevfl.lab.report.methods.claims import REFERENCE_SUFFIX  # noqa: E402
-from securevfl.lab.store import Store  # noqa: E402
-from securevfl.lab.sweep import parse_sweep  # noqa: E402
+from securevfl.errors import UserError
+from securevfl.lab.report.frame import load_frames
+from securevfl.lab.report.methods.claims import REFERENCE_SUFFIX
+from securevfl.lab.store import Store
+from securevfl.lab.sweep import parse_sweep
 
 
 def _flat(prefix: str, value: Any, out: dict[str, float]) -> None:

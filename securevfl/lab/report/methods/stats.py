@@ -5,18 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import matplotlib
-import matplotlib.ticker
+import numpy as np
+import pandas as pd
+from scipy import stats
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from scipy import stats  # noqa: E402
-
-from securevfl.lab.report.methods.claims import (  # noqa: E402
+from securevfl.lab.report.methods.claims import (
     POWER,
     ROWS_KEY,
-    _fmt,  # noqa: E402
+    _fmt,
 )
 
 

@@ -5,18 +5,14 @@ from __future__ import annotations
 import math
 import re
 
-import matplotlib
-import matplotlib.ticker
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from securevfl.lab.report.methods.claims import _FIELD, _fmt  # noqa: E402
-from securevfl.lab.report.methods.stats import (  # noqa: E402
+from securevfl.lab.report.methods.claims import _FIELD, _fmt
+from securevfl.lab.report.methods.stats import (
     _authors_rows,
     claim_runs,
-    ours,  # noqa: E402
+    ours,
     references,
 )
 
