@@ -176,8 +176,18 @@ def cell_rows(cell, raw: pd.DataFrame) -> dict:
             "n_aligned": len(aligned), "cfg": cfg}
 
 
-def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int, arm: str = "fedhssl") -> dict:
+def validation_rows(labeled: np.ndarray, y_labeled: np.ndarray, seed: int) -> np.ndarray | str:
+    """The rows our arms hold out to choose a learning rate: :func:`securevfl.training.validation_split`
+    of the labeled aligned rows *sorted*, as our fine-tuning passes them (``labeled_aligned_ids`` is a sorted
+    intersection); the split draws positions, so the partition's order would hold out other rows (issue 65:
+    5–8 of 40 rows shared)."""
     from securevfl.training import validation_split
+
+    order = np.argsort(np.asarray(labeled), kind="stable")
+    return validation_split(np.asarray(labeled)[order], np.asarray(y_labeled)[order], seed)
+
+
+def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int, arm: str = "fedhssl") -> dict:
 
     rows = cell_rows(cell, raw)
     cfg = rows["cfg"]
@@ -207,7 +217,7 @@ def run_cell(clone: Path, cell, raw: pd.DataFrame, work: Path, threads: int, arm
                      len(train_order), folder / "log.txt")
 
     # the learning rate our way: held-out labeled rows (the same split our arms use), scored at the last epoch
-    held = validation_split(rows["labeled"], rows["y_labeled"], cell.seed)
+    held = validation_rows(rows["labeled"], rows["y_labeled"], cell.seed)
     chosen, scores = grid[len(grid) // 2], {}
     if isinstance(held, np.ndarray):
         keep = rows["labeled"][~np.isin(rows["labeled"], held)]

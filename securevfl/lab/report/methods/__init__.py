@@ -4,12 +4,12 @@ A *claims file* (``sweeps/methods/claims.yaml``) lists, per method, the paper's 
 baselines and their published differences), the sweep that re-runs it, the swept key whose values
 form the regime map and the value that is the paper's own setting. For each comparison we pair the
 runs by seed (the same partition, initialisation and batches for both arms) and report the mean
-paired difference with its 95 % t-interval. A comparison *holds* when the interval lies above zero,
-*does not hold* when it lies below zero or below the paper's own difference (our seeds exclude the
-effect the paper reports), and is *unresolved* otherwise. A method's verdict is ``holds`` (every
-comparison holds at the paper's setting), ``holds in regime X`` (all hold at the swept values
-named), ``holds in part`` (the comparisons that hold somewhere, and where), ``does not hold`` or
-``unresolved``. The claims file can add
+paired difference with its 95 % t-interval. A verdict says how much of the paper's effect the interval
+shows, in the direction of the paper's difference P (:func:`.stats.verdict`): *reproduced* (it holds P
+and excludes 0), *larger than the paper's*, *a smaller effect* (above 0, below P), *no effect* (it
+holds 0, excludes P), *the opposite* (below 0), or *unresolved* (it holds both). A method's verdict
+is its comparisons' common one, or each comparison's, and where the paper's effect is not reproduced
+at its setting, the swept values where it is. The claims file can add
 a ``why`` sentence whose ``{fields}`` are filled from the measured step counters, so the explanation
 quotes the run and never a typed-in number.
 
@@ -154,10 +154,12 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
             ("h3", "What each step did: the method's counters (mean ± sd over seeds)"),
             ("table", counter_table(frame, claim))]))
     runs, _ = load_frames(store_path)
-    intro = ("Each paper's headline comparison re-run with the current code on real rows. A comparison **holds** "
-             "when the 95 % interval of the seed-paired difference lies above zero, **does not hold** when it lies "
-             "below zero or below the paper's difference (our seeds exclude the effect the paper reports), and is "
-             "**unresolved** otherwise. Every arm chooses its learning rate from the sweep's grid on the same "
+    intro = ("Each paper's headline comparison re-run with the current code on real rows. A verdict says how "
+             "much of the paper's effect the 95 % interval of the seed-paired difference shows: the paper's effect "
+             "**reproduced** (the interval holds the paper's difference and excludes zero), **larger** than the "
+             "paper's, **a smaller effect** (above zero, below the paper's difference), **no effect** (it holds zero "
+             "and excludes the paper's difference), **the opposite** (below zero), or **unresolved** (it holds both). "
+             "Every arm chooses its learning rate from the sweep's grid on the same "
              "validation rows (a stratified 20 % of the rows with a true label; each stage of a multi-stage method "
              "its own; `train.lr_grid`). *Detectable*: the smallest true difference our seeds find with 80 % power. "
              "Where the authors released code, their code is one more arm on the same rows and seeds "

@@ -38,16 +38,37 @@ def detectable(sd: float, n: int, power: float = POWER) -> float:
     return float((stats.t.ppf(0.975, n - 1) + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n))
 
 
+REPRODUCED, LARGER, SMALLER, NO_EFFECT, OPPOSITE, AN_EFFECT, UNRESOLVED, TOO_FEW = (
+    "reproduced", "larger than the paper's", "a smaller effect", "no effect", "the opposite", "an effect",
+    "unresolved", "too few seeds")
+REPRODUCES = frozenset({REPRODUCED, LARGER, AN_EFFECT})
+"""Comparison verdicts that carry the paper's effect (its size where it gives one)."""
+
+
 def verdict(p: dict[str, float], paper: float | None = None) -> str:
-    """``holds`` (the interval lies above 0), ``does not hold`` (it lies below 0, or below the paper's
-    difference: the effect the paper reports is excluded by our seeds), else ``unresolved``."""
+    """How much of the paper's effect our seed-paired 95 % interval [low, high] shows, read in the
+    direction of the paper's difference P (positive when it gives none):
+
+    - ``reproduced``: the interval holds P and excludes 0; ``larger than the paper's``: it lies above P;
+    - ``a smaller effect``: above 0 but below P (an effect, not the paper's size);
+    - ``no effect``: it holds 0 and excludes P; ``the opposite``: it lies below 0;
+    - ``unresolved``: it holds both 0 and P (our seeds cannot tell);
+    - without a paper value: ``an effect`` (above 0), ``the opposite`` or ``unresolved``."""
     if p["n"] < 2 or math.isnan(p["low"]):
-        return "too few seeds"
-    if p["low"] > 0:
-        return "holds"
-    if p["high"] < 0 or (isinstance(paper, int | float) and p["high"] < paper):
-        return "does not hold"
-    return "unresolved"
+        return TOO_FEW
+    given = isinstance(paper, int | float) and math.isfinite(float(paper)) and float(paper) != 0
+    sign = -1.0 if given and float(paper) < 0 else 1.0  # type: ignore[arg-type]
+    low, high = sorted((sign * p["low"], sign * p["high"]))
+    if high < 0:
+        return OPPOSITE
+    if not given:
+        return AN_EFFECT if low > 0 else UNRESOLVED
+    size = abs(float(paper))  # type: ignore[arg-type]
+    if low > size:
+        return LARGER
+    if low > 0:
+        return REPRODUCED if high >= size else SMALLER
+    return UNRESOLVED if high >= size else NO_EFFECT
 
 
 def claim_runs(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
@@ -154,7 +175,7 @@ def _authors_rows(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
 def claim_verdict(table: pd.DataFrame, claim: dict) -> str:
     """The method's verdict; with the authors' code as an arm, whether theirs agrees, comparison by
     comparison at the paper's setting (their method against their baseline where they have one):
-    ``does not hold, with the authors' code too`` when both fail, else both verdicts side by side."""
+    ``no effect, with the authors' code too`` when both agree, else both verdicts side by side."""
     mine = method_verdict(ours(table, claim), claim)
     ref = theirs(table, claim)
     if ref.empty or ref.n.max() == 0:
@@ -185,28 +206,29 @@ def _is_headline(claim: dict, value: Any) -> bool:
     return bool(np.isclose(float(value), float(claim["headline"])))
 
 
+_SAID = {REPRODUCED: "the paper's effect reproduced", LARGER: "a larger effect than the paper's",
+         SMALLER: "a smaller effect than the paper's", NO_EFFECT: "no effect", OPPOSITE: "the opposite",
+         AN_EFFECT: "an effect (the paper gives no size)", UNRESOLVED: "unresolved (within seed noise)"}
+
+
 def method_verdict(table: pd.DataFrame, claim: dict) -> str:
-    """``holds`` / ``holds in regime …`` / ``holds in part …`` / ``does not hold`` / ``unresolved`` for one
-    arm's comparisons (:func:`ours` or :func:`theirs` of a claim with the authors' code)."""
+    """One arm's verdict at the paper's setting (:func:`ours` or :func:`theirs`): the comparisons'
+    common verdict (:func:`verdict`, said in words), or each comparison's when they differ; where the
+    paper's effect is not reproduced at its setting, the swept values at which every comparison
+    reproduces it, if any."""
     head = table[table.headline]
-    if (head.verdict == "too few seeds").any():
+    if (head.verdict == TOO_FEW).any() or head.empty:
         return "too few seeds to tell"
-    if (head.verdict == "holds").all():
-        return "holds"
+    each = []
+    for (base, rows), g in head.groupby(["baseline", "rows"], sort=False):
+        on = "" if rows == "all" else f" on {rows} test rows"
+        each.append((f"vs {base}{on}", str(g.verdict.iloc[0])))
+    kinds = {v for _, v in each}
+    said = _SAID[kinds.pop()] if len(kinds) == 1 else "; ".join(f"{vs}: {v}" for vs, v in each)
+    if set(head.verdict) <= REPRODUCES:
+        return said
     key = claim.get("regime", "")
-    good = [v for v, g in table.groupby("regime") if (g.verdict == "holds").all()] if key else []
+    good = [v for v, g in table.groupby("regime") if set(g.verdict) <= REPRODUCES] if key else []
     if good:
-        return f"holds in regime {key} ∈ {{{', '.join(_fmt(v) for v in good)}}}"
-    parts = []
-    for (base, rows), g in table.groupby(["baseline", "rows"], sort=False):
-        where = [_fmt(v) for v in g[g.verdict == "holds"].regime]
-        if where:
-            on = "" if rows == "all" else f" on {rows} test rows"
-            parts.append(f"vs {base}{on} at {key} ∈ {{{', '.join(where)}}}" if key else f"vs {base}{on}")
-    if parts:
-        return "holds in part: " + "; ".join(parts)
-    if (head.verdict == "does not hold").any():
-        return "does not hold"
-    return "unresolved (within seed noise)"
-
-
+        said += f"; reproduced in regime {key} ∈ {{{', '.join(_fmt(v) for v in good)}}}"
+    return said
