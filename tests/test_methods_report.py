@@ -119,6 +119,12 @@ def test_report_command_writes_the_methods_report(store, capsys):
     answer = md.split("## The answer")[1].split("## ")[0]  # the first screen: one row per claim
     assert "| Split vs local " in answer and "aligned_fraction 1 " in answer and "+0.010 vs local" in answer
     assert "{seconds_never_measured: not measured}" in md  # a counter the runs lack is said, not invented
+    assert "| breast-cancer, " in answer and " training rows |" in answer  # the sample each verdict rests on
+    assert "1 of 1 verdicts rest on one sample only" in md
+    from securevfl.lab.report.methods import one_sample_sentence  # control: two samples say so
+
+    two = one_sample_sentence(["criteo: a.txt + criteo: b.txt"])
+    assert two == "Each verdict rests on more than one sample."
     assert "Sweep **m** from" in md and (out / "methods_m.png").exists()
     bad = store / "bad.yaml"
     bad.write_text("- {method: splitnn}\n")

@@ -88,6 +88,38 @@ __all__ = ["CLAIM_KEYS", "COMPARISON_KEYS", "MAX_FORMAT_NUMBER", "POWER", "REFER
            "write_methods_report"]
 
 
+def sample_of(runs: pd.DataFrame, claim: dict) -> str:
+    """The sample a claim's verdict rests on: the rows its runs drew (dataset and file), with the training
+    rows at the paper's setting."""
+    if runs.empty or "sample" not in runs:
+        return "–"
+    names = sorted(set(runs["sample"].astype(str)))
+    key = f"swept_{claim['regime']}" if claim.get("regime") else None
+    head = runs
+    if key and key in runs and "headline" in claim:
+        head = runs[[str(v) == str(claim["headline"]) or _same(v, claim["headline"]) for v in runs[key]]]
+    rows = head.train_total.dropna()
+    told = f", {int(rows.median()):,} training rows" if len(rows) else ""
+    return " + ".join(names) + told
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return abs(float(a) - float(b)) < 1e-12
+    except (TypeError, ValueError):
+        return False
+
+
+def one_sample_sentence(per_claim: list[str]) -> str:
+    """Which verdicts rest on one sample only: every claim whose runs drew one dataset file."""
+    single = [s for s in per_claim if s != "–" and " + " not in s]
+    if not single:
+        return "Each verdict rests on more than one sample."
+    return (f"{len(single)} of {len([s for s in per_claim if s != '–'])} verdicts rest on one sample only (the one "
+            "named beside each): a verdict is a statement about that sample, and another sample of the same source "
+            "can move it (issue 65 re-ran three comparisons on other real rows and they moved beyond seed noise).")
+
+
 def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_path: str | Path,
                          command: str | None = None) -> list[Path]:
     """``report.md`` + ``report.html`` + one regime figure per claim."""
@@ -104,7 +136,7 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
             answers.append({"claim": claim["title"], "verdict": "not measured",
                             "ours (paired, 95 % CI)": f"no runs of sweep {claim['sweep']}", "the authors' code": "–",
                             "our seeds detect (80 % power)": "–", "paper": "–",
-                            "paper's setting": _fmt(claim.get("headline", "–"))})
+                            "paper's setting": _fmt(claim.get("headline", "–")), "sample": "–"})
             continue
         v = claim_verdict(table, claim)
         head = ours(table, claim)
@@ -120,7 +152,8 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
             "our seeds detect (80 % power)": "; ".join(f"{r.detectable:.3f} vs {_vs(r)}" for _, r in head.iterrows()),
             "paper": "; ".join(f"{r.paper:+.3f} vs {_vs(r)}" for _, r in head.iterrows()
                                if isinstance(r.paper, int | float)) or "–",
-            "paper's setting": f"{claim['regime']} {_fmt(claim['headline'])}" if claim.get("regime") else "–"})
+            "paper's setting": f"{claim['regime']} {_fmt(claim['headline'])}" if claim.get("regime") else "–",
+            "sample": sample_of(claim_runs(frame, claim), claim)})
         fig = regime_figure(claim, table, render._figure_path(out, "methods", claim["sweep"]))
         figures.append(fig)
         by_rows = rows_table(frame, claim)
@@ -166,7 +199,9 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
              "(benchmarks/reference/).")
     all_sections = [("The answer", [("table", pd.DataFrame(answers)),
                                     ("p", "Each claim's section below gives the measured reason, the regime map and "
-                                          "the step counters.")]), *sections,
+                                          "the step counters. "
+                                          + one_sample_sentence([a["sample"] for a in answers]))]),
+                    *sections,
                     ("Provenance", render._provenance_blocks(runs, store_path, command))]
     md = render._render_md(intro, all_sections, out).replace("# securevfl report", "# securevfl methods report", 1)
     render._write_new(out / "report.md", md)

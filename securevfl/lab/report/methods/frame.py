@@ -97,7 +97,8 @@ def _row(r: pd.Series, runs: pd.DataFrame, results: dict, sweep: str, swept: dic
     truth = info.get("against_truth") if isinstance(info.get("against_truth"), dict) else None
     given = ({c: r[c] for c in runs.columns if c.startswith("swept_")} if swept is None
              else {f"swept_{k}": v for k, v in swept.items()})
-    return {"sweep": sweep, "method": arm(r.method, r.config), "seed": int(r.seed), "metric": r.metric,
+    return {"sweep": sweep, "method": arm(r.method, r.config), "sample": sample(r.config),
+            "seed": int(r.seed), "metric": r.metric,
             "utility": r.utility, "utility_aligned": _sub(u.get("aligned")),
             "utility_unaligned": _sub(u.get("unaligned")), "seconds": r.seconds,
             "train_total": _training_rows(res.get("partition")), **given,
@@ -118,6 +119,20 @@ def _training_rows(part: Any) -> float:
     given = part.get("aligned")
     aligned = float(given) if isinstance(given, int | float) else 0.0
     return aligned + sum(v - aligned for v in rows)
+
+
+def sample(config_json: str | None) -> str:
+    """The rows a run drew on: its dataset and, for a file, the file's name (``criteo: criteo_sample10k.txt``)."""
+    try:
+        cfg = json.loads(config_json or "{}")
+    except json.JSONDecodeError:
+        return "?"
+    if not isinstance(cfg, dict):
+        return "?"
+    data = cfg.get("data")
+    path = data.get("path") if isinstance(data, dict) else None
+    name = str(cfg.get("dataset", "?"))
+    return f"{name}: {Path(str(path)).name}" if path else name
 
 
 def arm(method: str, config_json: str | None) -> str:
