@@ -259,3 +259,47 @@ def test_the_authors_arm_holds_out_our_arms_validation_rows(monkeypatch):
     assert isinstance(ours, np.ndarray) and np.array_equal(np.sort(theirs), np.sort(ours))
     before = real(np.asarray(active.label_ids), np.asarray(active.y_labels), cfg.seed)  # the old runner's call
     assert len(set(before.tolist()) & set(ours.tolist())) < len(ours)
+
+
+def test_a_claim_about_the_swept_value_compares_the_method_with_itself(store):
+    """Issue 65: "more aligned rows help" was checked with the FedHSSL-vs-baselines pairs, so the report
+    printed FedHSSL's verdict twice. A ``from`` comparison pairs the method at the paper's value with itself
+    at the starting value, seed by seed; the control, the same arms at one value, differ by exactly 0."""
+    frame = method_frame(store / "s.sqlite")
+    claim = {"method": "splitnn", "title": "more aligned rows", "paper": "p", "sweep": "m",
+             "regime": "aligned_fraction", "headline": 1.0,
+             "comparisons": [{"baseline": "splitnn", "from": 0.2, "paper": 0.01}]}
+    table = comparison_table(frame, claim)
+    assert len(table) == 1 and table.regime.iloc[0] == 1.0 and table.baseline.iloc[0] == "splitnn at 0.2"
+    runs = frame[(frame.sweep == "m") & (frame.method == "splitnn")].groupby(["swept_aligned_fraction", "seed"])
+    gain = runs.utility.first().unstack(0)
+    assert table["mean"].iloc[0] == pytest.approx(float((gain[1.0] - gain[0.2]).mean()))
+    assert table.n.iloc[0] == 3 and table.paper.iloc[0] == 0.01
+    same = comparison_table(frame, {**claim, "comparisons": [{"baseline": "splitnn"}]})
+    assert (same["mean"] == 0).all()  # control: without `from`, the method against itself at each value
+    bad = store / "from.yaml"
+    bad.write_text(yaml.safe_dump([{**claim, "comparisons": [{"baseline": "splitnn", "from": "low"}]}]))
+    from securevfl.errors import UserError
+    from securevfl.lab.report.methods import load_claims
+
+    with pytest.raises(UserError, match="from: expected the regime value"):
+        load_claims(bad)
+
+
+def test_means_beside_a_difference_are_over_its_seeds_and_no_empty_rows(store, axes_store):
+    """Issue 65: an arm's mean beside a paired difference came from its own seeds (10 authors' seeds against
+    20 of ours); now both means are over the seeds the difference pairs. A seed only one arm ran moves
+    neither mean (the control: the arm's mean over all its seeds does move). Rows without runs are not printed."""
+    from securevfl.lab.report.methods import _shown
+
+    frame = method_frame(store / "s.sqlite")
+    claim = yaml.safe_load((store / "claims.yaml").read_text())[0]
+    extra = frame[(frame.method == "splitnn") & (frame.sweep == "m")].iloc[[0]].assign(seed=99, utility=0.0)
+    more = pd.concat([frame, extra], ignore_index=True)
+    before = comparison_table(frame, claim).set_index(["baseline", "regime"]).loc["local"]
+    after = comparison_table(more, claim).set_index(["baseline", "regime"]).loc["local"]  # local lacks seed 99
+    assert after.method_mean.equals(before.method_mean) and after.n.equals(before.n)
+    assert more[more.method == "splitnn"].utility.mean() != frame[frame.method == "splitnn"].utility.mean()
+    d, axes_claim = axes_store
+    table = comparison_table(method_frame(d / "s.sqlite"), axes_claim)
+    assert (table.n == 0).any() and len(_shown(table)) == int((table.n > 0).sum())

@@ -15,7 +15,9 @@ from securevfl.errors import UserError
 CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "why", "subset", "more_seeds",
               "rows", "reference"}
 REQUIRED_KEYS = ("method", "title", "paper", "sweep", "comparisons")
-COMPARISON_KEYS = {"baseline", "paper", "subset"}
+COMPARISON_KEYS = {"baseline", "paper", "subset", "from"}
+"""``from``: the baseline at this regime value (the method against itself across the regime: a claim about the
+swept value itself, e.g. FedHSSL at 40 % aligned − FedHSSL at 20 %)."""
 SUBSETS = ("all", "aligned", "unaligned")
 """A claim's or a comparison's ``subset``: the test rows its utilities are taken on."""
 REFERENCE_SUFFIX = "-authors"
@@ -122,6 +124,9 @@ def _check_claim(c: dict, where: str) -> None:
             raise UserError(f"{at}: paper: expected the paper's difference as a number, got {_kind(comp['paper'])}")
         if "subset" in comp:
             _check_subset(comp["subset"], f"{at}: subset")
+        if "from" in comp and (not _is_number(comp["from"]) or "regime" not in c):
+            raise UserError(f"{at}: from: expected the regime value the baseline runs at (a number, with the claim's "
+                            f"regime), got {_kind(comp['from'])}")
     if "why" in c:
         for m in _FIELD.finditer(c["why"]):
             if m.group(2):

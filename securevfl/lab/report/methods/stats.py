@@ -139,20 +139,34 @@ def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: 
     rows = []
     for arm_name, comp in pairs(claim):
         col = column.get(comp.get("subset", claim.get("subset", "")), "utility")
+        start = comp.get("from")
         for v in values:
+            if start is not None and (v is None or _same(v, start)):
+                continue  # across the regime: each other value against the starting one
             at = sub if v is None else sub[sub[key] == v]
+            then = at if start is None else sub[[_same(x, start) for x in sub[key]]]
             arm = at[at.method == arm_name].groupby("seed")[col].first()
-            base = at[at.method == comp["baseline"]].groupby("seed")[col].first()
+            base = then[then.method == comp["baseline"]].groupby("seed")[col].first()
             p = paired(arm, base)
+            shared = arm.index.intersection(base.index)  # the means beside the difference: over its seeds only
+            arm, base = arm.loc[shared].dropna(), base.loc[shared].dropna()
             head = is_headline(v)
             paper = comp.get("paper") if head and papers else None
-            rows.append({"arm": arm_name, "baseline": comp["baseline"],
+            named = comp["baseline"] + ("" if start is None else f" at {_fmt(start)}")
+            rows.append({"arm": arm_name, "baseline": named,
                          "rows": comp.get("subset", claim.get("subset", "all")),
                          "regime": v, "headline": head, "paper": paper,
                          "method_mean": float(arm.mean()) if len(arm) else math.nan,
                          "baseline_mean": float(base.mean()) if len(base) else math.nan, **p,
                          "verdict": verdict(p, paper)})
     return pd.DataFrame(rows)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(np.isclose(float(a), float(b)))
+    except (TypeError, ValueError):
+        return False
 
 
 def ours(table: pd.DataFrame, claim: dict) -> pd.DataFrame:

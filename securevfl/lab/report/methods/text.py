@@ -142,11 +142,14 @@ def _signed(v: float | None) -> str:
 
 
 def _shown(table: pd.DataFrame) -> pd.DataFrame:
-    t = table.copy()
+    """The paired table as the report prints it: comparisons with runs only (an arm without runs at a
+    value, e.g. the authors' arm off the paper's setting, is no row)."""
+    t = table[table.n > 0].copy()
     return pd.DataFrame({
         "arm": t.arm, "vs": t.baseline, "test rows": t.rows,
         "regime": [_fmt(v) if v is not None else "–" for v in t.regime],
         "paper's setting": ["yes" if h else "" for h in t.headline],
+        # the means over the seeds the difference pairs (an arm's other seeds are not in them)
         "utility (arm)": [f"{v:.3f}" for v in t.method_mean], "utility (vs)": [f"{v:.3f}" for v in t.baseline_mean],
         "paired diff": [_signed(v) for v in t["mean"]],
         "95 % CI": [f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) else "–" for lo, hi in zip(t.low, t.high,
