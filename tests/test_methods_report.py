@@ -66,6 +66,13 @@ def test_counters_flatten_method_info_and_sum_risa_checks():
     assert ssl == {"ssl_loss.first_epoch.cross": -0.1, "ssl_loss.first_epoch.local.active": -0.2,
                    "ssl_loss.last_epoch.cross": -0.9, "ssl_loss.last_epoch.local.active": -1.0}
     assert not any(k.startswith("lr_search") for k in c)
+    own = {"loss_first_step": 6.1, "loss_last_step": 1.05, "loss_first_epoch_mean": 6.0, "loss_last_epoch_mean": 5.3}
+    scarf = {"vflhlp": {"passive_pretraining": {"passive1": own}}}
+    got = counters(scarf)  # the epoch means stand for one step's loss (a last step of 4 rows measures nothing)
+    assert set(got) == {"vflhlp.passive_pretraining.passive1.loss_first_epoch_mean",
+                        "vflhlp.passive_pretraining.passive1.loss_last_epoch_mean"}
+    del scarf["vflhlp"]["passive_pretraining"]["passive1"]["loss_first_epoch_mean"]  # control: an older run's
+    assert "vflhlp.passive_pretraining.passive1.loss_last_step" in counters(scarf)
     assert fill("dropped {risa.dropped_total:.0f}, {nope}", c) == "dropped 5, {nope: not measured}"
 
 

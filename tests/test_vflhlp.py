@@ -71,6 +71,7 @@ def test_vflhlp_variants_run(method):
     if method != "vflhlp-a":
         scarf = info["passive_pretraining"]["passive1"]
         assert scarf["rows"] > 0 and scarf["loss_last_step"] < scarf["loss_first_step"]
+        assert scarf["loss_last_epoch_mean"] < scarf["loss_first_epoch_mean"]
     else:
         assert "passive_pretraining" not in info
 

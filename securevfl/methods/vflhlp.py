@@ -140,8 +140,12 @@ class VFLHLP(Method):
         its rows and its InfoNCE loss at the first and last step."""
         cfg = ssl_config(self.params, "scarf")
         losses = pretrain_party_locally(party, cfg, party.own_seed + STREAM_VFLHLP_PASSIVE)
+        per = len(losses) // cfg.epochs if cfg.epochs and losses else 0  # steps per epoch (the same rows each)
+        # the first and last epoch's mean InfoNCE: a last step of a few rows is no measure (ln(batch) at chance)
+        means = [float(np.mean(losses[i:i + per])) for i in (0, len(losses) - per)] if per else [None, None]
         return {"rows": int(len(party.data.train_ids)), "loss_first_step": losses[0] if losses else None,
-                "loss_last_step": losses[-1] if losses else None}
+                "loss_last_step": losses[-1] if losses else None, "loss_first_epoch_mean": means[0],
+                "loss_last_epoch_mean": means[1]}
 
     def passive_ops(self) -> dict:
         return {OP_SCARF: self.passive_scarf}

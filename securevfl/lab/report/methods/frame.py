@@ -48,6 +48,11 @@ def counters(method_info: dict, truth: dict | None = None) -> dict[str, float]:
         _flat("ssl_loss.first_epoch", hist[0], out)  # FedHSSL: each SSL loss before and after pre-training
         _flat("ssl_loss.last_epoch", hist[-1], out)
     _flat("against_truth", truth or {}, out)
+    # one step's loss is no measure where epoch means exist (VFLHLP's SCARF: a last step of 4 rows sits near
+    # InfoNCE's ln(batch) at chance): the epoch means stand for them
+    for key in [k for k in out if k.endswith((".loss_first_step", ".loss_last_step"))]:
+        if key.rsplit(".", 1)[0] + ".loss_first_epoch_mean" in out:
+            del out[key]
     return out
 
 
