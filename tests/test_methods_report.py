@@ -74,6 +74,10 @@ def test_counters_flatten_method_info_and_sum_risa_checks():
     del scarf["vflhlp"]["passive_pretraining"]["passive1"]["loss_first_epoch_mean"]  # control: an older run's
     assert "vflhlp.passive_pretraining.passive1.loss_last_step" in counters(scarf)
     assert fill("dropped {risa.dropped_total:.0f}, {nope}", c) == "dropped 5, {nope: not measured}"
+    # a direction the numbers choose, never a template's: each of the three words, and an unmeasured side
+    said = "{?a|b|leads|trails|ties with}"
+    assert [fill(said, {"a": x, "b": 0.5}) for x in (0.6, 0.4, 0.5001)] == ["leads", "trails", "ties with"]
+    assert fill(said, {"a": 0.6}) == "{b: not measured}"
 
 
 @pytest.fixture(scope="module")

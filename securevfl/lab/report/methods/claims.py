@@ -31,6 +31,9 @@ MAX_FORMAT_NUMBER = 100
 """The largest width or precision a ``why`` field's format spec may give (``{x:.3f}``)."""
 
 _FIELD = re.compile(r"\{([\w.\-@]+)(?::([^}]*))?\}")
+_CHOICE = re.compile(r"\{\?([\w.\-@]+)\|([\w.\-@]+)\|([^|{}]*)\|([^|{}]*)\|([^|{}]*)\}")
+"""A word the numbers choose: ``{?A|B|above|below|level with}`` reads the first word when counter A's mean
+is above B's (at three decimals), the second below, the third level (a ``why`` never asserts a direction)."""
 
 
 def load_claims(path: str | Path) -> list[dict]:

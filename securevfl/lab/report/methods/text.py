@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from securevfl.lab.report.methods.claims import _FIELD, _fmt
+from securevfl.lab.report.methods.claims import _CHOICE, _FIELD, _fmt
 from securevfl.lab.report.methods.stats import (
     _authors_rows,
     claim_runs,
@@ -108,13 +108,21 @@ def headline_counters(frame: pd.DataFrame, claim: dict) -> dict[str, float]:
 
 
 def fill(template: str, values: dict[str, float]) -> str:
-    """``why`` with each ``{counter}`` or ``{counter:fmt}`` replaced by its measured mean; a counter the
-    runs lack reads ``{name: not measured}``."""
+    """``why`` with each ``{counter}`` or ``{counter:fmt}`` replaced by its measured mean, and each
+    ``{?A|B|above|below|level}`` by the word the two means choose; a counter the runs lack reads
+    ``{name: not measured}``."""
     def one(m: re.Match) -> str:
         name, fmt = m.group(1), m.group(2) or ".3g"
         return format(values[name], fmt) if name in values else f"{{{name}: not measured}}"
 
-    return _FIELD.sub(one, template)
+    def choose(m: re.Match) -> str:
+        a, b, above, below, level = m.groups()
+        if a not in values or b not in values:
+            return f"{{{a if a not in values else b}: not measured}}"
+        x, y = round(values[a], 3), round(values[b], 3)
+        return above if x > y else below if x < y else level
+
+    return _FIELD.sub(one, _CHOICE.sub(choose, template))
 
 
 def counter_table(frame: pd.DataFrame, claim: dict) -> pd.DataFrame:
