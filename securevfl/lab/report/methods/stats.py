@@ -153,7 +153,9 @@ def _paired_table(sub: pd.DataFrame, claim: dict, key: str | None, is_headline: 
             head = is_headline(v)
             paper = comp.get("paper") if head and papers else None
             named = comp["baseline"] + ("" if start is None else f" at {_fmt(start)}")
-            rows.append({"arm": arm_name, "baseline": named,
+            theirs_set = set(references(claim).values())
+            mixed = bool(theirs_set) and ((arm_name in theirs_set) != (comp["baseline"] in theirs_set))
+            rows.append({"arm": arm_name, "baseline": named, "mixed": mixed,
                          "rows": comp.get("subset", claim.get("subset", "all")),
                          "regime": v, "headline": head, "paper": paper,
                          "method_mean": float(arm.mean()) if len(arm) else math.nan,
@@ -177,7 +179,10 @@ def ours(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
 def theirs(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
     """The reference arm's comparisons against the baselines (empty without one)."""
     main = references(claim).get(claim["method"])
-    return table[table.arm == main] if main else table.iloc[:0]
+    if not main:
+        return table.iloc[:0]
+    # their method against their own baselines only: against ours it mixes their party split and model with ours
+    return table[(table.arm == main) & ~table.get("mixed", pd.Series(False, index=table.index)).astype(bool)]
 
 
 def _authors_rows(table: pd.DataFrame, claim: dict) -> pd.DataFrame:
@@ -202,6 +207,7 @@ def claim_verdict(table: pd.DataFrame, claim: dict) -> str:
         o = head[(head.arm == claim["method"]) & (head.baseline == comp["baseline"]) & (head.rows == rows)]
         t = head[(head.arm == refs[claim["method"]]) & (head.baseline == refs.get(comp["baseline"], comp["baseline"]))
                  & (head.rows == rows)]
+        t = t[~t.mixed.astype(bool)] if "mixed" in t else t  # like for like only: their arm against theirs
         if len(o) and len(t):
             on = "" if rows == "all" else f" on {rows} test rows"
             each.append((f"vs {comp['baseline'].split('{')[0]}{on}", o.verdict.iloc[0], t.verdict.iloc[0]))

@@ -164,6 +164,8 @@ def _shown(table: pd.DataFrame) -> pd.DataFrame:
                                                                                                strict=True)],
         "seeds won": [f"{w}/{n}" for w, n in zip(t.wins, t.n, strict=True)],
         "detectable": [f"{v:.3f}" if math.isfinite(v) else "–" for v in t.detectable],
-        "paper's diff": [_signed(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict})
+        "paper's diff": [_signed(v) if isinstance(v, int | float) else "–" for v in t.paper], "verdict": t.verdict,
+        "like for like": ["no: mixes the authors' party split and model with ours" if m else "yes"
+                          for m in (t.mixed if "mixed" in t else [False] * len(t))]})
 
 
