@@ -3,7 +3,7 @@
 One module per command (its heavy imports inside its functions: ``securevfl --help`` and the
 catalogues import no torch): :mod:`.train`, :mod:`.party` (and ``certs``), :mod:`.doctor`,
 :mod:`.listing` (``datasets``, ``methods``, ``defenses``, ``attacks``), :mod:`.lab` (``sweep``,
-``predict``, ``report``); the parser in :mod:`.parser`, what several share in :mod:`.common`."""
+``predict``, ``report``), :mod:`.advise`; the parser in :mod:`.parser`, what several share in :mod:`.common`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sys
 import warnings
 from collections.abc import Iterator
 
+from securevfl.cli.advise import cmd_advise
 from securevfl.cli.common import _build_config, _configure_threads, prepare_view_dir
 from securevfl.cli.doctor import cmd_doctor
 from securevfl.cli.lab import cmd_predict, cmd_report, cmd_sweep
@@ -25,7 +26,8 @@ __all__ = ["COMMANDS", "_build_config", "main", "make_parser", "party_settings",
 
 COMMANDS = {"train": cmd_train, "datasets": cmd_datasets, "methods": cmd_methods, "defenses": cmd_defenses,
             "attacks": cmd_attacks, "sweep": cmd_sweep, "report": cmd_report, "predict": cmd_predict,
-            "party": cmd_party, "certs": cmd_certs, "doctor": cmd_doctor, "psi-engine": cmd_psi_engine}
+            "party": cmd_party, "certs": cmd_certs, "doctor": cmd_doctor, "psi-engine": cmd_psi_engine,
+            "advise": cmd_advise}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,6 +183,13 @@ def make_parser() -> _Parser:
                         "<that command's flags> (docs/deployment.md)")
     dr.add_argument("checked", nargs=argparse.REMAINDER, metavar="COMMAND ...",
                     help="the train --peer ... or party ... command this party is about to run, flags and all")
+    ad = sub.add_parser("advise", help="which method to try first on your party files, and the comparison to run "
+                        "(docs/which-method.md)")
+    ad.add_argument("--party-file", action="append", required=True, metavar="FILE",
+                    help="every party's file, the active party's (with the label) first")
+    ad.add_argument("--label-column", required=True, help="the active party's label column")
+    ad.add_argument("--id-column", default="id", help="the ID column of every file (default id)")
+    ad.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     pe = sub.add_parser("psi-engine", help="install the optional OT-based PSI engine (--psi rr22/kkrt; "
                         "docs/deployment.md)")
     pe.add_argument("action", choices=("install", "where"), help="install: make its environment; where: print it")
