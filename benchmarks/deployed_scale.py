@@ -107,9 +107,13 @@ class Peak:
         return round(self.mb, 1)
 
 
+HASHED = False
+"""``--hashed-ids`` with ``--string-ids``: the active party asks for the IDs' 64-bit hashes (issue 64)."""
+
+
 def _common(method: str, batch: int, numeric: bool = True) -> list[str]:
     extra = ["--method-param", "ssl_epochs=1"] if method == "fedhssl" else []
-    extra += ["--numeric-ids"] if numeric else []
+    extra += ["--numeric-ids"] if numeric else ["--hashed-ids"] if HASHED else []
     return ["--method", method, "--epochs", "1", "--batch-size", str(batch), "--alignment", "plain",
             "--id-column", "id", "--label-column", "label", "--json", "--no-progress", "--seed", "0", *extra]
 
@@ -176,7 +180,10 @@ def main() -> None:
     ap.add_argument("--only", choices=["in-process", "deployed"], default=None)
     ap.add_argument("--string-ids", action="store_true",
                     help="IDs as CUST-000000123456 strings (no --numeric-ids; both parties on their default timeout)")
+    ap.add_argument("--hashed-ids", action="store_true", help="with --string-ids: train --hashed-ids")
     args = ap.parse_args()
+    global HASHED
+    HASHED = args.hashed_ids
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SECUREVFL_SPILL_DIR": str(args.dir)}
     certs = args.dir / "certs"
     if not (certs / "active").exists():

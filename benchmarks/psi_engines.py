@@ -28,13 +28,20 @@ from pathlib import Path
 import numpy as np
 
 
-def sets(n: int, int_ids: bool) -> tuple[np.ndarray, np.ndarray]:
+def sets(n: int, int_ids: bool, hashed: bool = False) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(64)
     pool = np.unique(rng.integers(0, 10**12, size=int(2.2 * n), dtype=np.int64))[: 2 * n]
     rng.shuffle(pool)
     a, b = pool[:n], pool[n // 2: n // 2 + n]
     if int_ids:
         return a, b
+    if hashed:  # --hashed-ids: each string ID's 64-bit hash, made a million at a time (as the reader does by block)
+        from securevfl.data.blocks import hash_ids
+
+        def hashed_of(x: np.ndarray) -> np.ndarray:
+            return np.concatenate([hash_ids(np.array([f"CUST-{i:012d}" for i in x[s:s + 1_000_000].tolist()],
+                                                     dtype=object)) for s in range(0, len(x), 1_000_000)])
+        return hashed_of(a), hashed_of(b)
     return (np.array([f"CUST-{i:012d}" for i in a.tolist()], dtype=object),
             np.array([f"CUST-{i:012d}" for i in b.tolist()], dtype=object))
 
@@ -54,14 +61,15 @@ def _lo_bytes() -> int:
     return 0
 
 
-def party(role: str, n: int, int_ids: bool, engine: str, certs: str, port_file: str) -> None:
+def party(role: str, n: int, int_ids: bool, engine: str, certs: str, port_file: str, hashed: bool = False) -> None:
     """One party's process: its set, its channel, its side of the alignment; one JSON line out."""
     from securevfl.channel import MessageKind
     from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles
     from securevfl.data import psi
 
-    a, b = sets(n, int_ids)
+    a, b = sets(n, int_ids, hashed)
     own = a if role == "active" else b
+    del a, b
     net = NetConfig(TLSFiles.load(Path(certs) / role, role), timeout=3600, psi=engine)
     if role == "passive1":
         ch = GrpcChannel("passive1", net, listen="127.0.0.1:0", client="active")
@@ -87,11 +95,11 @@ def party(role: str, n: int, int_ids: bool, engine: str, certs: str, port_file: 
     ch.close()
 
 
-def run(n: int, int_ids: bool, engine: str, certs: Path) -> dict:
+def run(n: int, int_ids: bool, engine: str, certs: Path, hashed: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         port_file = str(Path(d) / "port")
         cmd = [sys.executable, __file__, "--party", "", "--n", str(n), "--engine", engine, "--certs", str(certs),
-               "--port-file", port_file] + (["--int-ids"] if int_ids else [])
+               "--port-file", port_file] + (["--int-ids"] if int_ids else []) + (["--hashed-ids"] if hashed else [])
         lo0 = _lo_bytes()
         procs = {r: subprocess.Popen([*cmd[:3], r, *cmd[4:]], stdout=subprocess.PIPE, text=True)
                  for r in ("passive1", "active")}
@@ -110,24 +118,26 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[1_000_000])
     ap.add_argument("--engines", nargs="+", default=["x25519", "rr22", "kkrt"])
     ap.add_argument("--int-ids", action="store_true")
+    ap.add_argument("--hashed-ids", action="store_true", help="string IDs held as their 64-bit hashes (--hashed-ids)")
     ap.add_argument("--party", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--engine", default="x25519", help=argparse.SUPPRESS)
     ap.add_argument("--certs", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--port-file", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.party:
-        party(args.party, args.n[0], args.int_ids, args.engine, args.certs, args.port_file)
+        party(args.party, args.n[0], args.int_ids, args.engine, args.certs, args.port_file, args.hashed_ids)
         return
     from securevfl.channel.certs import make_certs
 
-    print(f"{os.cpu_count()} cores; {'int' if args.int_ids else 'string'} IDs, half shared")
+    kind = "int" if args.int_ids else "string (held as 64-bit hashes)" if args.hashed_ids else "string"
+    print(f"{os.cpu_count()} cores; {kind} IDs, half shared")
     print("| IDs per party | engine | seconds | IDs/s per party | aligned | channel MB | loopback MB | "
           "active peak MB | passive peak MB | worker peak MB |\n|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
         make_certs(["active", "passive1"], Path(d) / "certs")
         for n in args.n:
             for engine in args.engines:
-                r = run(n, args.int_ids, engine, Path(d) / "certs")
+                r = run(n, args.int_ids, engine, Path(d) / "certs", args.hashed_ids)
                 a, p = r["active"], r["passive1"]
                 mb = a["channel_bytes"] / 1e6  # the active channel counts both directions
                 print(f"| {n:,} | {engine} | {a['seconds']:.1f} | {n / a['seconds']:,.0f} | {a['aligned']:,} | "

@@ -89,7 +89,8 @@ def run_description(cfg: RunConfig, k: int, n_parties: int, interactive: bool) -
             "he": cfg.he, "he_params": dict(cfg.he_params), "interactive": interactive, "defense": cfg.defense,
             "mechanism_seed": cfg.mechanism_seed, "alignment": "plain" if cfg.partition.alignment == "plain" else "psi",
             "method": cfg.method, "method_params": dict(cfg.method_params), "train": dataclasses.asdict(cfg.train),
-            "data": {k: getattr(cfg.data, k) for k in _DATA_OPTIONS}}
+            "data": {k: getattr(cfg.data, k) for k in _DATA_OPTIONS}
+            | ({"hashed_ids": True} if cfg.data.hashed_ids else {})}  # (absent when off: the digest of a run stays)
 
 
 # ---------------------------------------------------------------------------------- active side

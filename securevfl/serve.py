@@ -243,7 +243,8 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
         for note in admit({"method": cfg.method, "alignment": hello.get("alignment", "psi")}, settings, None):
             print(f"{name}: {note}", file=sys.stderr, flush=True)
         cfg.model = dataclasses.replace(cfg.model, cut_dim=int(hello.get("cut_dim", cfg.model.cut_dim)))
-        ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids)
+        ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids,
+                                  cfg.data.hashed_ids)
     except UserError as e:
         ep.send_json(ACTIVE, MessageKind.CONTROL, {"error": str(e)})
         raise

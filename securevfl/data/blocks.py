@@ -396,13 +396,25 @@ def read_labels(raw: pd.Series, path: Path, column: str, task: str = "classifica
 
 
 # ------------------------------------------------------------------------------------- IDs
-class IdReader:
-    """The ID column, block by block: no cell empty; with ``numeric`` every ID an integer (int64);
-    then no ID twice (:meth:`finish`)."""
+ID_HASH_KEY = "securevfl-ids/01"
+"""The key of ``--hashed-ids``' 64-bit hash (pandas' SipHash-2-4, 16 bytes): fixed, so every party hashes an ID
+alike. No secret: the hashes cross the channel only for IDs both parties hold (the PSI hashes them again)."""
 
-    def __init__(self, path: Path, column: str, numeric: bool) -> None:
-        self.path, self.column, self.numeric = path, column, numeric
-        self.col = spill.Column(np.int64) if numeric else None
+
+def hash_ids(ids: np.ndarray) -> np.ndarray:
+    """String IDs as their 64-bit hashes, int64 (``--hashed-ids``)."""
+    return pd.util.hash_array(np.asarray(ids, dtype=object), hash_key=ID_HASH_KEY,
+                              categorize=False).view(np.int64)
+
+
+class IdReader:
+    """The ID column, block by block: no cell empty; with ``numeric`` every ID an integer (int64); with
+    ``hashed`` every (string) ID its 64-bit hash (int64, :func:`hash_ids`), so that no Python object per
+    ID outlives its block; then no ID twice (:meth:`finish`)."""
+
+    def __init__(self, path: Path, column: str, numeric: bool, hashed: bool = False) -> None:
+        self.path, self.column, self.numeric, self.hashed = path, column, numeric, hashed and not numeric
+        self.col = spill.Column(np.int64) if numeric or self.hashed else None
         self.text: list[np.ndarray] = []
         self.n = 0
 
@@ -412,7 +424,10 @@ class IdReader:
             i = int(np.flatnonzero(empty.to_numpy())[0])
             raise UserError(f"party file {self.path}: line {self.n + i + 2}: missing ID")
         ids = raw.astype(str).str.strip().to_numpy(dtype=object)
-        if self.col is not None:
+        if self.hashed:
+            assert self.col is not None  # a hashed reader keeps its column
+            self.col.append(hash_ids(ids))
+        elif self.col is not None:
             as_num = pd.to_numeric(pd.Series(ids), errors="coerce")
             bad = (as_num.isna() | (as_num != as_num.round())).to_numpy()
             if bad.any():
@@ -435,7 +450,8 @@ class IdReader:
         if first is not None:
             rows = _rows_of(ids, first)
             n_dup = _rows_repeated(ids)
-            raise UserError(f"party file {self.path}: duplicate ID {str(first)!r} on lines {(rows + 2)[:3].tolist()} "
+            what = "an ID (or two IDs with the same 64-bit hash, --hashed-ids)" if self.hashed else f"ID {str(first)!r}"
+            raise UserError(f"party file {self.path}: duplicate {what} on lines {(rows + 2)[:3].tolist()} "
                             f"({n_dup} rows have duplicated IDs)")
         return ids
 
@@ -511,12 +527,12 @@ class PartyTable:
 
 def read_party(path: Path, id_col: str, *, label_col: str | None, features: bool, drop: list[str],
                categorical: list[str], numeric: list[str], numeric_ids: bool, task: str = "classification",
-               forbid: str | None = None) -> PartyTable:
+               forbid: str | None = None, hashed_ids: bool = False) -> PartyTable:
     """Read one party's file in blocks (see the module). ``label_col``: the active party's label column
     (must be present); ``forbid``: a column that must not be in the file (a passive party's label);
     ``features`` False: a label-only party, every other column ignored; ``drop``: never features."""
     names = check_file(path)
-    id_reader = IdReader(path, id_col, numeric_ids)
+    id_reader = IdReader(path, id_col, numeric_ids, hashed_ids)
     labels = LabelReader(path, label_col, task) if label_col is not None else None
     feats: dict[str, _Feature] = {}
     columns: list[str] | None = None

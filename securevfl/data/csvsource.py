@@ -104,7 +104,7 @@ def read_file(cfg: DataConfig, path: Path, id_col: str, active: bool, features: 
     label column, a passive party's refused if it has one."""
     return read_party(path, id_col, label_col=cfg.label_column if active else None, features=features,
                       drop=[cfg.label_column, *cfg.drop_columns], categorical=list(cfg.categorical),
-                      numeric=list(cfg.numeric), numeric_ids=cfg.numeric_ids, task=cfg.task,
+                      numeric=list(cfg.numeric), numeric_ids=cfg.numeric_ids, hashed_ids=cfg.hashed_ids, task=cfg.task,
                       forbid=None if active else cfg.label_column)
 
 
@@ -167,7 +167,9 @@ def _id_columns(cfg: DataConfig, n_files: int) -> list[str]:
 
 
 def check_flags(cfg: DataConfig) -> None:
-    """The label column is no feature: no flag may name it so."""
+    """The label column is no feature: no flag may name it so; IDs are numbers or hashed strings, not both."""
+    if cfg.hashed_ids and cfg.numeric_ids:
+        raise UserError("--hashed-ids is for string IDs; with --numeric-ids the IDs are integers already (give one)")
     if cfg.label_column in cfg.drop_columns:
         raise UserError(f"--drop-columns names the label column {cfg.label_column!r}: the label is never a feature; "
                         "to train on another label, use --label-column")
@@ -292,8 +294,8 @@ def read_party_file(path: str | Path) -> pd.DataFrame:
     return read_table(Path(path))
 
 
-def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids: bool = False
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids: bool = False,
+                     hashed_ids: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """A party's new rows (a frame of its file) through the preprocessing it fitted in training
     (``PartyData.preprocessing``): (IDs, X). The file must hold exactly the columns training used
     (extra columns training ignored, e.g. the label, may stay).
@@ -309,7 +311,7 @@ def encode_file_rows(df: pd.DataFrame, path: str | Path, prep: dict, numeric_ids
         what = "; ".join(s for s in (f"missing {', '.join(map(repr, missing))}" if missing else "",
                                      f"unexpected {', '.join(map(repr, extra))}" if extra else "") if s)
         raise UserError(f"party file {path}: columns do not match the saved model's manifest ({what})")
-    reader = IdReader(path, prep["id_column"], numeric_ids)
+    reader = IdReader(path, prep["id_column"], numeric_ids, hashed_ids)
     reader.add(df[prep["id_column"]])
     ids = reader.finish()
     num_values = []

@@ -81,7 +81,7 @@ def dataset_status(source: DataConfig | str | Path | None = None) -> list[tuple[
 
 _FILE_OPTIONS = {"party_files": "--party-file", "id_column": "--id-column", "id_columns": "--id-column",
                  "drop_columns": "--drop-columns", "categorical": "--categorical", "numeric": "--numeric",
-                 "numeric_ids": "--numeric-ids"}
+                 "numeric_ids": "--numeric-ids", "hashed_ids": "--hashed-ids"}
 """Options only the per-party-file sources read: given with another dataset they would be ignored."""
 
 

@@ -80,9 +80,12 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path, fede
     cfg = RunConfig()
     apply_dict(cfg, active_manifest["config"])
     method = method_for(cfg)
-    id_sets, rows = [], []
+    id_sets, rows, names = [], [], None  # names: the active file's own IDs for the rows written out
     for (_, _, prep), path in zip(loaded, party_files, strict=True):
-        ids, X = encode_file_rows(read_party_file(path), path, prep, cfg.data.numeric_ids)
+        frame = read_party_file(path)
+        ids, X = encode_file_rows(frame, path, prep, cfg.data.numeric_ids, cfg.data.hashed_ids)
+        if names is None:
+            names = _original_ids(frame, prep, ids, cfg.data.hashed_ids)
         id_sets.append(ids)
         rows.append(X)
     if len(id_sets) > 1:
@@ -105,7 +108,8 @@ def predict(model_dir: str | Path, party_files: list[str], out: str | Path, fede
     ids = id_sets[0]  # the active file's rows, in its order
     scored, scores, paths = run_in_process(fed, ScoringOps(method),
                                            lambda view: score_rows(method, view, ids, aligned, federated_only))
-    _write(_predictions(active_manifest, loaded[0][2]["id_column"], scored, scores, paths), Path(out))
+    assert names is not None  # the active party's file is read first
+    _write(_predictions(active_manifest, loaded[0][2]["id_column"], names(scored), scores, paths), Path(out))
     return _summary(party_files[0], ids, paths, out, federated_only, [len(i) for i in id_sets], len(folders) > 1)
 
 
@@ -143,7 +147,10 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     method = method_for(cfg)
     n_classes = int(manifest["n_classes"])
     cfg.model = for_head(cfg.model, n_classes)  # the models as training built them (agg: logits per party)
-    ids, X = encode_file_rows(read_party_file(party_file), party_file, prep, cfg.data.numeric_ids)
+    frame = read_party_file(party_file)
+    ids, X = encode_file_rows(frame, party_file, prep, cfg.data.numeric_ids, cfg.data.hashed_ids)
+    names = _original_ids(frame, prep, ids, cfg.data.hashed_ids)
+    del frame
     ep = channel.endpoint(ACTIVE)
     channel.wait_ready()
     mode = "plain" if cfg.partition.alignment == "plain" else "psi"
@@ -166,8 +173,18 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     scored, scores, paths = score_rows(method, fed, ids, aligned, federated_only)
     for h in fed.passives:
         h.end()  # type: ignore[attr-defined]
-    _write(_predictions(manifest, prep["id_column"], scored, scores, paths), Path(out))
+    _write(_predictions(manifest, prep["id_column"], names(scored), scores, paths), Path(out))
     return _summary(party_file, ids, paths, out, federated_only, int(len(ids)))
+
+
+def _original_ids(frame: pd.DataFrame, prep: dict, ids: np.ndarray, hashed: bool) -> Any:
+    """The map from the IDs scoring works on back to the file's own (``--hashed-ids``: its 64-bit hashes
+    → the strings, read back for the rows written out); the identity otherwise."""
+    if not hashed:
+        return lambda scored: scored
+    original = frame[prep["id_column"]].astype(str).str.strip().to_numpy(dtype=object)
+    index = pd.Index(ids)
+    return lambda scored: original[index.get_indexer(scored)]
 
 
 def _summary(party_file: str, ids: np.ndarray, paths: np.ndarray, out: str | Path, federated_only: bool,
