@@ -195,7 +195,10 @@ def _run_worker(python: Path, cfg: dict, peer: str, timeout: float) -> None:
                                   text=True, timeout=timeout + 3600, check=False)  # the worker's own link times out
         except subprocess.TimeoutExpired:
             raise UserError(f"PSI: the OT engine with {peer} did not finish") from None
-    if done.returncode != 0:
+    finished = '"intersection"' in (done.stdout or "")  # the worker says so once its result is written
+    if done.returncode != 0 and not finished:
+        if os.environ.get("SECUREVFL_PSI_ENGINE_LOG"):  # keep the engine's log to look at
+            Path(os.environ["SECUREVFL_PSI_ENGINE_LOG"]).write_text(log.read_text(errors="replace"))
         lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         # the engine's exception: "RuntimeError: what:" and its message on the next line, then a stack trace
         at = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].endswith("what:")), None)
