@@ -52,6 +52,8 @@ ENGINE_ENV = "SECUREVFL_PSI_ENGINE"
 """The engine environment's Python (default: the one ``securevfl psi-engine install`` made)."""
 WORKER = Path(__file__).with_name("otpsi_worker.py")
 NAME = "ot-psi/1"
+CHUNK = 1 << 20
+"""IDs digested and written per chunk."""
 
 
 def default_dir() -> Path:
@@ -156,11 +158,15 @@ def ot_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, contact: Contact)
             raise UserError(f"PSI: malformed engine announcement from {peer}")
         first, second = (nonce, their_nonce) if endpoint.party < peer else (their_nonce, nonce)
         key = hashlib.sha256(b"securevfl-ot-psi" + first + second).digest()
-        own = digests(np.asarray(own_ids), key)
+        ids = np.asarray(own_ids)
+        own = np.empty(len(ids), dtype="S16")
         keys_in, keys_out = d / "keys.csv", d / "intersection.csv"
-        with open(keys_in, "w") as f:
+        with open(keys_in, "w") as f:  # a million at a time: no Python object per ID outlives its chunk
             f.write("key\n")
-            f.writelines(f"{k.hex()}\n" for k in own.tolist())
+            for start in range(0, len(ids), CHUNK):
+                part = digests(ids[start:start + CHUNK], key)
+                own[start:start + CHUNK] = part
+                f.write("".join(f"{k.hex()}\n" for k in part.tolist()))
         rank = 0 if endpoint.party < peer else 1
         me = (endpoint.party, _addr(contact.listen_host, port))
         them = (peer, _addr(contact.peer_host, their_port))
@@ -208,10 +214,15 @@ def _run_worker(python: Path, cfg: dict, peer: str, timeout: float) -> None:
 
 
 def _read_keys(path: Path) -> np.ndarray:
-    """The intersection's keys the engine wrote (a header line, then one hex key a line, maybe quoted)."""
-    lines = path.read_text().split()
-    keys = [ln.strip('"') for ln in lines[1:]]
+    """The intersection's keys the engine wrote (a header line, then one hex key a line, maybe quoted),
+    read a chunk of lines at a time."""
+    parts = []
     try:
-        return np.array([bytes.fromhex(k) for k in keys], dtype="S16")
+        with open(path) as f:
+            f.readline()
+            while lines := f.readlines(CHUNK * 34):
+                parts.append(np.array([bytes.fromhex(ln.strip().strip('"')) for ln in lines if ln.strip()],
+                                      dtype="S16"))
     except ValueError:
         raise UserError("PSI: the OT engine's result is malformed") from None
+    return np.concatenate(parts) if parts else np.empty(0, dtype="S16")
