@@ -149,7 +149,7 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     cfg.model = for_head(cfg.model, n_classes)  # the models as training built them (agg: logits per party)
     frame = read_party_file(party_file)
     ids, X = encode_file_rows(frame, party_file, prep, cfg.data.numeric_ids, cfg.data.hashed_ids)
-    names = _original_ids(frame, prep, ids, cfg.data.hashed_ids)
+    originals = _original_ids(frame, prep, ids, cfg.data.hashed_ids)
     del frame
     ep = channel.endpoint(ACTIVE)
     channel.wait_ready()
@@ -173,7 +173,7 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
     scored, scores, paths = score_rows(method, fed, ids, aligned, federated_only)
     for h in fed.passives:
         h.end()  # type: ignore[attr-defined]
-    _write(_predictions(manifest, prep["id_column"], names(scored), scores, paths), Path(out))
+    _write(_predictions(manifest, prep["id_column"], originals(scored), scores, paths), Path(out))
     return _summary(party_file, ids, paths, out, federated_only, int(len(ids)))
 
 

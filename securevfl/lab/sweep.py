@@ -119,7 +119,8 @@ HASH_EXEMPT_DEFAULTS: dict[tuple[str, ...], object] = {("model", "cut"): None, (
                                                          ("model", "head"): "split",
                                                          ("audit",): {}, ("device",): "cpu",
                                                          ("model", "interactive_mixing"): "off",
-                                                         ("passive_seeds",): [], ("partition", "train_rows"): None}
+                                                         ("passive_seeds",): [], ("partition", "train_rows"): None,
+                                                         ("data", "hashed_ids"): False}
 """Settings added after stores and golden results were recorded (path in the config dict → default):
 left out of the run id while at their default, so existing run ids, and the mechanism seeds derived
 from them, stay as they were; a non-default value is hashed like any other."""
