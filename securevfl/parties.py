@@ -11,7 +11,7 @@ methods (:meth:`Party.install`, :meth:`Party.reset_optimizer`, ...), and keeps i
 state (FedHSSL's encoders and optimizers, Entity Augmentation's sampler) in the one slot
 :attr:`Party.method_state`.
 
-Over 600 lines (648) in one file because the active and passive parties share :class:`Party`'s state,
+Over 600 lines (656) in one file because the active and passive parties share :class:`Party`'s state,
 checkpoint and save logic; the cut-layer ends are in cutlayer.py.
 """
 

@@ -21,7 +21,7 @@ refuses the TLS handshake (foreign CA, wrong party name), goes away mid-run, sen
 ``timeout`` seconds, or sends a message over ``max_message_bytes`` (gRPC's own limit on both sides,
 set to the same value). A malformed frame is refused with INVALID_ARGUMENT; the server stays up.
 
-Over 600 lines (676) in one file because the server and client halves of one channel share its queues,
+Over 600 lines (690) in one file because the server and client halves of one channel share its queues,
 streams, heartbeats and abort handling.
 """
 

@@ -36,7 +36,7 @@ Parameters: ``poly_modulus_degree`` 16384 (coefficient modulus 6 × 60 bits = 36
 HomomorphicEncryption.org standard allows for 128-bit security; 32768 doubles the slots),
 ``mask_bits`` κ 40 (40..128). SEAL's calls hold Python's lock, so BFV runs on one core.
 
-Over 600 lines (700) in one file because CRT-BFV's slots, layouts, masks and the SEAL calls that carry them
+Over 600 lines (699) in one file because CRT-BFV's slots, layouts, masks and the SEAL calls that carry them
 are one scheme; SEAL's wire format is in seal_wire.py, the rotation layouts in ckks_rotations.py,
 OpenFHE's backend in openfhe_bfv.py.
 """

@@ -2,6 +2,10 @@
 through TenSEAL (:class:`CKKSBackend`, the default); OpenFHE's is :mod:`securevfl.crypto.openfhe_ckks`.
 Numbers below are SEAL's.
 
+Over 600 lines (662) in one file because :class:`CKKSBase` (the library-free scheme maths) and its SEAL
+backend share the layouts slot for slot; SEAL's wire format is in seal_wire.py, OpenFHE's backend in
+openfhe_ckks.py.
+
 Parameters (defaults): ``poly_modulus_degree`` N = 16384, ``coeff_mod_bit_sizes`` [60, 60, 60, 60],
 ``global_scale_bits`` 60: 240 bits, below the 438 the HomomorphicEncryption.org standard allows at
 N = 16384 for 128-bit classical security (ternary secret). Every HE product of the protocol is one
@@ -51,9 +55,6 @@ with its own fresh uniform mask κ bits above the term bound: with ``hide`` the 
 sum of its terms' masks; without, the term masks cancel in each output (the key owner learns the
 exact sum, never a term).
 
-Over 600 lines (662) in one file because :class:`CKKSBase` (the library-free scheme maths) and its SEAL
-backend share the layouts slot for slot; SEAL's wire format is in seal_wire.py, OpenFHE's backend in
-openfhe_ckks.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ that shows its first text only after the first block is hashed from the start in
 that column alone. IDs are held in memory as Python strings unless ``numeric_ids`` makes them int64
 (then spilled like the columns): the bounded-memory path wants numeric IDs.
 
-Over 600 lines (651) in one file because reading, checking and spilling a party file share one pass over
+Over 600 lines (666) in one file because reading, checking and spilling a party file share one pass over
 each block; the feature encoders are in tabular.py.
 """
 

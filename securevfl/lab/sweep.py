@@ -3,7 +3,7 @@
 Pure functions only: parsing and expansion. Running the cells lives in :mod:`engine`, keeping
 their results in :mod:`store`.
 
-Over 600 lines (692) in one file because the sweep grammar's keys, their checks and their expansion into
+Over 600 lines (697) in one file because the sweep grammar's keys, their checks and their expansion into
 cells read one another (each key's error names its place in the file, each expansion the checked
 value); the attack-search sampler is the part to move out next.
 
