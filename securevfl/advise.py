@@ -15,12 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 
 from securevfl.errors import UserError
-
-NUMERIC_SHARE = 0.95
-"""A column is numeric when this share of its non-empty cells parse as numbers (as training reads it)."""
 
 
 @dataclass
@@ -83,49 +80,32 @@ FALLBACK = Rule("none of the measured regimes", "splitnn", lambda s: True,
 
 
 def situation(party_files: list[str], label_column: str, id_column: str = "id") -> Situation:
-    """Measure the situation on ``party_files`` (the active party's first).
+    """Measure the situation on ``party_files`` (the active party's first), each read by the reader
+    training uses (:func:`securevfl.data.csvsource.read_file`: the same IDs, label cells and column kinds).
 
     Raises:
-        UserError: a missing file or column, in one line."""
-    from securevfl.data.csvsource import read_party_file
+        UserError: a missing file or column, or a file training would refuse, in one line."""
+    from securevfl.data.csvsource import read_file
+    from securevfl.data.psi import plain_intersection
+    from securevfl.ids import member
+    from securevfl.options import DataConfig
 
     if len(party_files) < 2:
         raise UserError("advise needs every party's file: --party-file ACTIVE --party-file PASSIVE ...")
-    frames = []
-    for path in party_files:
+    cfg = DataConfig(label_column=label_column)
+    tables = []
+    for k, path in enumerate(party_files):
         if not Path(path).is_file():
             raise UserError(f"--party-file {path}: no such file")
-        frame = read_party_file(path)
-        if id_column not in frame.columns:
-            raise UserError(f"party file {path}: no ID column {id_column!r} (--id-column)")
-        frames.append(frame)
-    active = frames[0]
-    if label_column not in active.columns:
-        raise UserError(f"party file {party_files[0]}: no label column {label_column!r} (--label-column)")
-    ids = [frame[id_column].astype(str).str.strip() for frame in frames]
-    overlap = set(ids[0])
-    for other in ids[1:]:
-        overlap &= set(other)
-    label = active[label_column]
-    has_label = label.notna() & (label.astype(str).str.strip() != "")
-    in_overlap = ids[0].isin(overlap).to_numpy()
-    types = [_feature_types(frame, [id_column] + ([label_column] if k == 0 else []))
-             for k, frame in enumerate(frames)]
-    return Situation(rows=[len(f) for f in frames], aligned=int(in_overlap.sum()), labeled=int(has_label.sum()),
-                     labeled_aligned=int((has_label.to_numpy() & in_overlap).sum()),
+        tables.append(read_file(cfg, Path(path), id_column, active=k == 0))
+    active = tables[0]
+    assert active.labels is not None  # the active party's file is read with its label column
+    in_overlap = member(active.ids, plain_intersection([t.ids for t in tables]))
+    has_label = np.asarray(active.labels.has_label, dtype=bool)
+    types = [{"numeric": len(t.num_cols), "categorical": len(t.cat_cols)} for t in tables]
+    return Situation(rows=[t.n_rows for t in tables], aligned=int(in_overlap.sum()), labeled=int(has_label.sum()),
+                     labeled_aligned=int((has_label & in_overlap).sum()),
                      active_features=sum(types[0].values()), feature_types=types)
-
-
-def _feature_types(frame: pd.DataFrame, skip: list[str]) -> dict[str, int]:
-    out = {"numeric": 0, "categorical": 0}
-    for c in frame.columns:
-        if c in skip:
-            continue
-        cells = frame[c].dropna()
-        cells = cells[cells.astype(str).str.strip() != ""]
-        share = float(pd.to_numeric(cells, errors="coerce").notna().mean()) if len(cells) else 0.0
-        out["numeric" if share >= NUMERIC_SHARE else "categorical"] += 1
-    return out
 
 
 def advise(s: Situation) -> dict:

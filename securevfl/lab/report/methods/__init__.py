@@ -55,6 +55,7 @@ from securevfl.lab.report.methods.frame import (
 )
 from securevfl.lab.report.methods.stats import (
     _authors_rows,
+    _same,
     claim_runs,
     claim_verdict,
     comparison_table,
@@ -101,13 +102,6 @@ def sample_of(runs: pd.DataFrame, claim: dict) -> str:
     rows = head.train_total.dropna()
     told = f", {int(rows.median()):,} training rows" if len(rows) else ""
     return " + ".join(names) + told
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return abs(float(a) - float(b)) < 1e-12
-    except (TypeError, ValueError):
-        return False
 
 
 def one_sample_sentence(per_claim: list[str]) -> str:
