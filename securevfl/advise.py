@@ -85,19 +85,18 @@ def situation(party_files: list[str], label_column: str, id_column: str = "id") 
 
     Raises:
         UserError: a missing file or column, or a file training would refuse, in one line."""
+    if len(party_files) < 2:
+        raise UserError("advise needs every party's file: --party-file ACTIVE --party-file PASSIVE ...")
+    for path in party_files:  # a usage error is answered before the readers (and torch) are imported
+        if not Path(path).is_file():
+            raise UserError(f"--party-file {path}: no such file")
     from securevfl.data.csvsource import read_file
     from securevfl.data.psi import plain_intersection
     from securevfl.ids import member
     from securevfl.options import DataConfig
 
-    if len(party_files) < 2:
-        raise UserError("advise needs every party's file: --party-file ACTIVE --party-file PASSIVE ...")
     cfg = DataConfig(label_column=label_column)
-    tables = []
-    for k, path in enumerate(party_files):
-        if not Path(path).is_file():
-            raise UserError(f"--party-file {path}: no such file")
-        tables.append(read_file(cfg, Path(path), id_column, active=k == 0))
+    tables = [read_file(cfg, Path(path), id_column, active=k == 0) for k, path in enumerate(party_files)]
     active = tables[0]
     assert active.labels is not None  # the active party's file is read with its label column
     in_overlap = member(active.ids, plain_intersection([t.ids for t in tables]))

@@ -98,7 +98,7 @@ def sample_of(runs: pd.DataFrame, claim: dict) -> str:
     key = f"swept_{claim['regime']}" if claim.get("regime") else None
     head = runs
     if key and key in runs and "headline" in claim:
-        head = runs[[str(v) == str(claim["headline"]) or _same(v, claim["headline"]) for v in runs[key]]]
+        head = runs[[_same(v, claim["headline"]) for v in runs[key]]]
     rows = head.train_total.dropna()
     told = f", {int(rows.median()):,} training rows" if len(rows) else ""
     return " + ".join(names) + told
