@@ -36,7 +36,6 @@ import copy
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,6 @@ from securevfl.channel import MessageKind
 from securevfl.channel.base import Endpoint
 from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig
-from securevfl.cutlayer import CutLayer
 from securevfl.data import psi
 from securevfl.data.csvsource import (
     ActiveLabels,
@@ -66,10 +64,9 @@ from securevfl.models import for_head
 from securevfl.pipeline import defense_hooks
 from securevfl.progress import phase
 from securevfl.roles import ACTIVE, passive_name
-from securevfl.runtime import PROTOCOL, ActiveOnlyCut, PassiveHandle, handles
+from securevfl.runtime import PROTOCOL, expect_object, handles, remote_federation
 from securevfl.serve import (  # noqa: F401  (the passive side: securevfl.deploy.serve stays its entry)
     _BAD_BYTES,
-    _expect,
     _method,
     _model_config,
     run_limits,
@@ -172,7 +169,7 @@ def open_run(ep: Endpoint, descriptions: dict[str, dict]) -> dict[str, dict]:
         ep.send_json(name, MessageKind.CONTROL, description | ({"psi": engine} if engine != "x25519" else {}))
     replies = {}
     for name in descriptions:
-        reply = _expect(ep.recv_json(name, MessageKind.CONTROL), "handshake")
+        reply = expect_object(ep.recv_json(name, MessageKind.CONTROL), "handshake")
         if "error" in reply:
             raise UserError(f"{name}: {reply['error']}")
         replies[name] = reply
@@ -187,24 +184,6 @@ def align_over(ep: Endpoint, names: list[str], ids: np.ndarray, alignment: str, 
     if len(aligned) == 0:
         raise UserError("the party files share no IDs; IDs are compared as exact strings unless --numeric-ids is set")
     return aligned
-
-
-def remote_federation(channel: Any, build: Callable[[], Any], names: list[str], cut: CutLayer, n_classes: int,
-                      regression: bool, *, checkpoints: Checkpoints | None = None, ready: bool = True,
-                      progress: bool | None = None) -> Federation:
-    """Step 3: the federation of this (the active) party, which ``build`` makes, and a handle on each
-    passive party in its own process. ``ready``: first each passive party says its bottom model is
-    built (its parameter count; a model over its own limit is refused there), and only then is this
-    party's own built — a run refused by a passive party never allocates the active party's models."""
-    ep = channel.endpoint(ACTIVE)
-    if ready:
-        with phase("waiting for the passive parties' set-up (their rows and bottom models)", progress):
-            handles = [PassiveHandle(n, ep, int(_expect(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"]))
-                       for n in names]
-    else:
-        handles = [PassiveHandle(n, ep) for n in names]
-    return Federation(channel, build(), handles, ActiveOnlyCut(cut), n_classes,  # type: ignore[arg-type]
-                      regression=regression, checkpoints=checkpoints)
 
 
 def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: bool | None = None,
@@ -307,7 +286,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         _save_deployed(cfg, fed, Path(save), classes, n_classes)
     # 5. end: every passive party reports
     for r in remotes:
-        _expect(r.end(), "report")  # type: ignore[attr-defined]
+        expect_object(r.end(), "report")  # type: ignore[attr-defined]
     seconds = time.perf_counter() - t0
     out = _result(cfg, fed, utility, phases, seconds, channel, peers, classes, ingest, split, aligned)
     out["warnings"] = run_warnings(fed, progress) + out["warnings"]

@@ -29,7 +29,7 @@ from securevfl.channel.codec import decode_batch_request, decode_json
 from securevfl.cutlayer import ActiveEnd, CutLayer, PassiveEnd
 from securevfl.errors import ProtocolError, UserError
 from securevfl.policy import RequestLimits, Snapshots
-from securevfl.progress import progress_bar
+from securevfl.progress import phase, progress_bar
 from securevfl.roles import ACTIVE
 
 if TYPE_CHECKING:
@@ -160,15 +160,50 @@ class ActiveOnlyCut(CutLayer):
         return self.inner.describe()
 
 
-def active_view(fed: Federation, handles: list[PassiveHandle] | None = None) -> Federation:
-    """The federation as the active party's program sees it: its own party, a handle per passive
-    party, and the active half of the cut layer."""
+def remote_federation(channel: Any, build: Callable[[], Any], names: list[str], cut: CutLayer, n_classes: int,
+                      regression: bool, *, ready: bool = True, n_parameters: Mapping[str, int] | None = None,
+                      checkpoints: Any = None, meta: dict | None = None, progress: bool | None = None) -> Federation:
+    """The active party's set-up over a channel, one function for every launcher: the federation of this
+    (the active) party, which ``build`` makes, with a :class:`PassiveHandle` on each passive party and the
+    active half of the cut layer. The simulator's threads (:func:`run_in_process`), ``train --peer``
+    (:func:`securevfl.deploy.run_deployed`) and ``predict --peer`` (:mod:`securevfl.lab.predict`) all
+    build the active party's view here.
+
+    Args:
+        ready: each passive party first says its bottom model is built (its parameter count; a model over
+            its own limit is refused there), and only then is this party's own built, so a run refused by a
+            passive party never allocates the active party's models (a deployed training run).
+        n_parameters: each passive party's parameter count where the launcher knows it without asking (the
+            simulator built every party; with ``ready`` unset and no counts: 0, a scoring run).
+        checkpoints: the active party's own :class:`securevfl.checkpoint.Checkpoints`.
+        meta: the federation's notes (the simulator's method builds keep some there)."""
     from securevfl.federation import Federation
 
-    handles = handles if handles is not None else [
-        PassiveHandle(p.name, fed.active.endpoint, p.n_parameters()) for p in fed.passives]
-    return Federation(fed.channel, fed.active, handles, ActiveOnlyCut(fed.cut), fed.n_classes,  # type: ignore[arg-type]
-                      meta=fed.meta, regression=fed.regression)
+    ep = channel.endpoint(ACTIVE)
+    if ready:
+        with phase("waiting for the passive parties' set-up (their rows and bottom models)", progress):
+            counts = {n: int(expect_object(ep.recv_json(n, MessageKind.CONTROL), "ready")["n_parameters"])
+                      for n in names}
+    else:
+        counts = dict(n_parameters or {})
+    return Federation(channel, build(), [PassiveHandle(n, ep, counts.get(n, 0)) for n in names],  # type: ignore[misc]
+                      ActiveOnlyCut(cut), n_classes, meta={} if meta is None else meta, regression=regression,
+                      checkpoints=checkpoints)
+
+
+def active_view(fed: Federation) -> Federation:
+    """The federation as the active party's program sees it when every party was built in this process
+    (the simulator): :func:`remote_federation` over its in-memory channel, the counts from the parties."""
+    return remote_federation(fed.channel, lambda: fed.active, [p.name for p in fed.passives], fed.cut, fed.n_classes,
+                             fed.regression, ready=False, n_parameters={p.name: p.n_parameters() for p in fed.passives},
+                             checkpoints=fed.checkpoints, meta=fed.meta)
+
+
+def expect_object(obj: object, what: str) -> dict:
+    """A message that must be a JSON object (a party's reply), else a one-line error naming it."""
+    if not isinstance(obj, dict):
+        raise UserError(f"malformed {what} message (expected a JSON object)")
+    return obj
 
 
 # ---------------------------------------------------------------------------------- passive side

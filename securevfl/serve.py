@@ -38,7 +38,7 @@ from securevfl.party_settings import PartySettings
 from securevfl.pipeline import defense_hooks
 from securevfl.policy import RequestLimits, ServedRows
 from securevfl.roles import ACTIVE
-from securevfl.runtime import PROTOCOL, serve_passive
+from securevfl.runtime import PROTOCOL, expect_object, serve_passive
 from securevfl.view import try_write_view
 
 _BAD_BYTES: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
@@ -50,12 +50,6 @@ def _model_config(d: dict) -> ModelConfig:
     # JSON turned the tuple fields into lists
     fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in d.items()}
     return ModelConfig(**fields)
-
-
-def _expect(obj: object, what: str) -> dict:
-    if not isinstance(obj, dict):
-        raise UserError(f"malformed {what} message (expected a JSON object)")
-    return obj
 
 
 def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
@@ -316,7 +310,7 @@ def serve(channel: Any, party_file: str, id_column: str, serve_forever: bool = F
             hello = channel.wait_inbox(ACTIVE, MessageKind.CONTROL, timeout=1.0)
         print(f"{channel.party}: run started by the active party", file=sys.stderr, flush=True)
         try:
-            desc = _expect(decode_json(hello), "run description")
+            desc = expect_object(decode_json(hello), "run description")
             if desc.get("op") == "predict":
                 report = serve_predict(channel.endpoint(channel.party), desc, party_file, model, own)
             else:

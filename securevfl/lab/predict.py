@@ -127,11 +127,11 @@ def predict_deployed(model_dir: str | Path, party_file: str, out: str | Path, ch
         federated_only: score only the rows every party holds.
     Returns:
         A summary (rows read, scored, by path, output path)."""
-    from securevfl.deploy import align_over, open_run, remote_federation
+    from securevfl.deploy import align_over, open_run
     from securevfl.federation import build_active
     from securevfl.models import for_head
     from securevfl.roles import ACTIVE
-    from securevfl.runtime import PROTOCOL
+    from securevfl.runtime import PROTOCOL, remote_federation
 
     check_out(out)
     folder = Path(model_dir) / ACTIVE
