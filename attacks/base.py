@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import numpy as np
 import torch
 
+from securevfl.configuration.spec import check_nonnegative, check_params, parse_args, split_name
 from securevfl.errors import UserError
 from securevfl.registry import Registry
 from securevfl.roles import passive_name
-from securevfl.spec import check_nonnegative, check_params, parse_args, split_name
 
 if TYPE_CHECKING:  # types only: attacks import the core's contracts, never its modules at run time
     from securevfl.federation import Federation
@@ -147,7 +147,7 @@ class Attack(ABC):
     """True when the attack must act while the federation trains (it gets :meth:`prepare`)."""
     defaults: ClassVar[dict[str, object]] = {}
     """Parameters and their defaults; a default's type is the parameter's type (ints pass as floats;
-    :func:`securevfl.spec.check_params`). Every attack also takes ``adversary`` (:data:`COMMON`)."""
+    :func:`securevfl.configuration.spec.check_params`). Every attack also takes ``adversary`` (:data:`COMMON`)."""
     heads: ClassVar[frozenset[str]] = ALL_HEADS
     """The ``--head`` kinds the attack applies to; a run with another head refuses it at build time."""
     head_refusal: ClassVar[str] = ""

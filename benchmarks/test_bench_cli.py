@@ -1,6 +1,6 @@
 """Instant answers to mistakes (issue 51): a usage error of ``securevfl train`` and each subcommand's
 ``--help``, each in a fresh interpreter, as a user meets them. Target: under 0.5 s on an idle machine
-(the flags are generated and checked from torch-free modules: securevfl/options.py, the catalog);
+(the flags are generated and checked from torch-free modules: securevfl/configuration/options.py, the catalog);
 before, a bad ``--cut-dim`` took 5.6 s of CPU (torch and the data layer were imported first). The
 wall time is reported beside the interpreter's own start-up (``python -c pass``) for scale."""
 

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
+from securevfl.configuration.spec import check_params, parse_args, split_name
 from securevfl.errors import UserError
 from securevfl.hooks import (
     ActiveStep,
@@ -39,7 +40,6 @@ from securevfl.hooks import (
     PassiveStep,
 )
 from securevfl.registry import Registry
-from securevfl.spec import check_params, parse_args, split_name
 
 
 def _finite(name: str, value: float, lo: float = 0.0, lo_inclusive: bool = True) -> float:
@@ -61,7 +61,7 @@ class Defense(PartyHook):
     """Parameter that ``NAME:VALUE`` sets; it is the strength shown in sweeps and reports."""
     defaults: ClassVar[dict[str, object]] = {}
     """Parameters and their defaults; a default's type is the parameter's type
-    (:func:`securevfl.spec.check_params`)."""
+    (:func:`securevfl.configuration.spec.check_params`)."""
     optional: ClassVar[dict[str, type]] = {}
     """Parameters without a default (absent from :attr:`config` unless given) and their types."""
     ranges: ClassVar[dict[str, str]] = {}

@@ -1,5 +1,5 @@
 """Run configuration: nested dataclasses, one field per setting, each declared with
-:func:`securevfl.settings.setting` (type, default, docstring, validation, flag).
+:func:`securevfl.configuration.settings.setting` (type, default, docstring, validation, flag).
 
 A YAML file given with ``--config`` maps onto these (``data:``, ``partition:``, ``train:``,
 ``model:``, ``optim:`` sections plus top-level keys); unknown keys and wrong types are user errors naming the key.
@@ -14,10 +14,10 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from securevfl.configuration.limits import brief, load_yaml, read_text_limited
+from securevfl.configuration.options import DEVICES, DataConfig, ModelConfig, OptimConfig, PartitionSpec, TrainConfig
+from securevfl.configuration.settings import setting
 from securevfl.errors import UserError
-from securevfl.limits import brief, load_yaml, read_text_limited
-from securevfl.options import DEVICES, DataConfig, ModelConfig, OptimConfig, PartitionSpec, TrainConfig
-from securevfl.settings import setting
 
 
 @dataclass
@@ -151,7 +151,7 @@ def apply_dict(obj: typing.Any, data: dict, prefix: str = "") -> None:
 
 
 def load_config_file(path: str | Path, what: str = "config file") -> dict:
-    """A YAML config (or sweep) file as a mapping, read under the limits of :mod:`securevfl.limits`."""
+    """A YAML config (or sweep) file as a mapping, read under the limits of :mod:`securevfl.configuration.limits`."""
     p = Path(path)
     if not p.exists() or p.is_dir():  # exists(), not is_file(): also accept pipes like <(...)
         raise UserError(f"{what} {p} not found")

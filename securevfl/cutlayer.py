@@ -355,7 +355,7 @@ CUT_LAYERS.register_lazy("paillier", "securevfl.crypto:PaillierCutLayer")
 CUT_LAYERS.register_lazy("bfv", "securevfl.crypto:BFVCutLayer")
 
 
-from securevfl.validate import TEST_FIXTURE_PARAMS, refuse_test_fixtures  # noqa: E402,F401  (light: checked with the flags)
+from securevfl.configuration.validate import TEST_FIXTURE_PARAMS, refuse_test_fixtures  # noqa: E402,F401  (light: checked with the flags)
 
 
 def make_cut_layer(name: str, *, interactive: bool = True, mixing: str = "off", **params: object) -> CutLayer:

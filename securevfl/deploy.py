@@ -44,7 +44,6 @@ import torch
 
 from securevfl.channel import MessageKind
 from securevfl.channel.base import Endpoint
-from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig
 from securevfl.data import psi
 from securevfl.data.csvsource import (
@@ -74,6 +73,7 @@ from securevfl.serve import (  # noqa: F401  (the passive side: securevfl.deploy
     serve_predict,
     serve_run,
 )
+from securevfl.storage.checkpoint import Checkpoints, run_key
 
 _DATA_OPTIONS = ("numeric_ids", "label_column", "drop_columns", "categorical", "numeric", "min_freq", "hash_buckets")
 
@@ -196,7 +196,7 @@ def run_deployed(cfg: RunConfig, channel: Any, peers: dict[str, str], progress: 
         peers: passive party name → address (for the record).
         progress: progress bars on stderr.
         checkpoint: a folder where this party keeps its checkpoints at each epoch end (each passive
-            party keeps its own, securevfl/checkpoint.py).
+            party keeps its own, securevfl/storage/checkpoint.py).
         resume: continue the run from the newest checkpoint in ``checkpoint``.
         save: this party writes its trained part into ``save/active``; each passive party writes its
             own into its own ``securevfl party --save`` folder (for ``securevfl predict``).

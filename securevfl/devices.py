@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from securevfl.configuration.options import DEVICES  # noqa: E402,F401  (the values of --device; their home: the light settings module)
 from securevfl.errors import UserError
-from securevfl.options import DEVICES  # noqa: E402,F401  (the values of --device; their home: the light settings module)
 
 CPU = torch.device("cpu")
 

@@ -15,12 +15,12 @@ import torch
 from torch import nn
 
 from securevfl.channel import Channel, InMemoryChannel, MessageKind
+from securevfl.configuration.options import DEFAULT_LR, OptimConfig  # noqa: F401  (their home: the light settings module)
 from securevfl.cutlayer import CutLayer, PlainCutLayer
 from securevfl.data import psi
 from securevfl.data.partition import Partition, PartyData
 from securevfl.hooks import PartyHook
 from securevfl.models import ModelConfig, NoFeatures, build_bottom, build_head, for_head
-from securevfl.options import DEFAULT_LR, OptimConfig  # noqa: F401  (their home: the light settings module)
 from securevfl.parties import ActiveParty, OptimizerFactory, PassiveParty
 from securevfl.roles import seed_for
 
@@ -58,7 +58,7 @@ class Federation:
     regression: bool = False
     """A continuous label: the head has one output, trained with MSE (``n_classes`` is 1)."""
     checkpoints: Any = None
-    """The active party's :class:`securevfl.checkpoint.Checkpoints` (a deployed run with ``--checkpoint``)."""
+    """The active party's :class:`securevfl.storage.checkpoint.Checkpoints` (a deployed run with ``--checkpoint``)."""
 
     @property
     def parties(self) -> list:

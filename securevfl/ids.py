@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from securevfl import spill
+from securevfl.storage import spill
 
 PIECE = 1 << 20
 LARGE = 1 << 18

@@ -8,8 +8,8 @@ import os
 import torch
 from torch import nn
 
+from securevfl.configuration.options import HEADS, ModelConfig  # noqa: F401  (their home: the light settings module)
 from securevfl.errors import UserError
-from securevfl.options import HEADS, ModelConfig  # noqa: F401  (their home: the light settings module)
 
 MODEL_PRESETS: dict[str, dict] = {
     # VFLHLP Table 1. "#dim" there is the embedded input width (Avazu 7 fields → 56, so 8 per field;
@@ -107,7 +107,7 @@ def estimate_model_bytes(cfg: ModelConfig, shapes: list[tuple[int, ...]], n_clas
 def check_model_memory(cfg: ModelConfig, shapes: list[tuple[int, ...]], n_classes: int, interactive: bool) -> None:
     """A user error when :func:`estimate_model_bytes` exceeds the limit (``SECUREVFL_MAX_MODEL_BYTES``,
     default half the machine's memory), instead of an allocation that swaps or is killed."""
-    from securevfl.limits import env_limit
+    from securevfl.configuration.limits import env_limit
 
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -55,7 +55,7 @@ from securevfl.interactive import first_linear, interactive_hparams
 from securevfl.models import set_mode
 from securevfl.policy import ServedRows
 from securevfl.roles import ACTIVE, PASSIVE, party_index, seed_for
-from securevfl.saved import read_party_folder, restored, write_party_folder
+from securevfl.storage.saved import read_party_folder, restored, write_party_folder
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 """Builds a party's optimizer over its trainable parameters (the federation's optimizer choice)."""
@@ -283,7 +283,7 @@ class Party:
         if "method_state" in state:  # the method set its state up again before the resume (same program)
             self.method_state.load_state_dict(state["method_state"])  # type: ignore[union-attr]
 
-    # ---- a saved model: each party writes and reads only its own folder (securevfl/saved.py)
+    # ---- a saved model: each party writes and reads only its own folder (securevfl/storage/saved.py)
     def save_own(self, folder: Path, run: dict) -> Path:
         """Write this party's own part into ``folder``: its models and cut-layer ends' state (e.g. its
         HE weight share; never a key), its preprocessing and a manifest (``run``: the public run facts

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from securevfl.configuration.options import ModelConfig
 from securevfl.errors import UserError
-from securevfl.options import ModelConfig
 from securevfl.passive_own import PassiveOwn, check_asked, is_linear, merged
 
 PASSIVE = "passive"
@@ -122,7 +122,7 @@ def _split(spec: str | None) -> list[str]:
 def _runs_here(part: str) -> bool:
     """Whether the defense named by the spec part runs at a passive party."""
     from defenses import DEFENSES  # the registry (imports torch): only when a run starts
-    from securevfl.spec import split_name
+    from securevfl.configuration.spec import split_name
 
     return PASSIVE in DEFENSES.get(split_name(part)[0]).runs_at
 

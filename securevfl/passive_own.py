@@ -27,8 +27,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from securevfl.configuration.options import DEFAULT_LR, DataConfig, ModelConfig, OptimConfig
 from securevfl.errors import UserError
-from securevfl.options import DEFAULT_LR, DataConfig, ModelConfig, OptimConfig
 
 OWNED: dict[str, tuple[str, ...]] = {
     "model": ("bottom", "cut_dim", "hidden", "cnn_channels", "emb_dim", "cut", "preset"),
@@ -113,8 +113,8 @@ def from_mapping(data: dict, where: str = "party.yaml") -> PassiveOwn:
 def check(own: PassiveOwn) -> None:
     """The settings make sense on their own (ranges, as ``train``'s flags check them)."""
     from securevfl.config import RunConfig
-    from securevfl.settings import by_key
-    from securevfl.settings import check as check_value
+    from securevfl.configuration.settings import by_key
+    from securevfl.configuration.settings import check as check_value
 
     entries = by_key(RunConfig)  # the keys as a run names them (optim.lr), with train's flags
     for s, keys in OWNED.items():
@@ -209,7 +209,7 @@ def replace_model(own: PassiveOwn, **changes: object) -> PassiveOwn:
 def _flag(section: str, key: str) -> str:
     if section == "train":
         return "--lr-grid"
-    from securevfl.settings import by_key
+    from securevfl.configuration.settings import by_key
 
     s = by_key(type(getattr(PassiveOwn(), section)))[key].setting
     return s.flag if s is not None and s.flag else "--" + key.replace("_", "-")
@@ -218,7 +218,7 @@ def _flag(section: str, key: str) -> str:
 def add_flags(group: Any) -> None:
     """``securevfl party``'s flags for its own model (one per :data:`OWNED` key, named as ``train``'s, and
     ``--config`` for a file of them); every flag overrides the file."""
-    from securevfl.settings import by_key
+    from securevfl.configuration.settings import by_key
 
     group.add_argument("--config", metavar="FILE", dest="own_config",
                        help="YAML file with this party's own bottom model, optimiser, rates and columns (sections "

@@ -22,6 +22,7 @@ import torch
 import defenses as defense_lib
 from securevfl.channel import MessageKind
 from securevfl.config import RunConfig
+from securevfl.configuration.validate import validate_config
 from securevfl.cutlayer import CUT_LAYERS, CutLayer, make_cut_layer
 from securevfl.data import DATASETS, load_dataset, make_partition
 from securevfl.data.partition import Partition, PartitionSpec
@@ -32,7 +33,6 @@ from securevfl.methods import METHODS, Method, MethodContext
 from securevfl.models import apply_model_preset
 from securevfl.progress import phase
 from securevfl.runtime import run_in_process
-from securevfl.validate import validate_config
 
 MIN_STEPS = 50
 """Fewer supervised steps than this in a run print a warning (and go to the JSON ``warnings``)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from securevfl.config import RunConfig
 from securevfl.data.partition import Partition
 from securevfl.federation import Federation
-from securevfl.provenance import versions
+from securevfl.operations.provenance import versions
 
 if TYPE_CHECKING:  # the methods package imports this module's callers; types only
     from securevfl.methods.base import Method

@@ -175,7 +175,7 @@ def remote_federation(channel: Any, build: Callable[[], Any], names: list[str], 
             passive party never allocates the active party's models (a deployed training run).
         n_parameters: each passive party's parameter count where the launcher knows it without asking (the
             simulator built every party; with ``ready`` unset and no counts: 0, a scoring run).
-        checkpoints: the active party's own :class:`securevfl.checkpoint.Checkpoints`.
+        checkpoints: the active party's own :class:`securevfl.storage.checkpoint.Checkpoints`.
         meta: the federation's notes (the simulator's method builds keep some there)."""
     from securevfl.federation import Federation
 
@@ -222,7 +222,7 @@ def serve_passive(party: PassiveParty, cut: CutLayer, method: HasPassiveOps | No
         progress: this party's progress line (steps served; the active party alone knows the total).
         desc: the progress line's label.
         extra: more of what this party says about itself in its report (e.g. the rows it read).
-        checkpoints: this party's :class:`securevfl.checkpoint.Checkpoints` (None: it keeps none, and a
+        checkpoints: this party's :class:`securevfl.storage.checkpoint.Checkpoints` (None: it keeps none, and a
             request to write one is refused).
         own_ops: operations of the process this party runs in (e.g. ``save`` into the folder it chose).
         limits: a deployed party's own budget of requests and the permissions its operations need

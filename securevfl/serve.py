@@ -22,7 +22,6 @@ import torch
 from securevfl.channel import MessageKind
 from securevfl.channel.base import Endpoint
 from securevfl.channel.codec import decode_json
-from securevfl.checkpoint import Checkpoints, run_key
 from securevfl.config import RunConfig, apply_dict
 from securevfl.cutlayer import make_cut_layer
 from securevfl.data import psi
@@ -30,7 +29,6 @@ from securevfl.data.csvsource import Split, named_held, party_data, read_file
 from securevfl.data.dataset import DataConfig
 from securevfl.errors import UserError, environment_error
 from securevfl.federation import OptimConfig, build_passive
-from securevfl.files import make_private_dir, open_new
 from securevfl.ids import member
 from securevfl.models import ModelConfig
 from securevfl.parties import PassiveParty
@@ -39,7 +37,9 @@ from securevfl.pipeline import defense_hooks
 from securevfl.policy import RequestLimits, ServedRows
 from securevfl.roles import ACTIVE
 from securevfl.runtime import PROTOCOL, expect_object, serve_passive
-from securevfl.view import try_write_view
+from securevfl.storage.checkpoint import Checkpoints, run_key
+from securevfl.storage.files import make_private_dir, open_new
+from securevfl.storage.view import try_write_view
 
 _BAD_BYTES: tuple[type[Exception], ...] = (ValueError, KeyError, TypeError, IndexError, AttributeError,
                                            UnicodeDecodeError, struct.error, RuntimeError, AssertionError)
@@ -58,7 +58,7 @@ def serve_run(ep: Endpoint, hello: dict, party_file: str, id_column: str,
     """One run as a passive party, from the active party's run description ``hello`` to its ``end``;
     ``settings``: this party's own privacy settings, which decide over what ``hello`` asks
     (:func:`securevfl.party_settings.reconcile`); ``checkpoint_dir``: where this party keeps its
-    own checkpoints (``--checkpoint``; securevfl/checkpoint.py).
+    own checkpoints (``--checkpoint``; securevfl/storage/checkpoint.py).
 
     Returns:
         The report sent to the active party at the end (also what ``securevfl party`` prints)."""
@@ -212,8 +212,8 @@ def serve_predict(ep: Endpoint, hello: dict, party_file: str, model_dir: str | N
         The report sent to the active party at the end."""
     from securevfl.data.csvsource import encode_file_rows, read_party_file
     from securevfl.party_settings import admit
-    from securevfl.saved import party_rows, read_party_folder
     from securevfl.scoring import ScoringOps, method_for
+    from securevfl.storage.saved import party_rows, read_party_folder
 
     settings = settings or PartySettings()
     try:

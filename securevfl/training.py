@@ -14,14 +14,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from securevfl import spill
+from securevfl.configuration.options import TrainConfig  # noqa: F401  (its home: the light settings module)
 from securevfl.errors import TrainingDiverged
 from securevfl.federation import STREAM_LR_GRID, Federation
 from securevfl.hooks import Objective
 from securevfl.ids import member
 from securevfl.metrics import utility
-from securevfl.options import TrainConfig  # noqa: F401  (its home: the light settings module)
 from securevfl.progress import progress_bar
+from securevfl.storage import spill
 from securevfl.threads import fit_to_work
 
 LossTerm = Callable[[], torch.Tensor]
@@ -205,7 +205,7 @@ class SplitTrainer:
 
     def _checkpoint(self, epoch: int) -> None:
         """End of an epoch in a run that keeps checkpoints: every passive party writes its own state
-        (and says so), then the active party writes its own and this loop's (securevfl/checkpoint.py).
+        (and says so), then the active party writes its own and this loop's (securevfl/storage/checkpoint.py).
         Checkpoints number the run's epochs over all its supervised stages (``offset``: the epochs of
         the stages before this one); a stage replayed before the one being resumed writes none."""
         ck = self.fed.checkpoints

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from securevfl.advise import advise, situation
 from securevfl.cli import main
+from securevfl.operations.advise import advise, situation
 
 
 def files(tmp_path, n_active: int, aligned: int, labeled_aligned: int, labeled_outside: int,

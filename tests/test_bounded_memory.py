@@ -1,5 +1,5 @@
 """A party's memory does not grow with its rows (issue 53): its file read in blocks, its columns, encoded
-arrays, IDs, labels and epoch orders on disk (securevfl/spill.py), long ID lists sent in parts; and
+arrays, IDs, labels and epoch orders on disk (securevfl/storage/spill.py), long ID lists sent in parts; and
 none of it changes what is computed."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ import pandas as pd
 import pytest
 
 from securevfl import ids as ids_mod
-from securevfl import spill
 from securevfl.channel import InMemoryChannel, codec
 from securevfl.config import RunConfig
+from securevfl.configuration.options import PartitionSpec
 from securevfl.data import tabular
 from securevfl.data.csvsource import ActiveLabels, party_data, read_file, split_rows
 from securevfl.data.psi import plain_intersection
 from securevfl.errors import UserError
 from securevfl.lab.compose import build_partition
-from securevfl.options import PartitionSpec
+from securevfl.storage import spill
 from tests.test_grpc import Passive, deploy, files, small_cfg  # noqa: F401  (files: the module's fixture)
 
 

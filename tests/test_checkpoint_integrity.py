@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from securevfl import checkpoint
-from securevfl.checkpoint import KEEP, Checkpoints
 from securevfl.errors import UserError
+from securevfl.storage import checkpoint
+from securevfl.storage.checkpoint import KEEP, Checkpoints
 
 KEY = "0123456789abcdef"
 

@@ -133,7 +133,7 @@ def test_readme_advice_is_warned(capsys):
 def test_methods_answers_fast_from_a_catalog_that_matches_the_registry():
     import time
 
-    from securevfl.catalog import DATASETS, METHODS, render
+    from securevfl.configuration.catalog import DATASETS, METHODS, render
     from securevfl.data import DATASETS as DATASET_REGISTRY
     from securevfl.methods import METHODS as METHOD_REGISTRY
 
@@ -141,7 +141,7 @@ def test_methods_answers_fast_from_a_catalog_that_matches_the_registry():
     assert DATASETS == tuple(DATASET_REGISTRY.names()), render()
     from attacks import ATTACKS as ATTACK_REGISTRY
     from defenses import DEFENSES as DEFENSE_REGISTRY
-    from securevfl.catalog import ATTACKS, DEFENSES
+    from securevfl.configuration.catalog import ATTACKS, DEFENSES
 
     assert ATTACKS == tuple(ATTACK_REGISTRY.names()), tuple(ATTACK_REGISTRY.names())
     assert DEFENSES == tuple(DEFENSE_REGISTRY.names()), tuple(DEFENSE_REGISTRY.names())

@@ -110,7 +110,7 @@ def test_config_and_sweep_files_take_device_without_changing_run_ids():
     apply_dict(cfg, {"device": "auto"})
     assert cfg.device == "auto"
     with pytest.raises(UserError, match="device"):
-        from securevfl.validate import validate_config
+        from securevfl.configuration.validate import validate_config
 
         bad = RunConfig()
         apply_dict(bad, {"device": "tpu"})

@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("grpc")
 
-from securevfl import doctor  # noqa: E402
 from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles  # noqa: E402
 from securevfl.cli import main  # noqa: E402
 from securevfl.deploy import serve  # noqa: E402
+from securevfl.operations import doctor  # noqa: E402
 from securevfl.party_settings import PartySettings  # noqa: E402
 from tests.test_grpc import files as grpc_files  # noqa: E402
 
@@ -84,7 +84,7 @@ def test_memory_disk_and_listen_checks(tmp_path) -> None:
 
 
 def _serving(files, own: PartySettings | None = None) -> tuple[GrpcChannel, threading.Thread]:
-    from securevfl.doctor import passive_verdict
+    from securevfl.operations.doctor import passive_verdict
 
     ch = GrpcChannel("passive1", NetConfig(TLSFiles.load(files["certs"] / "passive1", "passive1"), timeout=20),
                      listen="127.0.0.1:0", client="active")
@@ -176,7 +176,7 @@ def test_a_wrong_port_and_a_passive_label_column_fail_in_seconds(files, tmp_path
 
     import pandas as pd
 
-    from securevfl.doctor import passive_verdict
+    from securevfl.operations.doctor import passive_verdict
 
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
         s.bind(("127.0.0.1", 0))

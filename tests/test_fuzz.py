@@ -47,7 +47,7 @@ def _dump(doc: object) -> str:
 @given(st.one_of(documents.map(_dump), st.text(max_size=200)))
 def test_config_files_parse_or_fail_cleanly(text):
     from securevfl.config import RunConfig, apply_dict, load_config_file
-    from securevfl.validate import validate_config
+    from securevfl.configuration.validate import validate_config
 
     try:
         cfg = RunConfig()
@@ -60,8 +60,8 @@ def test_config_files_parse_or_fail_cleanly(text):
 @FAST
 @given(documents)
 def test_sweep_files_parse_or_fail_cleanly(doc):
+    from securevfl.configuration.validate import validate_config
     from securevfl.lab.sweep import config_from_dict, load_sweep
-    from securevfl.validate import validate_config
 
     doc = {"name": "f", "dataset": {"name": "digits"}, **doc}
     try:
@@ -254,7 +254,7 @@ def test_numeric_flags_are_checked_or_refused_many(listen_port, timeout, mb):
 def test_number_validator_returns_finite_in_range_or_refuses(text):
     import math
 
-    from securevfl.validate import number, port
+    from securevfl.configuration.validate import number, port
 
     try:
         v = number("x", text, gt=0, le=1e6)
@@ -325,7 +325,7 @@ def _folder_property(edits: list) -> None:
                 data[at % len(data)] ^= 0xFF
             f.write_bytes(bytes(data))
         if fix_hashes:
-            from securevfl.saved import MANIFEST, _manifest_digest, _sha256
+            from securevfl.storage.saved import MANIFEST, _manifest_digest, _sha256
 
             with contextlib.suppress(Exception):
                 doc = json.loads(m.read_text())

@@ -160,7 +160,7 @@ def test_bad_flags_are_one_line_errors(capsys, args, needle):
 @pytest.mark.parametrize("text, ok", [("nan", False), ("inf", False), ("-1", False), ("0", False), ("1e9", False),
                                       ("2.5", True), ("3", True), ("x", False)])
 def test_one_validator_for_numbers(text, ok):
-    from securevfl.validate import number
+    from securevfl.configuration.validate import number
 
     if ok:
         assert number("--timeout", text, gt=0, le=7 * 86400) == float(text)
@@ -250,7 +250,7 @@ def test_certs_modes_ignore_a_permissive_umask(tmp_path, capsys):
 
 
 def test_open_new_refuses_links_and_existing_files(tmp_path):
-    from securevfl.files import open_new
+    from securevfl.storage.files import open_new
 
     target = tmp_path / "target"
     (tmp_path / "link").symlink_to(target)
@@ -279,7 +279,7 @@ def saved(tmp_path_factory):
 
 def rehash(folder: Path) -> None:
     """What a careful forger does: make the manifest's hashes agree with the altered files."""
-    from securevfl.saved import MANIFEST, _manifest_digest, _sha256
+    from securevfl.storage.saved import MANIFEST, _manifest_digest, _sha256
 
     m = json.loads((folder / MANIFEST).read_text())
     m["sha256"] = {n: _sha256(folder / n) for n in ("model.pt", "preprocessing.json")}

@@ -181,7 +181,7 @@ def test_a_damaged_view_is_one_line(tmp_path, damage) -> None:
     import json
 
     from securevfl.channel.base import Message
-    from securevfl.view import read_view, write_view
+    from securevfl.storage.view import read_view, write_view
 
     def view(folder, payloads: list[bytes]):
         return write_view(folder, "active", [Message(i, "passive1", "active", "activation", p, len(p))

@@ -12,8 +12,8 @@ from securevfl.errors import UserError
 
 grpc = pytest.importorskip("grpc")
 
+from securevfl.operations.provenance import versions  # noqa: E402
 from securevfl.party_settings import PartySettings  # noqa: E402
-from securevfl.provenance import versions  # noqa: E402
 from tests.test_grpc import Passive, small_cfg  # noqa: E402
 from tests.test_grpc import deploy as deploy_run  # noqa: E402
 from tests.test_grpc import files as grpc_files  # noqa: E402
@@ -59,8 +59,8 @@ def test_a_column_no_party_holds_is_refused_deployed(files, column, refused) -> 
     """A deployed ``--drop-columns nosuch_col`` ran to the end on both sides (the simulator refuses the
     same name): each party now reports which named columns it holds, and the active party refuses a name
     no party holds. The control: a passive party's own column (both configured to drop it) runs."""
+    from securevfl.configuration.options import DataConfig
     from securevfl.data.csvsource import named_held
-    from securevfl.options import DataConfig
 
     assert named_held(DataConfig(drop_columns=["x3", "zz"], numeric=["x1"]), ["id", "x1", "x3"]) == ["x1", "x3"]
     cfg = small_cfg(files, "guest")
@@ -250,10 +250,10 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_on_both_sides(files, tm
     import errno
     import threading
 
-    from securevfl import checkpoint as ck_mod
     from securevfl.channel.grpc import GrpcChannel, NetConfig, TLSFiles
     from securevfl.deploy import serve, train_deployed
     from securevfl.passive_own import from_run
+    from securevfl.storage import checkpoint as ck_mod
 
     cfg = small_cfg(files, "guest")
     real, full = ck_mod.open_new, [True]
@@ -301,8 +301,9 @@ def test_a_spill_folder_that_cannot_be_used_is_one_line(tmp_path, monkeypatch, c
     Now both name the folder and the cause; the control: an existing folder."""
     import pandas as pd
 
-    from securevfl import doctor, spill
     from securevfl.cli import main
+    from securevfl.operations import doctor
+    from securevfl.storage import spill
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 3))

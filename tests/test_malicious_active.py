@@ -262,9 +262,9 @@ def test_honest_runs_fit_their_budget() -> None:
     """The budget a method declares covers what an honest run of it asks, with and without a rate
     search (the counts measured in the simulator for every per-role method: one snapshot, k + 1 restores
     and k + 1 rates per searched stage)."""
+    from securevfl.configuration.options import OptimConfig
     from securevfl.methods import METHODS, MethodContext
     from securevfl.models import ModelConfig
-    from securevfl.options import OptimConfig
     from securevfl.training import TrainConfig
 
     measured = {"splitnn": {"snapshot": 1, "restore": 4, "set_lr": 4},

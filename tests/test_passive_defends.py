@@ -294,7 +294,7 @@ def test_an_unwritable_view_folder_fails_before_the_run(tmp_path) -> None:
 
 def test_a_view_that_cannot_be_written_keeps_the_result(files, tmp_path, monkeypatch, capsys) -> None:
     """The view fails at the end of the run (a full disk): the result is printed anyway, then one line."""
-    import securevfl.view as view
+    import securevfl.storage.view as view
     from securevfl.cli import main
 
     def full_disk(*a, **kw):

@@ -17,7 +17,7 @@ from securevfl.lab.engine import run_sweep
 from securevfl.lab.predict import predict
 from securevfl.lab.store import Store
 from securevfl.lab.sweep import parse_sweep
-from securevfl.provenance import git_commit, version
+from securevfl.operations.provenance import git_commit, version
 
 
 def breast_files(tmp_path, n=240):

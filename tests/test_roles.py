@@ -27,7 +27,7 @@ from securevfl.lab.compose import execute  # noqa: E402
 from securevfl.methods import METHODS  # noqa: E402
 from securevfl.party_settings import PERMISSIONS, PartySettings  # noqa: E402
 from securevfl.roles import seed_for  # noqa: E402
-from securevfl.view import read_view, received, write_view  # noqa: E402
+from securevfl.storage.view import read_view, received, write_view  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "deploy-example"

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from securevfl import provenance
 from securevfl.config import RunConfig
 from securevfl.errors import UserError
 from securevfl.lab import scores
@@ -16,6 +15,7 @@ from securevfl.lab.engine import sweep_provenance
 from securevfl.lab.report import load_frames, summarise, write_report
 from securevfl.lab.store import Store
 from securevfl.lab.sweep import parse_sweep
+from securevfl.operations import provenance
 
 BASE = {"name": "t", "dataset": {"name": "digits", "aligned_fraction": 0.5}, "methods": ["splitnn"],
         "defenses": ["none"], "seeds": [0], "train": {"epochs": 1}}

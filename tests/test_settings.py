@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from securevfl import settings
 from securevfl.cli import main, make_parser
 from securevfl.config import RunConfig
+from securevfl.configuration import settings
+from securevfl.configuration.settings_doc import _md, render
 from securevfl.errors import UserError
-from securevfl.settings_doc import _md, render
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -46,7 +46,7 @@ def test_every_train_help_flag_is_in_the_docs(capsys):
 def test_the_committed_doc_is_the_generated_one():
     text = render()
     assert DOC.read_text(encoding="utf-8") == text, \
-        "docs/configuration.md is stale: python -m securevfl.settings_doc > docs/configuration.md"
+        "docs/configuration.md is stale: python -m securevfl.configuration.settings_doc > docs/configuration.md"
     # control: the page is made from the fields: each one's key and doc is on it, so editing a field
     # without regenerating the page fails the comparison above
     for entry in settings.walk(RunConfig):
@@ -68,7 +68,7 @@ def test_every_setting_has_a_doc():
 
 
 def test_the_defaults_pass_their_own_validation_and_flags_are_unique():
-    from securevfl.validate import validate_config
+    from securevfl.configuration.validate import validate_config
 
     validate_config(RunConfig())
     flags = [e.setting.flag for e in settings.walk(RunConfig) if e.setting and e.setting.flag]
@@ -152,7 +152,7 @@ def test_validation_messages_name_the_flag_and_the_key(capsys, argv, needle):
 
 
 def test_a_setting_without_a_flag_is_named_by_its_key():
-    from securevfl.validate import validate_config
+    from securevfl.configuration.validate import validate_config
 
     cfg = RunConfig()
     cfg.data.sample_seed = -1

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from securevfl.cli import main
 from securevfl.config import RunConfig, apply_dict
+from securevfl.configuration.settings import by_key, in_range
+from securevfl.configuration.validate import validate_config
 from securevfl.errors import UserError
-from securevfl.settings import by_key, in_range
-from securevfl.validate import validate_config
 
 SECTIONS = ("data", "partition", "train", "model", "optim")
 SKIP = {"columns", "party_files", "dir", "path", "attacks", "he_params", "method_params", "preset"}

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from securevfl import spill
 from securevfl.channel import codec
 from securevfl.errors import UserError
+from securevfl.storage import spill
 
 
 class MessageKind:

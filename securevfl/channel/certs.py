@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from securevfl.errors import UserError
-from securevfl.files import PRIVATE_FILE, PUBLIC_FILE, make_private_dir, open_new
+from securevfl.storage.files import PRIVATE_FILE, PUBLIC_FILE, make_private_dir, open_new
 
 VALID_DAYS = 365
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")

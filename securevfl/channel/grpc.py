@@ -48,7 +48,7 @@ from securevfl.channel.base import ABANDON, Channel, Contact, Message, MessageKi
 from securevfl.errors import UserError
 
 DOCTOR_PING = b"doctor:"
-"""The prefix of a ``Ping`` that asks a party for its doctor's answer (securevfl/doctor.py)."""
+"""The prefix of a ``Ping`` that asks a party for its doctor's answer (securevfl/operations/doctor.py)."""
 
 SERVICE = "securevfl.Channel"
 MAGIC = b"SVFL1"
@@ -191,7 +191,7 @@ class GrpcChannel(Channel):
         self._heard: dict[str, tuple[float, str]] = {}  # peer → (when its last heartbeat came, what it was busy with)
         self._waiting = 0  # receives in progress (no heartbeat goes out meanwhile)
         self.doctor: Callable[[dict], dict] | None = None
-        """A server's answer to a peer's ``securevfl doctor`` (securevfl/doctor.py), set by its party."""
+        """A server's answer to a peer's ``securevfl doctor`` (securevfl/operations/doctor.py), set by its party."""
         if listen is not None:
             self._serve(listen)
         for name, addr in self.peers.items():

@@ -72,7 +72,7 @@ def _run(argv: list[str] | None) -> int:
             _configure_threads()  # once its flags are checked: it imports torch)
         return COMMANDS[args.command](args)
     except UserError as e:
-        from securevfl.limits import cap_line
+        from securevfl.configuration.limits import cap_line
 
         print(f"error: {cap_line(str(e))}", file=sys.stderr)
         return 2
@@ -85,8 +85,8 @@ def _run(argv: list[str] | None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (OSError, MemoryError) as e:  # this machine's limits (a full disk, a file-size limit, memory)
+        from securevfl.configuration.limits import cap_line
         from securevfl.errors import environment_error
-        from securevfl.limits import cap_line
 
         print(f"error: {cap_line(str(environment_error(e)))}", file=sys.stderr)
         return 2

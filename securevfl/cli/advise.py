@@ -1,4 +1,4 @@
-"""``securevfl advise``: the method to try first on one's own party files (securevfl/advise.py)."""
+"""``securevfl advise``: the method to try first on one's own party files (securevfl/operations/advise.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    from securevfl.advise import advise, lines, situation
+    from securevfl.operations.advise import advise, lines, situation
 
     answer = advise(situation(args.party_file, args.label_column, args.id_column))
     if args.json:

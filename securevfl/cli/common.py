@@ -6,14 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from securevfl.configuration.validate import host_port, number
 from securevfl.errors import UserError
-from securevfl.validate import host_port, number
 
 
 def _build_config(args: argparse.Namespace):
     from securevfl.config import RunConfig, apply_dict, load_config_file
-    from securevfl.settings import apply_flags
-    from securevfl.validate import refuse_test_fixtures, validate_config
+    from securevfl.configuration.settings import apply_flags
+    from securevfl.configuration.validate import refuse_test_fixtures, validate_config
 
     cfg = RunConfig()
     if args.config:
@@ -29,7 +29,7 @@ def _build_config(args: argparse.Namespace):
     if data_dir is not None and not Path(data_dir).is_dir():
         raise UserError(f"--data-dir {data_dir}: no such directory")
     validate_config(cfg, data_options=False)  # every type and range now, before any heavy import (issue 51)
-    from securevfl.catalog import check_component_names
+    from securevfl.configuration.catalog import check_component_names
 
     check_component_names(cfg.attacks, cfg.defense)
     return cfg  # and again, whole, by lab.compose.execute, the one entry every run passes through
@@ -87,7 +87,7 @@ def prepare_view_dir(path: str | None) -> None:
     if path is None:
         return
     _check_new_dir(path, "--record-view")
-    from securevfl.files import make_private_dir
+    from securevfl.storage.files import make_private_dir
 
     try:
         make_private_dir(Path(path))
@@ -109,7 +109,7 @@ def _check_writable_dir(path: str, what: str, private: bool = False) -> None:
     """``path`` is (made) a folder this process can write in; ``private``: made 0700 (checkpoints)."""
     import tempfile
 
-    from securevfl.files import make_private_dir
+    from securevfl.storage.files import make_private_dir
 
     p = Path(path)
     try:
@@ -140,7 +140,7 @@ def _startup_tls(args: argparse.Namespace, party: str) -> None:
     """The doctor's certificate check, run by ``train --peer`` and ``party`` as they start."""
     if args.insecure:
         return
-    from securevfl import doctor
+    from securevfl.operations import doctor
 
     check = doctor.check_tls(args.tls, party)
     if not check.ok:

@@ -11,8 +11,8 @@ from securevfl.errors import UserError
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """``securevfl doctor train ...`` / ``securevfl doctor party ...``: securevfl/doctor.py's checks."""
-    from securevfl import doctor
+    """``securevfl doctor train ...`` / ``securevfl doctor party ...``: securevfl/operations/doctor.py's checks."""
+    from securevfl.operations import doctor
 
     if not args.checked or args.checked[0] not in ("train", "party"):
         raise UserError("doctor checks the command a party is about to run: securevfl doctor train --peer ... or "
@@ -23,7 +23,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _doctor_tls(args: argparse.Namespace, party: str) -> list:
-    from securevfl import doctor
+    from securevfl.operations import doctor
 
     if args.insecure:
         return [doctor.Check("tls", True, "--insecure: plaintext, no certificates to check", warning=True)]
@@ -34,7 +34,7 @@ def _doctor_tls(args: argparse.Namespace, party: str) -> list:
 
 def _doctor_train(args: argparse.Namespace) -> list:
     """The active party's checks: its certificate, its file, its resources, then every peer."""
-    from securevfl import doctor
+    from securevfl.operations import doctor
     from securevfl.roles import ACTIVE
 
     if not args.peer:
@@ -67,7 +67,7 @@ def _doctor_train(args: argparse.Namespace) -> list:
 
 def _doctor_party(args: argparse.Namespace) -> list:
     """A passive party's checks: its certificate, its file, its address, its resources."""
-    from securevfl import doctor
+    from securevfl.operations import doctor
 
     role = args.role
     if not (role.startswith("passive") and role.removeprefix("passive").isdigit()):

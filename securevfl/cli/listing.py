@@ -16,7 +16,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
-    from securevfl.catalog import METHODS  # no torch import: answers at once
+    from securevfl.configuration.catalog import METHODS  # no torch import: answers at once
 
     for name, summary in METHODS.items():
         print(f"{name:18s} {summary}")

@@ -52,10 +52,10 @@ def _workers(v: str) -> int | str:
 
 
 def _train_flags(p: argparse.ArgumentParser) -> None:
-    """``train``'s flags: one per setting that declares a flag (securevfl/settings.py), then the few
+    """``train``'s flags: one per setting that declares a flag (securevfl/configuration/settings.py), then the few
     that are not one setting."""
     from securevfl.config import RunConfig
-    from securevfl.settings import add_flags
+    from securevfl.configuration.settings import add_flags
 
     groups = add_flags(p, RunConfig)
     groups["data"].add_argument("--id-column", action="append",
@@ -93,7 +93,7 @@ def _net_flags(g) -> None:
                         "resumed (train --resume; every party needs its own)")
     g.add_argument("--record-view", default=None, metavar="DIR",
                    help="write this party's own view (every message it sent and received) into the new folder DIR, "
-                        "for the lab's attacks offline (securevfl/view.py)")
+                        "for the lab's attacks offline (securevfl/storage/view.py)")
 
 
 def _add_train(sub) -> None:
@@ -102,7 +102,7 @@ def _add_train(sub) -> None:
 
 
 def make_parser() -> _Parser:
-    from securevfl.provenance import git_commit, version
+    from securevfl.operations.provenance import git_commit, version
 
     parser = _Parser(prog="securevfl", description=DESCRIPTION)
     commit = git_commit()

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from securevfl.cli.common import _check_writable_dir, _net_config, _startup_tls, prepare_view_dir
+from securevfl.configuration.validate import host_port, number
 from securevfl.errors import UserError
-from securevfl.validate import host_port, number
 
 
 def cmd_party(args: argparse.Namespace) -> int:
@@ -30,7 +30,7 @@ def cmd_party(args: argparse.Namespace) -> int:
     threads.configure()
     channel = grpc_mod.GrpcChannel(args.role, net, listen=args.listen, client="active",
                                    record=args.record_view is not None)
-    from securevfl.doctor import passive_verdict
+    from securevfl.operations.doctor import passive_verdict
 
     channel.doctor = lambda description: passive_verdict(description, own, args.party_file, args.id_column)
     print(f"{args.role}: listening on {args.listen.rsplit(':', 1)[0]}:{channel.port} "
@@ -50,8 +50,8 @@ def check_party_file(path: str) -> None:
 
 def party_settings(args: argparse.Namespace):
     """``party``'s own privacy settings (:class:`securevfl.party_settings.PartySettings`), checked."""
+    from securevfl.configuration.settings import parse_keyvalues
     from securevfl.party_settings import PartySettings, check_own
-    from securevfl.settings import parse_keyvalues
 
     he_params = parse_keyvalues("--he-param", args.he_param)  # the one key=value syntax of every command
     if args.defense is not None and not args.defense.strip():
@@ -74,7 +74,7 @@ _LIMIT_RANGES = {"max_rate": (0, 10 ** 12), "max_lr": (1e-12, 10), "min_batch_fr
 
 def party_policy(args: argparse.Namespace) -> dict:
     """``party``'s own seed and policy flags, checked (fields of ``PartySettings``)."""
-    from securevfl.catalog import check_names  # torch-free: a typo is answered at once
+    from securevfl.configuration.catalog import check_names  # torch-free: a typo is answered at once
     from securevfl.party_settings import DIGEST_HEX, PERMISSIONS
 
     out: dict = {}

@@ -22,7 +22,7 @@ from securevfl.errors import UserError
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from securevfl.catalog import check_names
+    from securevfl.configuration.catalog import check_names
 
     check_names(args.dataset, args.method)  # before the heavy imports below: a typo answers at once
     view_error = None
@@ -122,7 +122,7 @@ def _train_deployed(args: argparse.Namespace) -> tuple[dict, str | None]:
                                 "of the run was kept; rerun it)") from None
     finally:
         if args.record_view is not None:  # also when the run failed: what this party saw up to then
-            from securevfl.view import try_write_view
+            from securevfl.storage.view import try_write_view
 
             view_error = try_write_view(args.record_view, ACTIVE, channel.transcript,
                                         {"method": cfg.method, "seed": cfg.seed})

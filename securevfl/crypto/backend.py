@@ -25,7 +25,7 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from securevfl.spec import check_params
+from securevfl.configuration.spec import check_params
 
 # ----------------------------------------------------------------------------------- threads
 _HE_THREADS: list[int] = []
@@ -90,7 +90,7 @@ class HEBackend(ABC):
     scheme: str
     defaults: ClassVar[dict[str, object]] = {}
     """The scheme's parameters (``--he-param key=value``) and their defaults; a default's type is the
-    parameter's type (:func:`securevfl.spec.check_params`)."""
+    parameter's type (:func:`securevfl.configuration.spec.check_params`)."""
 
     def __init__(self, timer: HETimer | None = None) -> None:
         self.timer = timer or HETimer()

@@ -68,13 +68,13 @@ import numpy as np
 import tenseal as ts
 import tenseal.sealapi as sealapi
 
+from securevfl.configuration.validate import whole_number
 from securevfl.crypto import ckks_rotations as rot
 from securevfl.crypto import tiles
 from securevfl.crypto.backend import Encrypted, HEBackend, HETimer, he_threads, pack_blobs, unpack_blobs
 from securevfl.crypto.ckks_rotations import KAPPA_COST_BITS
 from securevfl.crypto.seal_wire import proto_blobs, seal_dumps, seal_load, seal_loads, vector_proto
 from securevfl.errors import UserError
-from securevfl.validate import whole_number
 
 # HomomorphicEncryption.org security standard, 128-bit classical, ternary secret: max log2(q) per N
 MAX_COEFF_BITS_128 = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}

@@ -3,7 +3,7 @@
 Each block of ``SECUREVFL_BLOCK_ROWS`` rows (default 100,000) is parsed and gone before the next is
 read: every feature column becomes its parsed numbers (float64, NaN where missing or not a number) and,
 where it may be categorical, the 64-bit hashes of its raw cells; the ID and label columns are checked
-as they stream past. Each column grows on disk (:class:`securevfl.spill.Column`) and is memory-mapped
+as they stream past. Each column grows on disk (:class:`securevfl.storage.spill.Column`) and is memory-mapped
 once large, so a file of 10 million rows costs as much anonymous memory as one of a million.
 
 The rules are those of the whole-file reader they replace, with the same messages and line numbers
@@ -30,10 +30,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from securevfl import spill
+from securevfl.configuration.limits import brief, env_limit
 from securevfl.data.tabular import hash_values
 from securevfl.errors import UserError
-from securevfl.limits import brief, env_limit
+from securevfl.storage import spill
 
 MISSING = {"", "na", "n/a", "nan", "null", "none", "?"}
 MAX_CLASSES = 100

@@ -9,7 +9,7 @@ entities; the rest of the aligned set is for training. The spec's ``aligned_frac
 do not apply: the files define who holds what.
 
 Each file is read in blocks (:mod:`securevfl.data.blocks`), and a large party's arrays live on disk
-(:mod:`securevfl.spill`): a party's memory does not grow with its rows (numeric IDs; docs/deployment.md).
+(:mod:`securevfl.storage.spill`): a party's memory does not grow with its rows (numeric IDs; docs/deployment.md).
 
 What the reader decides, and tells (``partition.ingest`` in the run JSON, and a summary on stderr):
 - IDs are exact strings (whitespace stripped) unless ``numeric_ids`` asks for numeric matching, so
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from securevfl import spill
 from securevfl.channel import InMemoryChannel, MessageKind
+from securevfl.configuration.limits import brief
 from securevfl.data import psi
 from securevfl.data.blocks import (  # noqa: F401
     MAX_CLASSES,
@@ -57,7 +57,7 @@ from securevfl.data.registry import DATASETS, DatasetEntry
 from securevfl.data.tabular import encode_columns, encode_party, encode_rows
 from securevfl.errors import UserError
 from securevfl.ids import difference, member, sorted_copy
-from securevfl.limits import brief
+from securevfl.storage import spill
 
 
 def _locate(cfg: DataConfig) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from securevfl.options import DataConfig  # noqa: F401  (its home: the light settings module)
+from securevfl.configuration.options import DataConfig  # noqa: F401  (its home: the light settings module)
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from securevfl import spill
+from securevfl.configuration.options import PartitionSpec, default_columns  # noqa: F401  (their home: the light settings module)
 from securevfl.data.dataset import DataConfig, Dataset
 from securevfl.data.tabular import Gather, encode_party
 from securevfl.errors import UserError
 from securevfl.ids import difference
-from securevfl.options import PartitionSpec, default_columns  # noqa: F401  (their home: the light settings module)
 from securevfl.roles import party_names
+from securevfl.storage import spill
 
 
 class IdIndex:
@@ -52,7 +52,7 @@ class IdIndex:
         ids = np.asarray(ids)
         self._dense: np.ndarray | None = None
         if ids.dtype.kind in "iu" and len(ids) and ids.min() >= 0 and ids.max() < 4 * len(ids) + 1024:
-            self._dense = spill.full(int(ids.max()) + 1, -1, np.int64)  # on disk when large (securevfl.spill)
+            self._dense = spill.full(int(ids.max()) + 1, -1, np.int64)  # on disk when large (securevfl.storage.spill)
             for i in range(0, len(ids), spill.PIECE):
                 self._dense[ids[i:i + spill.PIECE]] = np.arange(i, min(i + spill.PIECE, len(ids)))
         else:

@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
+from securevfl.configuration.spec import check_params
 from securevfl.data.partition import IdIndex, Partition
 from securevfl.errors import UserError
 from securevfl.ids import intersect
 from securevfl.lab.audit_bound import epsilon_lower_bound, epsilon_lower_bound_fdp
-from securevfl.spec import check_params
 
 DEFAULTS: dict[str, object] = {"canaries": 0, "side": "labels", "attack": "all", "confidence": 0.95, "guesses": 0,
                                "mode": "natural", "analysis": "binomial"}

@@ -217,11 +217,11 @@ def run_sweep(path: str, store_path: str | None = None, workers: int | str = 1, 
     run cells other sweeps claim too."""
     import sys
 
+    from securevfl.configuration.validate import validate_config
     from securevfl.devices import resolve_device
     from securevfl.lab.store import Store
     from securevfl.lab.sweep import config_from_dict, load_sweep
     from securevfl.progress import progress_bar
-    from securevfl.validate import validate_config
 
     sweep = load_sweep(path)
     for cell in sweep.cells:  # a bad value fails the sweep before any cell runs, naming the cell
@@ -320,7 +320,7 @@ def sweep_provenance(path: str, name: str, command: str) -> dict:
     import time
     from pathlib import Path
 
-    from securevfl import provenance
+    from securevfl.operations import provenance
 
     raw = Path(path).read_bytes()
     return {"name": name, "path": str(path), "sha256": hashlib.sha256(raw).hexdigest(),

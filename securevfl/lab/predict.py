@@ -25,8 +25,8 @@ from securevfl.errors import UserError
 from securevfl.federation import build_federation
 from securevfl.pipeline import defense_hooks
 from securevfl.runtime import run_in_process
-from securevfl.saved import MANIFEST, party_rows, read_manifest, read_party_folder
 from securevfl.scoring import FEDERATED, ScoringOps, method_for, path_counts, score_rows
+from securevfl.storage.saved import MANIFEST, party_rows, read_manifest, read_party_folder
 
 
 def _party_folders(model_dir: Path) -> list[Path]:

@@ -27,8 +27,8 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from securevfl.configuration.spec import check_nonnegative, check_params, parse_args
 from securevfl.errors import UserError
-from securevfl.spec import check_nonnegative, check_params, parse_args
 
 BETA = 0.5
 """VFLAIR's weight of the utility distance against the attack distance."""

@@ -63,12 +63,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from securevfl.config import RUN_KEYS, RunConfig, apply_dict, load_config_file
+from securevfl.configuration.limits import brief
+from securevfl.configuration.options import DataConfig, PartitionSpec
+from securevfl.configuration.validate import number
 from securevfl.errors import UserError
 from securevfl.interactive import mixing_for
 from securevfl.lab.search import with_params
-from securevfl.limits import brief
-from securevfl.options import DataConfig, PartitionSpec
-from securevfl.validate import number
 
 if TYPE_CHECKING:
     from securevfl.lab.search import TPESearch

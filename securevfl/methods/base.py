@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from securevfl.channel import MessageKind
+from securevfl.configuration.spec import check_nonnegative, check_params
 from securevfl.cutlayer import CutLayer
 from securevfl.data.partition import Partition
 from securevfl.federation import (
@@ -26,7 +27,6 @@ from securevfl.hooks import PartyHook
 from securevfl.ids import intersect
 from securevfl.models import HEADS, ModelConfig
 from securevfl.registry import Registry
-from securevfl.spec import check_nonnegative, check_params
 from securevfl.training import SplitTrainer, TrainConfig, fit_with_lr_search
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class Method(ABC):
     """False for single-party baselines (no cut layer, so defenses and HE do not apply)."""
     defaults: ClassVar[dict[str, object]] = {}
     """The method's parameters and their defaults (``--method-param key=value``); a default's type is the
-    parameter's type and every number must be finite and ≥ 0 (:func:`securevfl.spec.check_params`)."""
+    parameter's type and every number must be finite and ≥ 0 (:func:`securevfl.configuration.spec.check_params`)."""
     partition_defaults: ClassVar[dict] = {"active_labels_unaligned": False, "test_aligned_fraction": 1.0}
     """Partition fields this method sets when the spec leaves them ``None``. A subclass lists only
     what it changes (e.g. ``{"active_labels_unaligned": True}``; ``test_aligned_fraction: "train"``

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from securevfl import spill
 from securevfl.channel import MessageKind
 from securevfl.errors import UserError
 from securevfl.federation import (
@@ -52,6 +51,7 @@ from securevfl.roles import ACTIVE
 from securevfl.runtime import handles
 from securevfl.ssl import SSLConfig, neg_cosine
 from securevfl.ssl.objectives import SimSiam
+from securevfl.storage import spill
 
 
 class AveragedEncoder(nn.Module):

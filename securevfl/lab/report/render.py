@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from securevfl import provenance
 from securevfl.errors import UserError
 from securevfl.lab import scores
 from securevfl.lab.report.figures import audit_figure, encryption_figure, image_grid, size_figure, tradeoff_figure
@@ -40,6 +39,7 @@ from securevfl.lab.report.text import (
     recommendation,
     setup_lines,
 )
+from securevfl.operations import provenance
 
 
 def _md_table(df: pd.DataFrame) -> str:

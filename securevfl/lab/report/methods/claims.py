@@ -38,9 +38,9 @@ is above B's (at three decimals), the second below, the third level (a ``why`` n
 
 def load_claims(path: str | Path) -> list[dict]:
     """The claims file's entries, each checked for its keys and the types of their values; every
-    mistake is one :class:`UserError` line naming the file (read under :mod:`securevfl.limits`: not
+    mistake is one :class:`UserError` line naming the file (read under :mod:`securevfl.configuration.limits`: not
     UTF-8, too large, too deep, recursive aliases and duplicate keys are refused there)."""
-    from securevfl.limits import brief, load_yaml, read_text_limited
+    from securevfl.configuration.limits import brief, load_yaml, read_text_limited
 
     p = Path(path)
     name = f"--claims {p}"
@@ -72,7 +72,7 @@ def load_claims(path: str | Path) -> list[dict]:
 
 def _kind(value: object) -> str:
     """A value's YAML kind for an error line, with a brief quote."""
-    from securevfl.limits import brief
+    from securevfl.configuration.limits import brief
 
     if value is None:
         return "nothing"
@@ -141,7 +141,7 @@ def _is_number(value: object) -> bool:
 
 
 def _check_subset(value: object, where: str) -> None:
-    from securevfl.limits import brief
+    from securevfl.configuration.limits import brief
 
     if not isinstance(value, str) or value not in SUBSETS:
         raise UserError(f"{where}: {brief(value)} is not one of the test-row subsets {', '.join(SUBSETS)}")
@@ -149,7 +149,7 @@ def _check_subset(value: object, where: str) -> None:
 
 def _check_format(field: str, spec: str, where: str) -> None:
     """A ``{field:spec}`` of ``why``, tried on a number (the counters are floats)."""
-    from securevfl.limits import brief
+    from securevfl.configuration.limits import brief
 
     shown = brief("{" + field + ":" + spec + "}")
     numbers = [int(d) for d in re.findall(r"\d+", spec)]

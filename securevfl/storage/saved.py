@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from securevfl.errors import UserError
-from securevfl.files import make_private_dir, open_new
-from securevfl.provenance import versions
+from securevfl.operations.provenance import versions
+from securevfl.storage.files import make_private_dir, open_new
 
 if TYPE_CHECKING:
     from securevfl.data.partition import PartyData

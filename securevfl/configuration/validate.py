@@ -3,7 +3,7 @@ API): :func:`validate_config` checks a resolved :class:`~securevfl.config.RunCon
 is read or trained, and raises a one-line :class:`~securevfl.errors.UserError` naming the key, the
 value and what is allowed.
 
-Two checks of every setting (each a field declared with :func:`securevfl.settings.setting`): (1) the
+Two checks of every setting (each a field declared with :func:`securevfl.configuration.settings.setting`): (1) the
 *type* of its value against the field's annotation — list elements included, booleans never taken
 for numbers, floats finite; (2) the bounds and allowed values the field declares. Names (dataset,
 method, defense, attack, HE scheme) are checked by their registries, method and scheme parameters by
@@ -16,7 +16,7 @@ import math
 import types
 import typing
 
-from securevfl import settings
+from securevfl.configuration import settings
 from securevfl.errors import UserError
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from securevfl.channel.base import Message
 from securevfl.errors import UserError
-from securevfl.files import make_private_dir, open_new
+from securevfl.storage.files import make_private_dir, open_new
 
 FORMAT = "securevfl-view/1"
 

@@ -4,9 +4,9 @@ command-line flag. Everything else is generated from those fields:
 
 - the ``train`` flags and the flag → config mapping (:func:`add_flags`, :func:`apply_flags`);
 - the config-file and sweep keys (:func:`securevfl.config.apply_dict` walks the same fields);
-- the validation messages (:func:`check`, used by :mod:`securevfl.validate`), which name the flag
+- the validation messages (:func:`check`, used by :mod:`securevfl.configuration.validate`), which name the flag
   and the key, e.g. ``--epochs (train.epochs) must be ≥ 1``;
-- the reference table in ``docs/configuration.md`` (:mod:`securevfl.settings_doc`).
+- the reference table in ``docs/configuration.md`` (:mod:`securevfl.configuration.settings_doc`).
 
 The docstring is metadata (``doc=``), not a string literal after the field: ``--help`` needs it at
 run time, and metadata needs no source file or parsing (it also survives zipped installs and
@@ -255,7 +255,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> dict[str, Any]:
 
 
 def _parse_keyvalue(flag: str, text: str) -> tuple[str, object]:
-    from securevfl.limits import load_yaml  # only when a KEY=VALUE flag is given
+    from securevfl.configuration.limits import load_yaml  # only when a KEY=VALUE flag is given
 
     key, sep, value = text.partition("=")
     if not sep or not key.strip():

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from securevfl.configuration.limits import env_limit
 from securevfl.errors import UserError, os_cause
-from securevfl.limits import env_limit
 
 _DIR: Path | None = None
 PIECE = 1 << 20

@@ -44,7 +44,7 @@ MAX_SKEW_S = 120.0
 each party's own clock, so a larger skew makes a fresh certificate "not yet valid" on the other side."""
 MEMORY_NEED = 1 << 30
 """Free memory a party needs whatever its file's size: the file is read in blocks and its large arrays
-live on disk (securevfl/spill.py), so this is the process (torch, a block, the models), measured at
+live on disk (securevfl/storage/spill.py), so this is the process (torch, a block, the models), measured at
 0.4–0.6 GB for 1M and 10M rows (benchmarks/RESULTS.md, "A million rows across processes")."""
 SPILL_BYTES_PER_CELL = 20
 """Disk a party's columns take in its spill folder per cell of its file (8 parsed, 8 hashed, 4 encoded)."""
@@ -204,7 +204,7 @@ def check_writable(folder: str, what: str) -> Check | None:
 
 def check_listen(address: str) -> Check:
     """The passive party's ``--listen`` address can be bound (port 0: any free port)."""
-    from securevfl.validate import host_port
+    from securevfl.configuration.validate import host_port
 
     host, port = host_port("--listen", address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -1,6 +1,6 @@
 """Names of the registered methods (with one-line summaries) and datasets, readable without
 importing torch, so ``securevfl methods`` answers at once and a misspelt name fails at once. Generated from the registry; tests/test_cli.py checks it still
-matches (regenerate with ``python -c "from securevfl.catalog import render; print(render())"``)."""
+matches (regenerate with ``python -c "from securevfl.configuration.catalog import render; print(render())"``)."""
 
 from __future__ import annotations
 

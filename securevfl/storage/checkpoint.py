@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 from securevfl.errors import UserError, os_cause
-from securevfl.files import make_private_dir, open_new
+from securevfl.storage.files import make_private_dir, open_new
 
 KEEP = 2
 """Epochs each party keeps (the newest two: a crash between two parties' writes leaves one in common)."""

@@ -90,10 +90,10 @@ def situation(party_files: list[str], label_column: str, id_column: str = "id") 
     for path in party_files:  # a usage error is answered before the readers (and torch) are imported
         if not Path(path).is_file():
             raise UserError(f"--party-file {path}: no such file")
+    from securevfl.configuration.options import DataConfig
     from securevfl.data.csvsource import read_file
     from securevfl.data.psi import plain_intersection
     from securevfl.ids import member
-    from securevfl.options import DataConfig
 
     cfg = DataConfig(label_column=label_column)
     tables = [read_file(cfg, Path(path), id_column, active=k == 0) for k, path in enumerate(party_files)]

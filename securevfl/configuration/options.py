@@ -1,4 +1,4 @@
-"""The run's settings sections as dataclasses, one field per setting (:func:`securevfl.settings.setting`),
+"""The run's settings sections as dataclasses, one field per setting (:func:`securevfl.configuration.settings.setting`),
 in a module that imports neither torch nor the data layer: ``securevfl train``'s flags are generated,
 parsed and checked from here before any heavy import, so a mistake is answered at once (issue 51).
 Each class is re-exported from its old home (``securevfl.data``, ``securevfl.models``,
@@ -12,8 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+from securevfl.configuration.settings import setting
 from securevfl.errors import UserError
-from securevfl.settings import setting
 
 
 class Dataset(Protocol):
