@@ -108,3 +108,96 @@ def test_engine_location_follows_the_environment(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert otpsi.default_dir() == tmp_path / "securevfl" / "psi-engine"
     assert os.path.basename(str(otpsi.WORKER)) == "otpsi_worker.py" and otpsi.WORKER.is_file()
+
+
+_FAKE_ENGINE = '''#!{python}
+"""A stand-in for the engine's worker (argv: worker path, its JSON config): it keeps the input it was
+given for the test to read, meets its peer through files, and writes the keys both inputs hold."""
+import json, shutil, sys, time
+from pathlib import Path
+cfg = json.loads(sys.argv[2])
+seen = Path({seen!r})
+(seen / f"config{{cfg['rank']}}.json").write_text(sys.argv[2])
+shutil.copy(cfg["input"], seen / f"input{{cfg['rank']}}.csv")
+other = seen / f"input{{1 - cfg['rank']}}.csv"
+while not other.exists():
+    time.sleep(0.01)
+time.sleep(0.1)
+mine = Path(cfg["input"]).read_text().split()[1:]
+theirs = set(other.read_text().split()[1:])
+Path(cfg["output"]).write_text("key\\n" + "".join(k + "\\n" for k in mine if k in theirs))
+print(json.dumps({{"intersection": len(mine)}}))
+'''
+
+
+def test_the_engine_is_given_keyed_digests_never_ids(tmp_path, monkeypatch) -> None:
+    """What the OT engine (code of another project, in another process) holds of a party's IDs: its
+    input file and configuration. The engine's best try, knowing every ID that could occur and the
+    code: each line against the ID's bytes, its string, and its unkeyed BLAKE2b / SHA-256 / MD5
+    digests — no line matches, and the configuration holds neither nonce. Control: with the key both
+    parties derive from the nonces they exchanged on the channel (which the engine never sees), every
+    line is recognised. The result is the true intersection (the fake engine here is a plain PSI over
+    the digests, so the contract of ``ot_psi`` is checked too). Every key is 32 hex digits (16 bytes),
+    also a digest ending in zero bytes."""
+    import hashlib
+    import json
+    import sys
+    import threading
+
+    import queue
+
+    from securevfl.channel.base import Contact
+    from securevfl.ecdh import id_bytes
+
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    engine = tmp_path / "python"
+    engine.write_text(_FAKE_ENGINE.format(python=sys.executable, seen=str(seen)))
+    engine.chmod(0o755)
+    monkeypatch.setenv(otpsi.ENGINE_ENV, str(engine))
+    universe = np.array([f"CUST-{i:05d}" for i in range(3000)], dtype=object)
+    rng = np.random.default_rng(0)
+    ids = {"active": rng.choice(universe, 800, replace=False), "passive1": rng.choice(universe, 900, replace=False)}
+    boxes = {"active": queue.Queue(), "passive1": queue.Queue()}  # the channel, as each party's inbox
+    sent: list[dict] = []
+
+    class Endpoint:  # what ot_psi uses of a party's endpoint (the engine runs outside the channel's lockstep)
+        def __init__(self, party: str) -> None:
+            self.party = party
+
+        def send_json(self, dst: str, kind: object, obj: dict) -> None:
+            sent.append(obj)
+            boxes[dst].put(json.dumps(obj))
+
+        def recv_json(self, src: str, kind: object) -> dict:
+            return json.loads(boxes[self.party].get(timeout=30))
+
+    out: dict[str, np.ndarray] = {}
+
+    def party(name: str, peer: str) -> None:
+        contact = Contact("rr22", "127.0.0.1", "127.0.0.1", None, 30.0)
+        out[name] = otpsi.ot_psi(Endpoint(name), peer, ids[name], contact)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=party, args=a) for a in (("active", "passive1"), ("passive1", "active"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    truth = sorted(set(ids["active"]) & set(ids["passive1"]))
+    assert list(out["active"]) == truth and list(out["passive1"]) == truth
+
+    lines = [(seen / f"input{r}.csv").read_text().split()[1:] for r in (0, 1)]
+    assert all(len(k) == 32 and int(k, 16) >= 0 for part in lines for k in part)
+    assert any(k.endswith("00") for part in lines for k in part)  # ≈ 1 in 256 keys: the case tolist() cut short
+    candidates: set[str] = set()
+    for raw, b in zip(universe, id_bytes(universe)):
+        candidates |= {str(raw), b.hex(), hashlib.blake2b(b, digest_size=16).hexdigest(),
+                       hashlib.sha256(b).hexdigest()[:32], hashlib.md5(b).hexdigest()}  # noqa: S324
+    assert not candidates & (set(lines[0]) | set(lines[1]))
+    nonces = [m["nonce"] for m in sent]  # the active party's first: it sends before it receives
+    configs = [(seen / f"config{r}.json").read_text() for r in (0, 1)]
+    assert len(nonces) == 2 and not any(n in c for n in nonces for c in configs)
+    # control: the key from the exchanged nonces (active's first) recognises every line
+    key = hashlib.sha256(b"securevfl-ot-psi" + bytes.fromhex(nonces[0]) + bytes.fromhex(nonces[1])).digest()
+    keyed = {hashlib.blake2b(b, key=key, digest_size=16).hexdigest() for b in id_bytes(universe)}
+    assert set(lines[0]) | set(lines[1]) <= keyed

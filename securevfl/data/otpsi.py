@@ -166,7 +166,8 @@ def ot_psi(endpoint: Endpoint, peer: str, own_ids: np.ndarray, contact: Contact)
             for start in range(0, len(ids), CHUNK):
                 part = digests(ids[start:start + CHUNK], key)
                 own[start:start + CHUNK] = part
-                f.write("".join(f"{k.hex()}\n" for k in part.tolist()))
+                hexed = part.tobytes().hex()  # 16 bytes a key (tolist() drops a digest's trailing zero bytes)
+                f.write("".join(f"{hexed[i:i + 32]}\n" for i in range(0, len(hexed), 32)))
         rank = 0 if endpoint.party < peer else 1
         me = (endpoint.party, _addr(contact.listen_host, port))
         them = (peer, _addr(contact.peer_host, their_port))
