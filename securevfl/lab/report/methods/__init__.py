@@ -186,9 +186,12 @@ def write_methods_report(store_path: str | Path, out_dir: str | Path, claims_pat
              "**reproduced** (the interval holds the paper's difference and excludes zero), **larger** than the "
              "paper's, **a smaller effect** (above zero, below the paper's difference), **no effect** (it holds zero "
              "and excludes the paper's difference), **the opposite** (below zero), or **unresolved** (it holds both). "
-             "Every arm chooses its learning rate from the sweep's grid on the same "
-             "validation rows (a stratified 20 % of the rows with a true label; each stage of a multi-stage method "
-             "its own; `train.lr_grid`). *Detectable*: the smallest true difference our seeds find with 80 % power. "
+             "An arm of a sweep with a learning-rate grid (`train.lr_grid`) chooses its rate on a stratified 20 % "
+             "of the labeled rows it trains on, drawn the same way for every arm, so arms training on the same "
+             "labeled rows validate on the same rows; an arm that trains on more (`local` with the active party's "
+             "labels on unaligned rows) validates on its own larger pool; each stage of a multi-stage method "
+             "chooses its own. Entity Augmentation's sweeps have no grid: every arm trains at the paper's rate. "
+             "*Detectable*: the smallest true difference our seeds find with 80 % power. "
              "Where the authors released code, their code is one more arm on the same rows and seeds "
              "(benchmarks/reference/).")
     all_sections = [("The answer", [("table", pd.DataFrame(answers)),
