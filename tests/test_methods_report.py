@@ -96,7 +96,7 @@ def store(tmp_path_factory):
     claims = [{"method": "splitnn", "title": "Split vs local", "paper": "a made-up paper", "sweep": "m",
                "regime": "aligned_fraction", "headline": 1.0,
                "comparisons": [{"baseline": "local", "paper": 0.01}, {"baseline": "splitnn"}],
-               "why": "it ran {seconds_never_measured}."}]
+               "why": "it ran {seconds_never_measured}.", "source": "scikit-learn's copy"}]
     (d / "claims.yaml").write_text(yaml.safe_dump(claims))
     return d
 
@@ -130,7 +130,7 @@ def test_report_command_writes_the_methods_report(store, capsys):
     answer = md.split("## The answer")[1].split("## ")[0]  # the first screen: one row per claim
     assert "| Split vs local " in answer and "aligned_fraction 1 " in answer and "+0.010 vs local" in answer
     assert "{seconds_never_measured: not measured}" in md  # a counter the runs lack is said, not invented
-    assert "| breast-cancer, " in answer and " training rows |" in answer  # the sample each verdict rests on
+    assert "| breast-cancer, " in answer and " training rows (scikit-learn's copy) |" in answer  # its sample, source
     assert "1 of 1 verdicts rest on one sample only" in md
     from securevfl.lab.report.methods import one_sample_sentence  # control: two samples say so
 

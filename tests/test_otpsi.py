@@ -141,10 +141,9 @@ def test_the_engine_is_given_keyed_digests_never_ids(tmp_path, monkeypatch) -> N
     also a digest ending in zero bytes."""
     import hashlib
     import json
+    import queue
     import sys
     import threading
-
-    import queue
 
     from securevfl.channel.base import Contact
     from securevfl.ecdh import id_bytes
@@ -190,7 +189,7 @@ def test_the_engine_is_given_keyed_digests_never_ids(tmp_path, monkeypatch) -> N
     assert all(len(k) == 32 and int(k, 16) >= 0 for part in lines for k in part)
     assert any(k.endswith("00") for part in lines for k in part)  # ≈ 1 in 256 keys: the case tolist() cut short
     candidates: set[str] = set()
-    for raw, b in zip(universe, id_bytes(universe)):
+    for raw, b in zip(universe, id_bytes(universe), strict=True):
         candidates |= {str(raw), b.hex(), hashlib.blake2b(b, digest_size=16).hexdigest(),
                        hashlib.sha256(b).hexdigest()[:32], hashlib.md5(b).hexdigest()}  # noqa: S324
     assert not candidates & (set(lines[0]) | set(lines[1]))

@@ -91,7 +91,8 @@ __all__ = ["CLAIM_KEYS", "COMPARISON_KEYS", "MAX_FORMAT_NUMBER", "POWER", "REFER
 
 def sample_of(runs: pd.DataFrame, claim: dict) -> str:
     """The sample a claim's verdict rests on: the rows its runs drew (dataset and file), with the training
-    rows at the paper's setting."""
+    rows at the paper's setting, and the claim's ``source`` (where the rows come from, their time span),
+    which the store cannot know."""
     if runs.empty or "sample" not in runs:
         return "–"
     names = sorted(set(runs["sample"].astype(str)))
@@ -101,7 +102,8 @@ def sample_of(runs: pd.DataFrame, claim: dict) -> str:
         head = runs[[_same(v, claim["headline"]) for v in runs[key]]]
     rows = head.train_total.dropna()
     told = f", {int(rows.median()):,} training rows" if len(rows) else ""
-    return " + ".join(names) + told
+    source = f" ({claim['source']})" if claim.get("source") else ""
+    return " + ".join(names) + told + source
 
 
 def one_sample_sentence(per_claim: list[str]) -> str:

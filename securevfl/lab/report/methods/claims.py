@@ -13,7 +13,7 @@ import pandas as pd
 from securevfl.errors import UserError
 
 CLAIM_KEYS = {"method", "title", "paper", "sweep", "regime", "headline", "comparisons", "why", "subset", "more_seeds",
-              "rows", "reference"}
+              "rows", "reference", "source"}
 REQUIRED_KEYS = ("method", "title", "paper", "sweep", "comparisons")
 COMPARISON_KEYS = {"baseline", "paper", "subset", "from"}
 """``from``: the baseline at this regime value (the method against itself across the regime: a claim about the
