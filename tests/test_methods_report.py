@@ -208,6 +208,19 @@ def test_more_seeds_rows_axis_and_the_authors_arm(axes_store):
     two = {**like, "comparisons": [*like["comparisons"], {"baseline": "splitnn", "subset": "all"}]}
     assert claim_verdict(comparison_table(lifted, two), two).startswith(
         f"{mine}; at the paper's setting vs splitnn: {mine} (the authors' code: ")
+    # two comparisons, theirs like for like in one only: their verdict stands beside that one, never beside
+    # the other (control: the verdict of theirs is there, and the mixed comparison's differs from it)
+    from securevfl.lab.report.methods.stats import NO_EFFECT, REPRODUCED
+
+    syn = pd.DataFrame([
+        {"arm": a, "baseline": b, "rows": "all", "headline": True, "n": 5, "verdict": v, "mixed": m, "regime": 1.0}
+        for a, b, v, m in [("m", "b1", NO_EFFECT, False), ("m", "b2", REPRODUCED, False),
+                           ("m-authors", "b1-authors", NO_EFFECT, False), ("m-authors", "b2", NO_EFFECT, True)]])
+    syn_claim = {"method": "m", "reference": {"m": "m-authors", "b1": "b1-authors"}, "regime": "aligned_fraction",
+                 "headline": 1.0, "comparisons": [{"baseline": "b1"}, {"baseline": "b2"}]}
+    said = claim_verdict(syn, syn_claim)
+    assert said.endswith("at the paper's setting vs b1: no effect, with the authors' code too"), said
+    assert "vs b2: reproduced" in said and "(the authors' code" not in said
     rows = rows_table(frame, claim)
     at = rows[(rows.arm == "local") & (rows.baseline == "splitnn")]
     assert sorted(at.regime) == [100, 200, 455] and at[at.regime == 455].n.iloc[0] == 6  # 455 = all train rows
