@@ -58,22 +58,22 @@ RULES = [
     Rule("the active party holds labels and no features (a label-only host)", "entity-aug",
          lambda s: s.active_features == 0,
          "+0.194 [+0.165, +0.223] AUC over drawing partners among aligned rows only (digits, 5 % aligned); "
-         "+0.029 [+0.017, +0.040] on Criteo"),
+         "+0.028 [+0.017, +0.039] on Criteo"),
     Rule("most rows aligned (≥ 70 % of the active party's)", "splitnn",
          lambda s: s.aligned_share >= 0.7,
          "not measured as a regime: the other methods are built for few aligned rows"),
     Rule("few labels on the aligned rows (≤ 10 % of them labeled), many unlabeled", "fedhssl",
          lambda s: s.labeled_aligned <= 0.1 * s.aligned and s.unlabeled_aligned >= 1000,
-         "+0.033 [+0.009, +0.056] over splitnn, but no better than each party's own SSL (fedlocal-simsiam, "
-         "+0.005 [−0.006, +0.015]) (Avazu, 200 labels, 20 % aligned)"),
+         "+0.030 [+0.007, +0.054] over splitnn, but no better than each party's own SSL (fedlocal-simsiam, "
+         "+0.002 [−0.010, +0.013]) (Avazu, 200 labels, 20 % aligned)"),
     Rule("few aligned rows (< 30 %), many labeled rows at the active party alone (≥ 5× the aligned labeled)",
          "vflhlp", lambda s: s.aligned_share < 0.3 and s.labeled_outside >= 5 * max(s.labeled_aligned, 1),
-         "+0.152 [+0.126, +0.179] over splitnn, +0.031 [+0.018, +0.045] over local (Criteo, 200 aligned of "
-         "40,000); compare fedud (+0.037 over splitnn, −0.013 against local on Avazu) and risa (+0.009 over "
+         "+0.149 [+0.123, +0.174] over splitnn, +0.028 [+0.014, +0.041] over local (Criteo, 200 aligned of "
+         "40,000); compare fedud (+0.037 over splitnn, −0.014 against local on Avazu) and risa (+0.009 over "
          "splitnn, Criteo)"),
     Rule("few aligned rows (< 30 %), the active party's rows outside them labeled", "risa",
          lambda s: s.aligned_share < 0.3 and s.labeled_outside > 0,
-         "+0.009 [+0.000, +0.017] over splitnn, +0.001 [−0.004, +0.006] over local (Criteo, 10 % aligned)"),
+         "+0.009 [+0.000, +0.017] over splitnn, +0.001 [−0.005, +0.006] over local (Criteo, 10 % aligned)"),
 ]
 FALLBACK = Rule("none of the measured regimes", "splitnn", lambda s: True,
                 "no regime of the methods report matches: compare the methods on your rows")
