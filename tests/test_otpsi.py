@@ -154,9 +154,9 @@ def test_the_engine_is_given_keyed_digests_never_ids(tmp_path, monkeypatch) -> N
     engine.write_text(_FAKE_ENGINE.format(python=sys.executable, seen=str(seen)))
     engine.chmod(0o755)
     monkeypatch.setenv(otpsi.ENGINE_ENV, str(engine))
-    universe = np.array([f"CUST-{i:05d}" for i in range(3000)], dtype=object)
-    rng = np.random.default_rng(0)
-    ids = {"active": rng.choice(universe, 800, replace=False), "passive1": rng.choice(universe, 900, replace=False)}
+    universe = np.array([f"CUST-{i:05d}" for i in range(8000)], dtype=object)
+    rng = np.random.default_rng(0)  # 5,000 keys: one ends in a zero byte but with chance (255/256)^5000 < 1e-8
+    ids = {"active": rng.choice(universe, 2500, replace=False), "passive1": rng.choice(universe, 2500, replace=False)}
     boxes = {"active": queue.Queue(), "passive1": queue.Queue()}  # the channel, as each party's inbox
     sent: list[dict] = []
 
